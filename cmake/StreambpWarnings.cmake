@@ -1,0 +1,20 @@
+# Warnings for the project's own targets only (third-party headers are included as SYSTEM).
+function(streambp_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(STREAMBP_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(STREAMBP_WITH_CUDA)
+    target_compile_definitions(${target} PRIVATE STREAMBP_WITH_CUDA=1)
+  endif()
+endfunction()
+
+# LibTorch's include directories as SYSTEM so its headers do not trip our warnings.
+function(streambp_link_torch target scope)
+  target_link_libraries(${target} ${scope} ${TORCH_LIBRARIES})
+  target_include_directories(${target} SYSTEM ${scope} ${TORCH_INCLUDE_DIRS})
+  if(TORCH_CXX_FLAGS)
+    separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+    target_compile_options(${target} ${scope} ${_torch_flags})
+  endif()
+endfunction()

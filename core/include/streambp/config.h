@@ -1,0 +1,66 @@
+#pragma once
+/// ModelConfig: the architecture of a causal LM, read from a Hugging Face `config.json`.
+/// One decoder implementation covers every supported family; the families differ only in
+/// the switches below (see DESIGN §3).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace streambp {
+
+/// RoPE frequency scaling (`rope_scaling` or `rope_parameters` in config.json).
+struct RopeScaling {
+  std::string type = "default";  ///< default | linear | llama3
+  double factor = 1.0;           ///< linear and llama3: how much the context is stretched
+  double low_freq_factor = 1.0;  ///< llama3 only
+  double high_freq_factor = 4.0;  ///< llama3 only
+  int64_t original_max_position_embeddings = 8192;  ///< llama3 only
+};
+
+struct ModelConfig {
+  std::string architecture;  ///< LlamaForCausalLM | Qwen2ForCausalLM | Qwen3ForCausalLM | MistralForCausalLM
+  std::string model_type;    ///< llama | qwen2 | qwen3 | mistral (written back to config.json)
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  ///< GQA: query heads share kv heads in groups
+  int64_t head_dim = 0;             ///< explicit (Qwen3) or hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool attention_bias = false;  ///< q/k/v projections have a bias (Qwen2: always)
+  bool o_proj_bias = false;     ///< o_proj has a bias (Llama's attention_bias applies to it too)
+  bool mlp_bias = false;        ///< gate/up/down have a bias (Llama's mlp_bias)
+  bool qk_norm = false;         ///< RMSNorm over head_dim on q and k before RoPE (Qwen3)
+  bool tie_word_embeddings = false;  ///< lm_head shares the embedding matrix
+  std::optional<int64_t> sliding_window;  ///< Mistral: a query sees keys with i - j < window
+  std::string torch_dtype = "float32";    ///< dtype recorded in the file (informational)
+  std::optional<int64_t> bos_token_id;
+  std::optional<int64_t> eos_token_id;
+
+  /// Parses a config.json object. Throws InvalidArgument naming the missing or bad field,
+  /// or the unsupported architecture / activation / rope type.
+  static ModelConfig FromJson(const nlohmann::json& j);
+  /// Reads and parses `path` (a config.json file).
+  static ModelConfig FromFile(const std::string& path);
+  /// The config.json object that FromJson reads back to an equal config (HF field names).
+  nlohmann::json ToJson() const;
+  /// Throws InvalidArgument if sizes are inconsistent (heads not divisible, etc.).
+  void Validate() const;
+
+  int64_t num_kv_groups() const { return num_attention_heads / num_key_value_heads; }
+  int64_t q_dim() const { return num_attention_heads * head_dim; }
+  int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+};
+
+/// Deterministic presets of the project's own Qwen3-architecture model.
+/// tiny (tests): 2 layers, hidden 64, 4/2 heads, head_dim 16, intermediate 128, vocab 256.
+/// small (benchmarks): 8 layers, hidden 512, 8/4 heads, head_dim 64, intermediate 1536, vocab 32000.
+ModelConfig PresetConfig(const std::string& name);
+
+}  // namespace streambp

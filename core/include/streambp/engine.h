@@ -1,0 +1,57 @@
+#pragma once
+/// Backward engines: the same loss and gradients, different memory and time (DESIGN §4).
+///  - full:       plain autograd through the whole model and the whole logits.
+///  - checkpoint: forward without a graph keeping each layer's input; backward recomputes
+///                one layer at a time. Logits materialized (logits_chunk = 0) or chunked.
+///  - stream:     StreamBP: K/V once per layer, queries and the MLP chunk by chunk along
+///                the sequence, lm_head + loss chunk by chunk.
+#include <cstdint>
+#include <string>
+
+#include "streambp/batch.h"
+#include "streambp/model.h"
+#include "streambp/objective.h"
+
+namespace streambp {
+
+enum class EngineKind { kFull, kCheckpoint, kStream };
+EngineKind ParseEngine(const std::string& name);  ///< full | checkpoint | stream
+std::string EngineName(EngineKind kind);
+
+struct EngineOptions {
+  EngineKind kind = EngineKind::kStream;
+  int64_t chunk = 0;         ///< stream: query positions per layer chunk (0 = kDefaultChunk)
+  int64_t logits_chunk = -1;  ///< positions per logits chunk; 0 = all at once;
+                              ///< -1 = default (stream: kDefaultLogitsChunk, checkpoint: 0)
+  /// When true, K/V are recomputed over the whole prefix for every chunk (the reference
+  /// implementation's way) instead of once per layer. For the ablation in streambp-bench.
+  bool recompute_kv_per_chunk = false;
+};
+constexpr int64_t kDefaultChunk = 512;
+constexpr int64_t kDefaultLogitsChunk = 1024;
+
+/// The chunk sizes an engine will actually use for a sequence of length T.
+struct ResolvedChunks {
+  int64_t chunk;         ///< query positions per layer chunk (T for full/checkpoint)
+  int64_t logits_chunk;  ///< positions per logits chunk (T when materialized)
+};
+ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len);
+
+struct StepResult {
+  double loss = 0.0;        ///< sum of the objective's chunk terms
+  int64_t targets = 0;      ///< selected target tokens in the batch
+  int64_t tokens = 0;       ///< non-padding tokens in the batch
+  Metrics metrics;          ///< the objective's metrics
+};
+
+/// Runs forward and backward of `batch` under `objective` and accumulates gradients into
+/// the model's parameters (.grad, added to what is there). The model is not changed.
+/// Throws InvalidArgument for a batch that does not fit the model (token ids, lengths).
+StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
+                           const EngineOptions& options);
+
+/// Loss only, no gradients, computed chunk by chunk.
+StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective,
+                       int64_t logits_chunk = kDefaultLogitsChunk);
+
+}  // namespace streambp

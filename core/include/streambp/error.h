@@ -1,0 +1,45 @@
+#pragma once
+/// Exceptions thrown by the core. Each carries a category that the server maps to a
+/// gRPC status code in one place; the message says what was wrong and, where it helps,
+/// what to do. Anything else the core lets escape (c10::Error from a TORCH_CHECK) is an
+/// internal error, except c10::OutOfMemoryError, which means "too large".
+#include <stdexcept>
+#include <string>
+
+namespace streambp {
+
+enum class ErrorCode {
+  kInvalidArgument,     ///< the caller's input is wrong (bad token id, bad file, bad option)
+  kNotFound,            ///< a named thing does not exist (file, tensor, objective)
+  kFailedPrecondition,  ///< the state does not allow this now (no model, wrong step state)
+  kResourceExhausted,   ///< too large for the configured limits or memory budget
+  kInternal,            ///< a bug or an unexpected failure
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+class InvalidArgument : public Error {
+ public:
+  explicit InvalidArgument(const std::string& m) : Error(ErrorCode::kInvalidArgument, m) {}
+};
+class NotFound : public Error {
+ public:
+  explicit NotFound(const std::string& m) : Error(ErrorCode::kNotFound, m) {}
+};
+class FailedPrecondition : public Error {
+ public:
+  explicit FailedPrecondition(const std::string& m) : Error(ErrorCode::kFailedPrecondition, m) {}
+};
+class ResourceExhausted : public Error {
+ public:
+  explicit ResourceExhausted(const std::string& m) : Error(ErrorCode::kResourceExhausted, m) {}
+};
+
+}  // namespace streambp

@@ -1,0 +1,139 @@
+#pragma once
+/// The decoder: one LibTorch implementation for every supported architecture, switched by
+/// ModelConfig. The engines drive a layer in two halves so that StreamBP can compute keys
+/// and values once per layer and queries chunk by chunk:
+///   kv = layer->keys_values(x, positions)            (N1, k/v projections, k-norm, RoPE)
+///   y  = layer->forward_queries(x_c, positions_c, kv, mask_c)  (queries of one chunk)
+/// and layer->forward(x, positions, mask) is both over the whole sequence.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "streambp/config.h"
+#include "streambp/safetensors.h"
+
+namespace streambp {
+
+/// RMSNorm as in HF: normalize in at least float32, cast back, then scale.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+/// Rotary embedding tables for given positions: cos/sin of shape [B, T, head_dim] in the
+/// dtype of `like` (computed in at least float32, in float64 for float64 models).
+struct Rope {
+  torch::Tensor cos;
+  torch::Tensor sin;
+};
+class RotaryEmbedding {
+ public:
+  explicit RotaryEmbedding(const ModelConfig& config);
+  Rope tables(const torch::Tensor& position_ids, const torch::Tensor& like) const;
+  /// x: [B, heads, T, head_dim]; rope tables [B, T, head_dim].
+  static torch::Tensor apply(const torch::Tensor& x, const Rope& rope);
+  const torch::Tensor& inv_freq() const { return inv_freq_; }
+
+ private:
+  torch::Tensor inv_freq_;  // float64, [head_dim / 2]
+};
+
+/// Keys and values of a whole sequence, after k-norm and RoPE: [B, kv_heads, T, head_dim].
+struct KeysValues {
+  torch::Tensor k;
+  torch::Tensor v;
+};
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& config, int64_t index);
+
+  /// K/V for all positions of x [B, T, d] (graph recorded if grad mode is on).
+  KeysValues keys_values(const torch::Tensor& x, const Rope& rope);
+  /// Output rows for the query positions x_q [B, c, d] (a contiguous slice [s, s+c) of the
+  /// layer input) attending to kv restricted to the first kv.k.size(2) positions.
+  /// `mask` [B, c, kv_len] is true where attention is allowed; every query row must allow
+  /// at least one key.
+  torch::Tensor forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
+                                const KeysValues& kv, const torch::Tensor& mask);
+  /// The whole layer on the whole sequence.
+  torch::Tensor forward(const torch::Tensor& x, const Rope& rope, const torch::Tensor& mask);
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // only with config.qk_norm
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+  double scale_;
+};
+TORCH_MODULE(DecoderLayer);
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  explicit CausalLMImpl(const ModelConfig& config);
+
+  const ModelConfig& config() const { return config_; }
+  const RotaryEmbedding& rotary() const { return rotary_; }
+
+  /// Token embeddings [B, T, d] of input_ids [B, T] (int64).
+  torch::Tensor embed(const torch::Tensor& input_ids);
+  /// Logits of final hidden states h [B, T, d] (after the final norm is applied here),
+  /// upcast to at least float32.
+  torch::Tensor logits(const torch::Tensor& h_last);
+  /// The lm_head matrix [V, d]: the embedding matrix itself when tied.
+  torch::Tensor lm_head_weight() const;
+
+  /// Parameters under their Hugging Face names (tied lm_head appears once, as
+  /// model.embed_tokens.weight).
+  std::vector<std::pair<std::string, torch::Tensor>> named_hf_parameters() const;
+
+  /// Copies tensors (any dtype, converted to the model's) into the parameters. Every
+  /// parameter must be present with the right shape, else InvalidArgument naming it; a
+  /// tensor with no parameter is an error too (except lm_head.weight of a tied model and
+  /// rotary inv_freq buffers, which are ignored).
+  void load_hf_tensors(const TensorMap& tensors);
+  TensorMap hf_tensors() const;  ///< detached copies of the parameters, HF names
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  std::vector<DecoderLayer> layer_list;
+  RMSNorm norm{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tied
+
+ private:
+  ModelConfig config_;
+  RotaryEmbedding rotary_;
+};
+TORCH_MODULE(CausalLM);
+
+/// Parses a dtype name: float32 | float64 | bfloat16 | float16 (also fp32, bf16, ...).
+torch::Dtype ParseDtype(const std::string& name);
+std::string DtypeName(torch::Dtype dtype);
+
+/// A model built from a config with deterministic random weights (normal(0, 0.02) for
+/// matrices, 1 for norms, 0 for biases) from `seed`, independent of global RNG state.
+CausalLM InitModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype);
+
+/// Loads a Hugging Face model folder (config.json + safetensors) in `dtype` on `device`.
+CausalLM LoadModel(const std::string& dir, torch::Dtype dtype,
+                   const torch::Device& device = torch::kCPU);
+
+/// Writes config.json + model.safetensors (HF names; each tensor in the model's dtype).
+void SaveModel(const CausalLM& model, const std::string& dir);
+
+}  // namespace streambp

@@ -1,0 +1,154 @@
+#include "streambp/batch.h"
+
+#include <algorithm>
+
+#include <torch/torch.h>
+
+#include "streambp/error.h"
+
+namespace streambp {
+
+Layout ParseLayout(const std::string& name) {
+  if (name == "right") return Layout::kRightPad;
+  if (name == "left") return Layout::kLeftPad;
+  if (name == "packed" || name == "pack") return Layout::kPacked;
+  throw InvalidArgument("unknown layout '" + name + "' (known: right, left, packed)");
+}
+
+std::string LayoutName(Layout layout) {
+  switch (layout) {
+    case Layout::kRightPad: return "right";
+    case Layout::kLeftPad: return "left";
+    case Layout::kPacked: return "packed";
+  }
+  return "?";
+}
+
+int64_t Batch::num_targets() const { return target_mask.sum().item<int64_t>(); }
+
+Batch Batch::to(const torch::Device& device) const {
+  Batch b = *this;
+  b.input_ids = input_ids.to(device);
+  b.position_ids = position_ids.to(device);
+  b.sequence_ids = sequence_ids.to(device);
+  b.targets = targets.to(device);
+  b.target_mask = target_mask.to(device);
+  return b;
+}
+
+void ValidateSequences(const std::vector<Sequence>& sequences, int64_t vocab_size,
+                       int64_t max_length) {
+  if (sequences.empty()) throw InvalidArgument("batch is empty: give at least one sequence");
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const auto& s = sequences[i];
+    const std::string where = "sequence " + std::to_string(i);
+    if (s.tokens.empty()) throw InvalidArgument(where + ": tokens is empty");
+    if (!s.loss_mask.empty() && s.loss_mask.size() != s.tokens.size()) {
+      throw InvalidArgument(where + ": loss_mask has " + std::to_string(s.loss_mask.size()) +
+                            " entries but tokens has " + std::to_string(s.tokens.size()));
+    }
+    if (max_length > 0 && static_cast<int64_t>(s.tokens.size()) > max_length) {
+      throw InvalidArgument(where + ": " + std::to_string(s.tokens.size()) +
+                            " tokens exceed the maximum sequence length " + std::to_string(max_length));
+    }
+    for (size_t t = 0; t < s.tokens.size(); ++t) {
+      if (s.tokens[t] < 0 || s.tokens[t] >= vocab_size) {
+        throw InvalidArgument(where + ": tokens[" + std::to_string(t) + "] = " +
+                              std::to_string(s.tokens[t]) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab_size) + ")");
+      }
+    }
+    for (size_t t = 0; t < s.loss_mask.size(); ++t) {
+      if (s.loss_mask[t] > 1) {
+        throw InvalidArgument(where + ": loss_mask[" + std::to_string(t) + "] must be 0 or 1");
+      }
+    }
+  }
+}
+
+Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t pack_length) {
+  if (sequences.empty()) throw InvalidArgument("batch is empty: give at least one sequence");
+  int64_t longest = 0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    if (sequences[i].tokens.empty()) {
+      throw InvalidArgument("sequence " + std::to_string(i) + ": tokens is empty");
+    }
+    longest = std::max<int64_t>(longest, sequences[i].tokens.size());
+  }
+  // Each row is a list of (sequence index, start column).
+  std::vector<std::vector<std::pair<size_t, int64_t>>> rows;
+  int64_t T = longest;
+  if (layout == Layout::kPacked) {
+    T = pack_length > 0 ? pack_length : longest;
+    std::vector<int64_t> used;
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      const int64_t n = sequences[i].tokens.size();
+      if (n > T) {
+        throw InvalidArgument("sequence " + std::to_string(i) + ": " + std::to_string(n) +
+                              " tokens do not fit a packed row of " + std::to_string(T));
+      }
+      size_t r = 0;
+      while (r < rows.size() && used[r] + n > T) ++r;
+      if (r == rows.size()) {
+        rows.emplace_back();
+        used.push_back(0);
+      }
+      rows[r].emplace_back(i, used[r]);
+      used[r] += n;
+    }
+  } else {
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      const int64_t n = sequences[i].tokens.size();
+      rows.push_back({{i, layout == Layout::kLeftPad ? T - n : 0}});
+    }
+  }
+  const int64_t B = rows.size();
+  auto ids = torch::zeros({B, T}, torch::kInt64);
+  auto pos = torch::zeros({B, T}, torch::kInt64);
+  auto seq = torch::full({B, T}, -1, torch::kInt64);
+  auto tgt = torch::zeros({B, T}, torch::kInt64);
+  auto tmask = torch::zeros({B, T}, torch::kBool);
+  auto ids_a = ids.accessor<int64_t, 2>();
+  auto pos_a = pos.accessor<int64_t, 2>();
+  auto seq_a = seq.accessor<int64_t, 2>();
+  auto tgt_a = tgt.accessor<int64_t, 2>();
+  auto tmask_a = tmask.accessor<bool, 2>();
+  Batch batch;
+  batch.num_sequences = sequences.size();
+  for (const auto& s : sequences) batch.lengths.push_back(s.tokens.size());
+  for (int64_t r = 0; r < B; ++r) {
+    for (const auto& [i, start] : rows[r]) {
+      const auto& s = sequences[i];
+      const int64_t n = s.tokens.size();
+      for (int64_t t = 0; t < n; ++t) {
+        ids_a[r][start + t] = s.tokens[t];
+        pos_a[r][start + t] = t;
+        seq_a[r][start + t] = static_cast<int64_t>(i);
+        if (t + 1 < n) {
+          tgt_a[r][start + t] = s.tokens[t + 1];
+          tmask_a[r][start + t] = s.loss_mask.empty() || s.loss_mask[t + 1] != 0;
+        }
+      }
+    }
+  }
+  batch.input_ids = ids;
+  batch.position_ids = pos;
+  batch.sequence_ids = seq;
+  batch.targets = tgt;
+  batch.target_mask = tmask;
+  return batch;
+}
+
+torch::Tensor AttentionMask(const Batch& batch, int64_t q_start, int64_t q_end, int64_t k_end,
+                            int64_t sliding_window) {
+  auto q_seq = batch.sequence_ids.slice(1, q_start, q_end).unsqueeze(2);  // [B, c, 1]
+  auto k_seq = batch.sequence_ids.slice(1, 0, k_end).unsqueeze(1);        // [B, 1, L]
+  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(batch.sequence_ids.device());
+  auto qi = torch::arange(q_start, q_end, opts).view({-1, 1});
+  auto kj = torch::arange(0, k_end, opts).view({1, -1});
+  auto allowed = kj <= qi;
+  if (sliding_window > 0) allowed = allowed & (qi - kj < sliding_window);
+  return (q_seq == k_seq) & allowed.unsqueeze(0);
+}
+
+}  // namespace streambp

@@ -1,0 +1,47 @@
+// checkpoint: gradient checkpointing per layer. The forward keeps each layer's input and
+// no graph; the backward recomputes one whole layer with a graph at a time.
+#include "engine_common.h"
+
+namespace streambp::engine {
+
+StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
+                                     const ResolvedChunks& chunks) {
+  objective.begin(batch);
+  const int64_t T = batch.length();
+  const int64_t window = model.config().sliding_window.value_or(0);
+  std::vector<torch::Tensor> inputs;
+  torch::Tensor h_last;
+  Rope rope;
+  auto mask = AttentionMask(batch, 0, T, T, window);
+  {
+    torch::NoGradGuard no_grad;
+    auto x = model.embed(batch.input_ids);
+    rope = model.rotary().tables(batch.position_ids, x);
+    for (auto& layer : model.layer_list) {
+      inputs.push_back(x);
+      x = layer->forward(x, rope, mask);
+    }
+    h_last = x;
+  }
+  auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true);
+  h_last = torch::Tensor();
+  auto grad = head.grad_h;
+  for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
+    torch::AutoGradMode grad_mode(true);
+    auto x = inputs[i].detach().requires_grad_(true);
+    inputs[i] = torch::Tensor();
+    auto y = model.layer_list[i]->forward(x, rope, mask);
+    torch::autograd::backward({y}, {grad});
+    y = torch::Tensor();
+    grad = x.grad();
+  }
+  EmbeddingBackward(model, batch, grad);
+  StepResult r;
+  r.loss = head.loss;
+  r.targets = batch.num_targets();
+  r.tokens = (batch.sequence_ids >= 0).sum().item<int64_t>();
+  r.metrics = objective.finish();
+  return r;
+}
+
+}  // namespace streambp::engine

@@ -1,0 +1,156 @@
+// Engine dispatch and the parts the engines share: validation, the chunked lm_head + loss.
+#include <algorithm>
+
+#include "engine_common.h"
+#include "streambp/error.h"
+
+namespace streambp {
+
+EngineKind ParseEngine(const std::string& name) {
+  if (name == "full") return EngineKind::kFull;
+  if (name == "checkpoint") return EngineKind::kCheckpoint;
+  if (name == "stream") return EngineKind::kStream;
+  throw InvalidArgument("unknown engine '" + name + "' (known: full, checkpoint, stream)");
+}
+
+std::string EngineName(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::kFull: return "full";
+    case EngineKind::kCheckpoint: return "checkpoint";
+    case EngineKind::kStream: return "stream";
+  }
+  return "?";
+}
+
+ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len) {
+  if (options.chunk < 0) throw InvalidArgument("chunk must be >= 0 (0 = default)");
+  if (options.logits_chunk < -1) throw InvalidArgument("logits_chunk must be >= -1");
+  ResolvedChunks r{seq_len, seq_len};
+  if (options.kind == EngineKind::kStream) {
+    r.chunk = options.chunk > 0 ? options.chunk : kDefaultChunk;
+    r.logits_chunk = options.logits_chunk > 0 ? options.logits_chunk
+                     : options.logits_chunk == 0 ? seq_len
+                                                 : kDefaultLogitsChunk;
+  } else if (options.kind == EngineKind::kCheckpoint) {
+    r.logits_chunk = options.logits_chunk > 0 ? options.logits_chunk : seq_len;
+  }
+  r.chunk = std::clamp<int64_t>(r.chunk, 1, std::max<int64_t>(seq_len, 1));
+  r.logits_chunk = std::clamp<int64_t>(r.logits_chunk, 1, std::max<int64_t>(seq_len, 1));
+  return r;
+}
+
+StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
+                           const EngineOptions& options) {
+  engine::ValidateBatch(*model, batch);
+  const auto chunks = ResolveChunks(options, batch.length());
+  switch (options.kind) {
+    case EngineKind::kFull: return engine::FullForwardBackward(*model, batch, objective);
+    case EngineKind::kCheckpoint:
+      return engine::CheckpointForwardBackward(*model, batch, objective, chunks);
+    case EngineKind::kStream:
+      return engine::StreamForwardBackward(*model, batch, objective, chunks,
+                                           options.recompute_kv_per_chunk);
+  }
+  throw InvalidArgument("unknown engine");
+}
+
+StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective, int64_t logits_chunk) {
+  engine::ValidateBatch(*model, batch);
+  torch::NoGradGuard no_grad;
+  const int64_t T = batch.length();
+  const int64_t chunk = ResolveChunks({EngineKind::kStream, 0, -1}, T).chunk;
+  objective.begin(batch);
+  auto& m = *model;
+  auto x = m.embed(batch.input_ids);
+  auto rope = m.rotary().tables(batch.position_ids, x);
+  const int64_t window = m.config().sliding_window.value_or(0);
+  for (auto& layer : m.layer_list) x = engine::StreamLayerForward(*layer, x, rope, batch, chunk, window);
+  auto head = engine::HeadForwardBackward(m, x, batch, objective,
+                                          std::clamp<int64_t>(logits_chunk, 1, T), false);
+  StepResult r;
+  r.loss = head.loss;
+  r.targets = batch.num_targets();
+  r.tokens = (batch.sequence_ids >= 0).sum().item<int64_t>();
+  r.metrics = objective.finish();
+  return r;
+}
+
+namespace engine {
+
+void ValidateBatch(const CausalLMImpl& model, const Batch& batch) {
+  if (!batch.input_ids.defined() || batch.input_ids.dim() != 2 || batch.input_ids.numel() == 0) {
+    throw InvalidArgument("batch is empty: input_ids must be a non-empty [rows, length] tensor");
+  }
+  const auto sizes = batch.input_ids.sizes();
+  for (const auto* t : {&batch.position_ids, &batch.sequence_ids, &batch.targets, &batch.target_mask}) {
+    if (!t->defined() || t->sizes() != sizes) {
+      throw InvalidArgument("batch: position_ids, sequence_ids, targets and target_mask must all "
+                            "have the shape of input_ids");
+    }
+  }
+  const int64_t vocab = model.config().vocab_size;
+  const int64_t lo = batch.input_ids.min().item<int64_t>();
+  const int64_t hi = batch.input_ids.max().item<int64_t>();
+  if (lo < 0 || hi >= vocab) {
+    throw InvalidArgument("batch: token id " + std::to_string(lo < 0 ? lo : hi) +
+                          " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+}
+
+Rope SliceRope(const Rope& rope, int64_t s, int64_t e) {
+  return Rope{rope.cos.slice(1, s, e), rope.sin.slice(1, s, e)};
+}
+
+LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64_t e) {
+  LogitsChunk c;
+  c.logits = std::move(logits);
+  c.start = s;
+  c.end = e;
+  c.targets = batch.targets.slice(1, s, e);
+  c.target_mask = batch.target_mask.slice(1, s, e);
+  c.sequence_ids = batch.sequence_ids.slice(1, s, e);
+  return c;
+}
+
+HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
+                               Objective& objective, int64_t chunk, bool want_grad) {
+  const int64_t T = h_last.size(1);
+  if (objective.needs_sequence_pass()) {
+    torch::NoGradGuard no_grad;
+    for (int64_t s = 0; s < T; s += chunk) {
+      const int64_t e = std::min(T, s + chunk);
+      objective.observe(MakeChunk(batch, model.logits(h_last.slice(1, s, e)), s, e));
+    }
+    objective.end_sequence_pass();
+  }
+  HeadResult result;
+  if (want_grad) result.grad_h = torch::empty_like(h_last);
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    if (!want_grad) {
+      torch::NoGradGuard no_grad;
+      result.loss += objective.chunk_loss(MakeChunk(batch, model.logits(h_last.slice(1, s, e)), s, e))
+                         .item<double>();
+      continue;
+    }
+    auto h = h_last.slice(1, s, e).detach().requires_grad_(true);
+    torch::Tensor loss;
+    {
+      torch::AutoGradMode grad(true);
+      loss = objective.chunk_loss(MakeChunk(batch, model.logits(h), s, e));
+    }
+    result.loss += loss.item<double>();
+    loss.backward();
+    result.grad_h.slice(1, s, e).copy_(h.grad());
+  }
+  return result;
+}
+
+void EmbeddingBackward(CausalLMImpl& model, const Batch& batch, const torch::Tensor& grad) {
+  torch::AutoGradMode grad_mode(true);
+  auto emb = model.embed(batch.input_ids);
+  torch::autograd::backward({emb}, {grad});
+}
+
+}  // namespace engine
+}  // namespace streambp

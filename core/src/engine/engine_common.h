@@ -1,0 +1,44 @@
+#pragma once
+// Pieces shared by the three engines (internal to streambp_core).
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "streambp/engine.h"
+
+namespace streambp::engine {
+
+/// Throws InvalidArgument when the batch does not fit the model (shapes, token ids).
+void ValidateBatch(const CausalLMImpl& model, const Batch& batch);
+
+/// Rope tables of a slice of positions [s, e).
+Rope SliceRope(const Rope& rope, int64_t s, int64_t e);
+
+LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64_t e);
+
+/// The lm_head + loss part over final hidden states `h_last` [B, T, d] (no graph) in
+/// chunks of `chunk` positions: the objective's sequence pass (if it wants one), then for
+/// each chunk logits -> loss term -> backward. Returns the summed loss and dL/dh_last
+/// (undefined when `want_grad` is false: loss only).
+struct HeadResult {
+  double loss = 0.0;
+  torch::Tensor grad_h;
+};
+HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
+                               Objective& objective, int64_t chunk, bool want_grad);
+
+/// Backprop `grad` through the embedding of batch.input_ids.
+void EmbeddingBackward(CausalLMImpl& model, const Batch& batch, const torch::Tensor& grad);
+
+StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective);
+StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
+                                     const ResolvedChunks& chunks);
+StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
+                                 const ResolvedChunks& chunks, bool recompute_kv_per_chunk);
+
+/// StreamBP's no-graph forward of one layer: K/V once, then queries chunk by chunk, so no
+/// more than one chunk of attention scores exists at a time.
+torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x, const Rope& rope,
+                                 const Batch& batch, int64_t chunk, int64_t sliding_window);
+
+}  // namespace streambp::engine

@@ -1,0 +1,30 @@
+// full: plain autograd through the whole model and the whole logits (the baseline
+// without checkpointing).
+#include "engine_common.h"
+
+namespace streambp::engine {
+
+StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective) {
+  torch::AutoGradMode grad_mode(true);
+  objective.begin(batch);
+  const int64_t T = batch.length();
+  auto x = model.embed(batch.input_ids);
+  auto rope = model.rotary().tables(batch.position_ids, x);
+  auto mask = AttentionMask(batch, 0, T, T, model.config().sliding_window.value_or(0));
+  for (auto& layer : model.layer_list) x = layer->forward(x, rope, mask);
+  auto logits = model.logits(x);
+  if (objective.needs_sequence_pass()) {
+    objective.observe(MakeChunk(batch, logits.detach(), 0, T));
+    objective.end_sequence_pass();
+  }
+  auto loss = objective.chunk_loss(MakeChunk(batch, logits, 0, T));
+  StepResult r;
+  r.loss = loss.item<double>();
+  loss.backward();
+  r.targets = batch.num_targets();
+  r.tokens = (batch.sequence_ids >= 0).sum().item<int64_t>();
+  r.metrics = objective.finish();
+  return r;
+}
+
+}  // namespace streambp::engine

@@ -1,0 +1,119 @@
+// stream: StreamBP (DESIGN §4). Per layer, given the stored input x and g = dL/dy:
+//  1. K/V for the whole sequence from x, with a graph; detached into leaves K^, V^.
+//  2. For each query chunk [s, e): recompute y[s:e] from x[s:e], K^[:e], V^[:e] with a
+//     graph (queries never meet later keys) and backprop g[s:e]; this accumulates the
+//     parameter gradients, dK^, dV^ and the chunk's part of dx. The chunk graph is freed.
+//  3. Backprop (dK^, dV^) through the graph of step 1 into dx and the k/v weights.
+// The sum of the chunk VJPs is the VJP of the whole layer, so the gradients are exact.
+#include "engine_common.h"
+
+namespace streambp::engine {
+namespace {
+
+torch::Tensor Leaf(const torch::Tensor& t) { return t.detach().requires_grad_(true); }
+
+// Backprop of one layer by StreamBP; returns dL/dx.
+torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& x_in,
+                                  const torch::Tensor& grad_out, const Rope& rope,
+                                  const Batch& batch, int64_t chunk, int64_t window) {
+  torch::AutoGradMode grad_mode(true);
+  const int64_t T = x_in.size(1);
+  auto x = Leaf(x_in);
+  KeysValues kv = layer.keys_values(x, rope);
+  auto k_hat = kv.k.detach();
+  auto v_hat = kv.v.detach();
+  auto grad_k = torch::zeros_like(k_hat);
+  auto grad_v = torch::zeros_like(v_hat);
+  auto grad_x = torch::empty_like(x_in);
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    auto x_q = Leaf(x_in.slice(1, s, e));
+    KeysValues prefix{Leaf(k_hat.slice(2, 0, e)), Leaf(v_hat.slice(2, 0, e))};
+    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix,
+                                   AttentionMask(batch, s, e, e, window));
+    torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
+    grad_x.slice(1, s, e).copy_(x_q.grad());
+    grad_k.slice(2, 0, e).add_(prefix.k.grad());
+    grad_v.slice(2, 0, e).add_(prefix.v.grad());
+  }
+  torch::autograd::backward({kv.k, kv.v}, {grad_k, grad_v});
+  grad_x.add_(x.grad());
+  return grad_x;
+}
+
+// The ablation: K/V recomputed with a graph over the whole prefix [0, e) for every chunk,
+// as the reference implementation does (O(T^2 / chunk) projection work).
+torch::Tensor PrefixRecomputeLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& x_in,
+                                           const torch::Tensor& grad_out, const Rope& rope,
+                                           const Batch& batch, int64_t chunk, int64_t window) {
+  torch::AutoGradMode grad_mode(true);
+  const int64_t T = x_in.size(1);
+  auto grad_x = torch::zeros_like(x_in);
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    auto x_prefix = Leaf(x_in.slice(1, 0, e));
+    auto x_q = Leaf(x_in.slice(1, s, e));
+    auto kv = layer.keys_values(x_prefix, SliceRope(rope, 0, e));
+    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), kv,
+                                   AttentionMask(batch, s, e, e, window));
+    torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
+    grad_x.slice(1, 0, e).add_(x_prefix.grad());
+    grad_x.slice(1, s, e).add_(x_q.grad());
+  }
+  return grad_x;
+}
+
+}  // namespace
+
+torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x, const Rope& rope,
+                                 const Batch& batch, int64_t chunk, int64_t window) {
+  torch::NoGradGuard no_grad;
+  const int64_t T = x.size(1);
+  auto kv = layer.keys_values(x, rope);
+  auto y = torch::empty_like(x);
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
+    y.slice(1, s, e).copy_(layer.forward_queries(x.slice(1, s, e), SliceRope(rope, s, e), prefix,
+                                                 AttentionMask(batch, s, e, e, window)));
+  }
+  return y;
+}
+
+StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
+                                 const ResolvedChunks& chunks, bool recompute_kv_per_chunk) {
+  objective.begin(batch);
+  const int64_t window = model.config().sliding_window.value_or(0);
+  std::vector<torch::Tensor> inputs;
+  torch::Tensor h_last;
+  Rope rope;
+  {
+    torch::NoGradGuard no_grad;
+    auto x = model.embed(batch.input_ids);
+    rope = model.rotary().tables(batch.position_ids, x);
+    for (auto& layer : model.layer_list) {
+      inputs.push_back(x);
+      x = StreamLayerForward(*layer, x, rope, batch, chunks.chunk, window);
+    }
+    h_last = x;
+  }
+  auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true);
+  h_last = torch::Tensor();
+  auto grad = head.grad_h;
+  for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
+    auto& layer = *model.layer_list[i];
+    grad = recompute_kv_per_chunk
+               ? PrefixRecomputeLayerBackward(layer, inputs[i], grad, rope, batch, chunks.chunk, window)
+               : StreamLayerBackward(layer, inputs[i], grad, rope, batch, chunks.chunk, window);
+    inputs[i] = torch::Tensor();
+  }
+  EmbeddingBackward(model, batch, grad);
+  StepResult r;
+  r.loss = head.loss;
+  r.targets = batch.num_targets();
+  r.tokens = (batch.sequence_ids >= 0).sum().item<int64_t>();
+  r.metrics = objective.finish();
+  return r;
+}
+
+}  // namespace streambp::engine

@@ -1,0 +1,93 @@
+// A CPU allocator that counts live and peak bytes of every tensor allocation and can
+// enforce a budget (DESIGN §9).
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+
+#include "streambp/memory.h"
+
+namespace streambp::memory {
+namespace {
+
+std::atomic<int64_t> g_live{0};
+std::atomic<int64_t> g_peak{0};
+std::atomic<int64_t> g_budget{0};
+std::atomic<bool> g_installed{false};
+
+struct Allocation {
+  void* data;
+  int64_t bytes;
+};
+
+void Release(void* ctx) {
+  auto* a = static_cast<Allocation*>(ctx);
+  c10::free_cpu(a->data);
+  g_live.fetch_sub(a->bytes, std::memory_order_relaxed);
+  delete a;
+}
+
+void RaisePeak(int64_t live) {
+  int64_t peak = g_peak.load(std::memory_order_relaxed);
+  while (live > peak && !g_peak.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+std::string Mib(int64_t bytes) {
+  return std::to_string(bytes / (1024 * 1024)) + " MiB";
+}
+
+class TrackingAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) const override {
+    const auto bytes = static_cast<int64_t>(n);
+    const int64_t live = g_live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    const int64_t budget = g_budget.load(std::memory_order_relaxed);
+    if (budget > 0 && live > budget) {
+      g_live.fetch_sub(bytes, std::memory_order_relaxed);
+      C10_THROW_ERROR(OutOfMemoryError,
+                      "memory budget exceeded: allocating " + std::to_string(bytes) + " bytes with " +
+                          std::to_string(live - bytes) + " bytes live would pass the budget of " +
+                          std::to_string(budget) + " bytes (" + Mib(budget) + ")");
+    }
+    void* data = nullptr;
+    try {
+      data = c10::alloc_cpu(n);
+    } catch (...) {
+      g_live.fetch_sub(bytes, std::memory_order_relaxed);
+      throw;
+    }
+    RaisePeak(live);
+    auto* ctx = new Allocation{data, bytes};
+    return {data, ctx, &Release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+};
+
+TrackingAllocator& Instance() {
+  static TrackingAllocator allocator;
+  return allocator;
+}
+
+}  // namespace
+
+void InstallTrackingAllocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Priority above the default registration so that no later default replaces it.
+    c10::SetCPUAllocator(&Instance(), /*priority=*/100);
+    g_installed = true;
+  });
+}
+
+bool TrackingInstalled() { return g_installed.load(); }
+int64_t LiveBytes() { return g_live.load(std::memory_order_relaxed); }
+int64_t PeakBytes() { return g_peak.load(std::memory_order_relaxed); }
+void ResetPeak() { g_peak.store(g_live.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+void SetBudget(int64_t bytes) { g_budget.store(bytes < 0 ? 0 : bytes, std::memory_order_relaxed); }
+int64_t Budget() { return g_budget.load(std::memory_order_relaxed); }
+
+}  // namespace streambp::memory

@@ -1,0 +1,291 @@
+#include "streambp/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "streambp/error.h"
+
+namespace streambp {
+namespace {
+
+using nlohmann::json;
+
+struct Family {
+  const char* architecture;
+  const char* model_type;
+};
+constexpr Family kFamilies[] = {
+    {"LlamaForCausalLM", "llama"},
+    {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},
+    {"MistralForCausalLM", "mistral"},
+};
+
+int64_t RequiredInt(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    throw InvalidArgument(std::string("config.json: missing required field '") + key + "'");
+  }
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+    throw InvalidArgument(std::string("config.json: field '") + key +
+                          "' must be a positive integer, got " + it->dump());
+  }
+  return it->get<int64_t>();
+}
+
+int64_t OptionalInt(const json& j, const char* key, int64_t fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer()) {
+    throw InvalidArgument(std::string("config.json: field '") + key +
+                          "' must be an integer, got " + it->dump());
+  }
+  return it->get<int64_t>();
+}
+
+double OptionalNumber(const json& j, const char* key, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) {
+    throw InvalidArgument(std::string("config.json: field '") + key +
+                          "' must be a number, got " + it->dump());
+  }
+  return it->get<double>();
+}
+
+bool OptionalBool(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) {
+    throw InvalidArgument(std::string("config.json: field '") + key +
+                          "' must be true or false, got " + it->dump());
+  }
+  return it->get<bool>();
+}
+
+std::optional<int64_t> OptionalTokenId(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (it->is_array()) {  // some configs list several eos ids; keep the first
+    if (it->empty() || !(*it)[0].is_number_integer()) return std::nullopt;
+    return (*it)[0].get<int64_t>();
+  }
+  if (!it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+
+// rope_scaling (older layout) or rope_parameters (newer layout, which may also carry
+// rope_theta). Both are objects with "rope_type" (or "type") and the type's parameters.
+void ParseRope(const json& j, ModelConfig& c) {
+  c.rope_theta = OptionalNumber(j, "rope_theta", 10000.0);
+  const json* rope = nullptr;
+  const char* field = "rope_scaling";
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    rope = &*it;
+    field = "rope_parameters";
+  } else if (auto it2 = j.find("rope_scaling"); it2 != j.end() && !it2->is_null()) {
+    rope = &*it2;
+  }
+  if (rope == nullptr) return;
+  if (!rope->is_object()) {
+    throw InvalidArgument(std::string("config.json: field '") + field + "' must be an object");
+  }
+  if (rope->contains("rope_theta")) c.rope_theta = OptionalNumber(*rope, "rope_theta", c.rope_theta);
+  std::string type = "default";
+  if (auto t = rope->find("rope_type"); t != rope->end() && t->is_string()) {
+    type = t->get<std::string>();
+  } else if (auto t2 = rope->find("type"); t2 != rope->end() && t2->is_string()) {
+    type = t2->get<std::string>();
+  }
+  RopeScaling& s = c.rope_scaling;
+  s.type = type;
+  if (type == "default") return;
+  if (type == "linear") {
+    s.factor = OptionalNumber(*rope, "factor", 0.0);
+    if (!(s.factor > 0)) {
+      throw InvalidArgument(std::string("config.json: ") + field + ".factor must be > 0 for linear");
+    }
+    return;
+  }
+  if (type == "llama3") {
+    s.factor = OptionalNumber(*rope, "factor", 0.0);
+    s.low_freq_factor = OptionalNumber(*rope, "low_freq_factor", 1.0);
+    s.high_freq_factor = OptionalNumber(*rope, "high_freq_factor", 4.0);
+    s.original_max_position_embeddings =
+        OptionalInt(*rope, "original_max_position_embeddings", 8192);
+    if (!(s.factor > 0) || !(s.high_freq_factor > s.low_freq_factor) ||
+        s.original_max_position_embeddings <= 0) {
+      throw InvalidArgument(std::string("config.json: ") + field +
+                            " for llama3 needs factor > 0, high_freq_factor > low_freq_factor "
+                            "and original_max_position_embeddings > 0");
+    }
+    return;
+  }
+  throw InvalidArgument(std::string("config.json: ") + field + " type '" + type +
+                        "' is not supported (supported: default, linear, llama3)");
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::FromJson(const json& j) {
+  if (!j.is_object()) throw InvalidArgument("config.json: the top level must be a JSON object");
+  ModelConfig c;
+  auto arch = j.find("architectures");
+  if (arch == j.end() || !arch->is_array() || arch->empty() || !(*arch)[0].is_string()) {
+    throw InvalidArgument("config.json: missing field 'architectures' (a list naming the model class)");
+  }
+  c.architecture = (*arch)[0].get<std::string>();
+  for (const Family& f : kFamilies) {
+    if (c.architecture == f.architecture) c.model_type = f.model_type;
+  }
+  if (c.model_type.empty()) {
+    std::string known;
+    for (const Family& f : kFamilies) known += std::string(known.empty() ? "" : ", ") + f.architecture;
+    throw InvalidArgument("config.json: architecture '" + c.architecture +
+                          "' is not supported (supported: " + known + ")");
+  }
+  if (auto act = j.find("hidden_act"); act != j.end() && !act->is_null()) {
+    if (!act->is_string() || act->get<std::string>() != "silu") {
+      throw InvalidArgument("config.json: hidden_act " + act->dump() + " is not supported (only silu)");
+    }
+  }
+  c.vocab_size = RequiredInt(j, "vocab_size");
+  c.hidden_size = RequiredInt(j, "hidden_size");
+  c.intermediate_size = RequiredInt(j, "intermediate_size");
+  c.num_hidden_layers = RequiredInt(j, "num_hidden_layers");
+  c.num_attention_heads = RequiredInt(j, "num_attention_heads");
+  c.num_key_value_heads = OptionalInt(j, "num_key_value_heads", c.num_attention_heads);
+  c.head_dim = OptionalInt(j, "head_dim", 0);
+  if (c.head_dim == 0) c.head_dim = c.hidden_size / c.num_attention_heads;
+  c.max_position_embeddings = OptionalInt(j, "max_position_embeddings", 32768);
+  c.rms_norm_eps = OptionalNumber(j, "rms_norm_eps", 1e-6);
+  ParseRope(j, c);
+  c.tie_word_embeddings = OptionalBool(j, "tie_word_embeddings", false);
+  if (c.model_type == "qwen2") {
+    c.attention_bias = true;
+  } else if (c.model_type == "llama") {
+    c.attention_bias = OptionalBool(j, "attention_bias", false);
+    c.o_proj_bias = c.attention_bias;
+    c.mlp_bias = OptionalBool(j, "mlp_bias", false);
+  } else if (c.model_type == "qwen3") {
+    c.attention_bias = OptionalBool(j, "attention_bias", false);
+    c.o_proj_bias = c.attention_bias;
+    c.qk_norm = true;
+  }
+  if (c.model_type == "qwen2" || c.model_type == "qwen3") {
+    if (OptionalBool(j, "use_sliding_window", false)) {
+      throw InvalidArgument("config.json: use_sliding_window=true is not supported for " +
+                            c.architecture);
+    }
+  }
+  if (c.model_type == "mistral") {
+    int64_t w = OptionalInt(j, "sliding_window", 0);
+    if (w > 0) c.sliding_window = w;
+  }
+  if (auto d = j.find("torch_dtype"); d != j.end() && d->is_string()) c.torch_dtype = d->get<std::string>();
+  c.bos_token_id = OptionalTokenId(j, "bos_token_id");
+  c.eos_token_id = OptionalTokenId(j, "eos_token_id");
+  c.Validate();
+  return c;
+}
+
+ModelConfig ModelConfig::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw NotFound("cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    throw InvalidArgument(path + ": not valid JSON: " + e.what());
+  }
+  try {
+    return FromJson(j);
+  } catch (const InvalidArgument& e) {
+    std::string m = e.what();
+    const std::string prefix = "config.json: ";
+    if (m.starts_with(prefix)) m = m.substr(prefix.size());
+    throw InvalidArgument(path + ": " + m);
+  }
+}
+
+void ModelConfig::Validate() const {
+  auto fail = [](const std::string& m) { throw InvalidArgument("config.json: " + m); };
+  if (num_key_value_heads <= 0 || num_attention_heads % num_key_value_heads != 0) {
+    fail("num_attention_heads (" + std::to_string(num_attention_heads) +
+         ") must be a multiple of num_key_value_heads (" + std::to_string(num_key_value_heads) + ")");
+  }
+  if (head_dim <= 0 || head_dim % 2 != 0) {
+    fail("head_dim must be a positive even number, got " + std::to_string(head_dim));
+  }
+  if (!(rms_norm_eps > 0)) fail("rms_norm_eps must be > 0");
+  if (!(rope_theta > 0)) fail("rope_theta must be > 0");
+}
+
+json ModelConfig::ToJson() const {
+  json j;
+  j["architectures"] = json::array({architecture});
+  j["model_type"] = model_type;
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["head_dim"] = head_dim;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  if (rope_scaling.type == "default") {
+    j["rope_scaling"] = nullptr;
+  } else {
+    json r{{"rope_type", rope_scaling.type}, {"factor", rope_scaling.factor}};
+    if (rope_scaling.type == "llama3") {
+      r["low_freq_factor"] = rope_scaling.low_freq_factor;
+      r["high_freq_factor"] = rope_scaling.high_freq_factor;
+      r["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
+    }
+    j["rope_scaling"] = r;
+  }
+  j["hidden_act"] = "silu";
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  if (model_type == "llama" || model_type == "qwen3") j["attention_bias"] = attention_bias;
+  if (model_type == "llama") j["mlp_bias"] = mlp_bias;
+  if (model_type == "qwen2" || model_type == "qwen3") j["use_sliding_window"] = false;
+  if (model_type == "mistral") {
+    j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
+  }
+  j["torch_dtype"] = torch_dtype;
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (eos_token_id) j["eos_token_id"] = *eos_token_id;
+  return j;
+}
+
+ModelConfig PresetConfig(const std::string& name) {
+  json j{{"architectures", {"Qwen3ForCausalLM"}},
+         {"model_type", "qwen3"},
+         {"hidden_act", "silu"},
+         {"rms_norm_eps", 1e-6},
+         {"rope_theta", 1000000.0},
+         {"tie_word_embeddings", false},
+         {"max_position_embeddings", 262144},
+         {"bos_token_id", 1},
+         {"eos_token_id", 2}};
+  if (name == "tiny") {
+    j.update({{"num_hidden_layers", 2}, {"hidden_size", 64}, {"num_attention_heads", 4},
+              {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 128},
+              {"vocab_size", 256}});
+  } else if (name == "small") {
+    j.update({{"num_hidden_layers", 8}, {"hidden_size", 512}, {"num_attention_heads", 8},
+              {"num_key_value_heads", 4}, {"head_dim", 64}, {"intermediate_size", 1536},
+              {"vocab_size", 32000}});
+  } else {
+    throw InvalidArgument("unknown model preset '" + name + "' (known: tiny, small)");
+  }
+  return ModelConfig::FromJson(j);
+}
+
+}  // namespace streambp

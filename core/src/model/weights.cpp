@@ -1,0 +1,151 @@
+// Parameter names (the HF table), deterministic initialization, loading and saving.
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "streambp/error.h"
+#include "streambp/model.h"
+
+namespace streambp {
+namespace {
+
+std::string ShapeString(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void AddLinear(std::vector<std::pair<std::string, torch::Tensor>>& out, const std::string& prefix,
+               const torch::nn::Linear& linear) {
+  out.emplace_back(prefix + ".weight", linear->weight);
+  if (linear->bias.defined()) out.emplace_back(prefix + ".bias", linear->bias);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::named_hf_parameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  out.emplace_back("model.embed_tokens.weight", embed_tokens->weight);
+  for (size_t i = 0; i < layer_list.size(); ++i) {
+    const auto& l = layer_list[i];
+    const std::string p = "model.layers." + std::to_string(i);
+    AddLinear(out, p + ".self_attn.q_proj", l->q_proj);
+    AddLinear(out, p + ".self_attn.k_proj", l->k_proj);
+    AddLinear(out, p + ".self_attn.v_proj", l->v_proj);
+    AddLinear(out, p + ".self_attn.o_proj", l->o_proj);
+    if (l->q_norm) {
+      out.emplace_back(p + ".self_attn.q_norm.weight", l->q_norm->weight);
+      out.emplace_back(p + ".self_attn.k_norm.weight", l->k_norm->weight);
+    }
+    AddLinear(out, p + ".mlp.gate_proj", l->gate_proj);
+    AddLinear(out, p + ".mlp.up_proj", l->up_proj);
+    AddLinear(out, p + ".mlp.down_proj", l->down_proj);
+    out.emplace_back(p + ".input_layernorm.weight", l->input_layernorm->weight);
+    out.emplace_back(p + ".post_attention_layernorm.weight", l->post_attention_layernorm->weight);
+  }
+  out.emplace_back("model.norm.weight", norm->weight);
+  if (lm_head) out.emplace_back("lm_head.weight", lm_head->weight);
+  return out;
+}
+
+void CausalLMImpl::load_hf_tensors(const TensorMap& tensors) {
+  auto params = named_hf_parameters();
+  // Validate everything first, so that a bad file leaves the model as it was.
+  std::set<std::string> expected;
+  for (const auto& [name, p] : params) {
+    expected.insert(name);
+    auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      throw InvalidArgument("loading " + name + ": tensor missing from the checkpoint");
+    }
+    if (it->second.sizes() != p.sizes()) {
+      throw InvalidArgument("loading " + name + ": shape " + ShapeString(it->second.sizes()) +
+                            ", expected " + ShapeString(p.sizes()));
+    }
+    if (!it->second.is_floating_point()) {
+      throw InvalidArgument("loading " + name + ": dtype " +
+                            std::string(c10::toString(it->second.scalar_type())) +
+                            " is not a floating-point type");
+    }
+  }
+  for (const auto& [name, t] : tensors) {
+    if (expected.count(name)) continue;
+    if (name == "lm_head.weight" && config_.tie_word_embeddings) continue;
+    if (name.ends_with("rotary_emb.inv_freq")) continue;
+    throw InvalidArgument("loading " + name + ": the checkpoint has a tensor that " +
+                          config_.architecture + " with this config.json does not use");
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : params) p.copy_(tensors.at(name));
+}
+
+TensorMap CausalLMImpl::hf_tensors() const {
+  TensorMap out;
+  for (const auto& [name, p] : named_hf_parameters()) out[name] = p.detach().clone();
+  return out;
+}
+
+torch::Dtype ParseDtype(const std::string& name) {
+  if (name == "float32" || name == "fp32" || name == "f32") return torch::kFloat32;
+  if (name == "float64" || name == "fp64" || name == "f64" || name == "double") return torch::kFloat64;
+  if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
+  if (name == "float16" || name == "fp16" || name == "f16" || name == "half") return torch::kFloat16;
+  throw InvalidArgument("unknown dtype '" + name + "' (known: float32, float64, bfloat16, float16)");
+}
+
+std::string DtypeName(torch::Dtype dtype) {
+  switch (dtype) {
+    case torch::kFloat32: return "float32";
+    case torch::kFloat64: return "float64";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kFloat16: return "float16";
+    default: return std::string(c10::toString(dtype));
+  }
+}
+
+CausalLM InitModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype) {
+  CausalLM model(config);
+  // Values are drawn in float64 from a private generator, in the fixed order of the HF
+  // table, so the same seed gives the same model in every dtype and on every machine.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  torch::NoGradGuard no_grad;
+  model->to(dtype);
+  for (auto& [name, p] : model->named_hf_parameters()) {
+    if (name.ends_with("norm.weight")) {
+      p.fill_(1.0);
+    } else if (name.ends_with(".bias")) {
+      p.zero_();
+    } else {
+      auto values = at::normal(0.0, 0.02, p.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat64));
+      p.copy_(values);
+    }
+  }
+  return model;
+}
+
+CausalLM LoadModel(const std::string& dir, torch::Dtype dtype, const torch::Device& device) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw NotFound("model folder " + dir + " does not exist");
+  const auto config = ModelConfig::FromFile((fs::path(dir) / "config.json").string());
+  auto tensors = LoadModelWeights(dir);
+  CausalLM model(config);
+  model->to(dtype);
+  model->load_hf_tensors(tensors);
+  model->to(device);
+  return model;
+}
+
+void SaveModel(const CausalLM& model, const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  auto config = model->config();
+  const auto params = model->named_hf_parameters();
+  config.torch_dtype = DtypeName(params.front().second.scalar_type());
+  WriteSafetensors((fs::path(dir) / "model.safetensors").string(), model->hf_tensors(),
+                   {{"format", "pt"}});
+  WriteFileAtomic((fs::path(dir) / "config.json").string(), config.ToJson().dump(2) + "\n");
+}
+
+}  // namespace streambp

@@ -1,0 +1,63 @@
+// sft: token cross-entropy on the selected targets, normalized over the whole step.
+#include <torch/torch.h>
+
+#include "streambp/error.h"
+#include "streambp/objective.h"
+
+namespace streambp {
+namespace {
+
+class SftObjective final : public Objective {
+ public:
+  explicit SftObjective(const SftOptions& options) : options_(options) {}
+  std::string name() const override { return "sft"; }
+
+  void begin(const Batch& batch) override {
+    const int64_t targets = batch.num_targets();
+    if (options_.normalizer > 0) {
+      normalizer_ = options_.normalizer;
+    } else if (targets > 0) {
+      normalizer_ = static_cast<double>(targets);
+    } else {
+      throw InvalidArgument(
+          "sft: the batch selects no target tokens (every loss_mask is 0, or every sequence has "
+          "a single token); nothing to train on");
+    }
+    correct_ = 0;
+    counted_ = 0;
+  }
+
+  torch::Tensor chunk_loss(const LogitsChunk& chunk) override {
+    // log p(target) = logit[target] - logsumexp(logits): keeps one c x V tensor alive
+    // instead of log_softmax's second one.
+    auto target_logit = chunk.logits.gather(-1, chunk.targets.unsqueeze(-1)).squeeze(-1);
+    auto token_logp = target_logit - chunk.logits.logsumexp(-1);
+    auto mask = chunk.target_mask.to(token_logp.scalar_type());
+    {
+      torch::NoGradGuard no_grad;
+      auto hit = (chunk.logits.argmax(-1) == chunk.targets) & chunk.target_mask;
+      correct_ += hit.sum().item<int64_t>();
+      counted_ += chunk.target_mask.sum().item<int64_t>();
+    }
+    return -(token_logp * mask).sum() / normalizer_;
+  }
+
+  Metrics finish() override {
+    return {{"token_accuracy", counted_ ? static_cast<double>(correct_) / counted_ : 0.0},
+            {"normalizer", normalizer_}};
+  }
+
+ private:
+  SftOptions options_;
+  double normalizer_ = 1.0;
+  int64_t correct_ = 0;
+  int64_t counted_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Objective> MakeSftObjective(const SftOptions& options) {
+  return std::make_unique<SftObjective>(options);
+}
+
+}  // namespace streambp

@@ -1,0 +1,97 @@
+// streambp-server: the training service and its local tools.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include "streambp/error.h"
+#include "streambp/memory.h"
+#include "streambp/runtime.h"
+#include "tools.h"
+
+namespace {
+
+void AddModelFlags(CLI::App* cmd, streambp::tools::ModelSource& m) {
+  cmd->add_option("--model", m.dir, "Hugging Face model folder (config.json + safetensors); "
+                                    "default: the embedded preset");
+  cmd->add_option("--preset", m.preset, "embedded model when --model is not given")
+      ->check(CLI::IsMember({"tiny", "small"}));
+  cmd->add_option("--seed", m.seed, "seed of the embedded model");
+  cmd->add_option("--dtype", m.dtype, "float32 | float64 | bfloat16 | float16")
+      ->check(CLI::IsMember({"float32", "float64", "bfloat16", "float16"}));
+}
+
+void AddEngineFlags(CLI::App* cmd, streambp::tools::EngineFlags& f) {
+  cmd->add_option("--chunk", f.chunk, "stream: query positions per layer chunk (0 = default)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--logits-chunk", f.logits_chunk,
+                  "positions per lm_head+loss chunk (0 = all at once, -1 = default)")
+      ->check(CLI::Range(-1, 1 << 30));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  streambp::memory::InstallTrackingAllocator();
+  CLI::App app{"streambp-server: exact StreamBP training as a service"};
+  app.require_subcommand(1);
+  int threads = 0;
+  app.add_option("--threads", threads, "LibTorch threads (0 = number of cores)");
+
+  streambp::tools::InitModelArgs init;
+  auto* init_cmd = app.add_subcommand("init-model", "write a deterministic random-init model in HF format");
+  init_cmd->add_option("--preset", init.preset, "tiny | small")->check(CLI::IsMember({"tiny", "small"}));
+  init_cmd->add_option("--seed", init.seed, "random seed");
+  init_cmd->add_option("--dtype", init.dtype, "dtype of the written weights")
+      ->check(CLI::IsMember({"float32", "float64", "bfloat16", "float16"}));
+  init_cmd->add_option("--out", init.out, "output folder")->required();
+
+  streambp::tools::GradArgs grad;
+  auto* grad_cmd = app.add_subcommand("grad", "loss and gradient of every parameter, as safetensors");
+  AddModelFlags(grad_cmd, grad.model);
+  grad_cmd->add_option("--data", grad.data, "JSONL file of examples")->required();
+  grad_cmd->add_option("--objective", grad.objective, "loss plugin (sft)");
+  grad_cmd->add_option("--engine", grad.engine, "full | checkpoint | stream")
+      ->check(CLI::IsMember({"full", "checkpoint", "stream"}));
+  grad_cmd->add_option("--layout", grad.layout, "right | left | packed")
+      ->check(CLI::IsMember({"right", "left", "packed"}));
+  AddEngineFlags(grad_cmd, grad.flags);
+  grad_cmd->add_option("--out", grad.out, "output .safetensors file")->required();
+
+  streambp::tools::VerifyArgs verify;
+  auto* verify_cmd = app.add_subcommand(
+      "verify", "run every engine on the same batch and check they give the same gradients");
+  AddModelFlags(verify_cmd, verify.model);
+  verify_cmd->add_option("--data", verify.data, "JSONL file (default: a synthetic batch)");
+  verify_cmd->add_option("--objective", verify.objective, "loss plugin (sft)");
+  verify_cmd->add_option("--layout", verify.layout, "right | left | packed")
+      ->check(CLI::IsMember({"right", "left", "packed"}));
+  verify_cmd->add_option("--seq-len", verify.seq_len, "synthetic batch: longest sequence")
+      ->check(CLI::PositiveNumber);
+  verify_cmd->add_option("--batch", verify.batch, "synthetic batch: number of sequences")
+      ->check(CLI::PositiveNumber);
+  verify_cmd->add_option("--tolerance", verify.tolerance, "max relative difference (0 = dtype default)");
+  AddEngineFlags(verify_cmd, verify.flags);
+
+  CLI11_PARSE(app, argc, argv);
+  streambp::ConfigureThreads(threads);
+  try {
+    if (*init_cmd) return streambp::tools::InitModel(init);
+    if (*grad_cmd) return streambp::tools::Grad(grad);
+    if (*verify_cmd) return streambp::tools::Verify(verify);
+  } catch (const streambp::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const c10::OutOfMemoryError& e) {
+    std::fprintf(stderr, "error: out of memory: %s\n", e.what_without_backtrace());
+    return 3;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

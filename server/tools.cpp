@@ -1,0 +1,180 @@
+#include "tools.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "streambp/data.h"
+#include "streambp/engine.h"
+#include "streambp/error.h"
+#include "streambp/gradients.h"
+#include "streambp/memory.h"
+#include "streambp/model.h"
+#include "streambp/objective.h"
+#include "streambp/runtime.h"
+
+namespace streambp::tools {
+namespace {
+
+struct LoadedModel {
+  CausalLM model{nullptr};
+  std::string description;
+};
+
+LoadedModel Load(const ModelSource& src) {
+  const auto dtype = ParseDtype(src.dtype);
+  LoadedModel m;
+  if (src.dir.empty()) {
+    m.model = streambp::InitModel(PresetConfig(src.preset), src.seed, dtype);
+    m.description = "embedded " + src.preset + " preset (seed " + std::to_string(src.seed) + ")";
+  } else {
+    m.model = LoadModel(src.dir, dtype);
+    m.description = src.dir;
+  }
+  return m;
+}
+
+std::string Describe(const LoadedModel& m, const std::string& dtype) {
+  const auto& c = m.model->config();
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s from %s: %lld layers, hidden %lld, heads %lld/%lld, head_dim %lld, vocab %lld%s, %s",
+                c.architecture.c_str(), m.description.c_str(), (long long)c.num_hidden_layers,
+                (long long)c.hidden_size, (long long)c.num_attention_heads,
+                (long long)c.num_key_value_heads, (long long)c.head_dim, (long long)c.vocab_size,
+                c.tie_word_embeddings ? ", tied embeddings" : "", dtype.c_str());
+  return buf;
+}
+
+std::unique_ptr<Objective> MakeObjective(const std::string& name) {
+  RegisterBuiltinObjectives();
+  return CreateObjective(name, nlohmann::json::object());
+}
+
+// A reproducible batch: `count` sequences of random tokens, the longest `seq_len`, the
+// others shorter, each with a prompt part that is not trained on.
+std::vector<Sequence> SyntheticSequences(int64_t count, int64_t seq_len, int64_t vocab, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<Sequence> out;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t n = std::max<int64_t>(2, seq_len - i * seq_len / (2 * std::max<int64_t>(count, 1)));
+    auto ids = at::randint(0, vocab, {n}, gen, torch::kInt64);
+    Sequence s;
+    s.tokens.assign(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n);
+    s.loss_mask.assign(n, 1);
+    for (int64_t t = 0; t < n / 4; ++t) s.loss_mask[t] = 0;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+int InitModel(const InitModelArgs& args) {
+  auto config = PresetConfig(args.preset);
+  auto model = streambp::InitModel(config, args.seed, ParseDtype(args.dtype));
+  SaveModel(model, args.out);
+  int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  std::printf("wrote %s model (seed %llu, %lld parameters, %s) to %s\n", args.preset.c_str(),
+              (unsigned long long)args.seed, (long long)params, args.dtype.c_str(), args.out.c_str());
+  return 0;
+}
+
+int Grad(const GradArgs& args) {
+  auto m = Load(args.model);
+  auto sequences = ReadSftJsonl(args.data);
+  ValidateSequences(sequences, m.model->config().vocab_size);
+  auto batch = MakeBatch(sequences, ParseLayout(args.layout));
+  auto objective = MakeObjective(args.objective);
+  EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk};
+  auto t0 = std::chrono::steady_clock::now();
+  auto result = ForwardBackward(m.model, batch, *objective, options);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto grads = CollectGradients(*m.model);
+  char loss[64];
+  std::snprintf(loss, sizeof loss, "%.17g", result.loss);
+  Metadata meta{{"loss", loss},
+                {"targets", std::to_string(result.targets)},
+                {"tokens", std::to_string(result.tokens)},
+                {"objective", args.objective},
+                {"engine", args.engine},
+                {"dtype", args.model.dtype}};
+  WriteSafetensors(args.out, grads, meta);
+  std::printf("%s: loss %.10g over %lld target tokens (%s engine, %.3f s); %zu gradients written to %s\n",
+              args.objective.c_str(), result.loss, (long long)result.targets, args.engine.c_str(), secs,
+              grads.size(), args.out.c_str());
+  return 0;
+}
+
+int Verify(const VerifyArgs& args) {
+  auto m = Load(args.model);
+  const auto dtype = ParseDtype(args.model.dtype);
+  const auto& config = m.model->config();
+  std::vector<Sequence> sequences =
+      args.data.empty() ? SyntheticSequences(args.batch, args.seq_len, config.vocab_size, args.data_seed)
+                        : ReadSftJsonl(args.data);
+  ValidateSequences(sequences, config.vocab_size);
+  auto batch = MakeBatch(sequences, ParseLayout(args.layout));
+  const int64_t T = batch.length();
+  const double tolerance = args.tolerance > 0 ? args.tolerance : GradientTolerance(dtype);
+  // Default stream chunks: several per sequence and not dividing it, so that chunking is
+  // exercised (the defaults of training are larger).
+  EngineFlags stream = args.flags;
+  if (stream.chunk == 0) stream.chunk = std::max<int64_t>(1, (T + 3) / 4);
+  if (stream.logits_chunk < 0) stream.logits_chunk = std::max<int64_t>(1, (T + 2) / 3);
+
+  std::printf("model:   %s\n", Describe(m, args.model.dtype).c_str());
+  std::printf("batch:   %lld rows x %lld positions, %s layout, %lld tokens, %lld targets; objective %s\n",
+              (long long)batch.rows(), (long long)T, args.layout.c_str(),
+              (long long)(batch.sequence_ids >= 0).sum().item<int64_t>(), (long long)batch.num_targets(),
+              args.objective.c_str());
+  std::printf("runtime: %s\n\n", GetRuntimeInfo().describe().c_str());
+  std::printf("%-11s %6s %7s %22s %12s %12s %10s %9s\n", "engine", "chunk", "logits", "loss",
+              "max|dg|", "max rel dg", "peak MiB", "time s");
+  std::fflush(stdout);
+
+  TensorMap reference;
+  double reference_loss = 0;
+  bool ok = true;
+  for (auto kind : {EngineKind::kFull, EngineKind::kCheckpoint, EngineKind::kStream}) {
+    EngineOptions options{kind, 0, -1};
+    if (kind == EngineKind::kStream) options = {kind, stream.chunk, stream.logits_chunk};
+    const auto chunks = ResolveChunks(options, T);
+    auto objective = MakeObjective(args.objective);
+    ZeroGradients(*m.model);
+    memory::ResetPeak();
+    const int64_t live_before = memory::LiveBytes();
+    auto t0 = std::chrono::steady_clock::now();
+    auto result = ForwardBackward(m.model, batch, *objective, options);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double peak_mib = (memory::PeakBytes() - live_before) / (1024.0 * 1024.0);
+    auto grads = CollectGradients(*m.model);
+    GradientDiff diff;
+    if (kind == EngineKind::kFull) {
+      reference = grads;
+      reference_loss = result.loss;
+    } else {
+      diff = CompareGradients(reference, grads);
+      const double loss_rel = std::abs(result.loss - reference_loss) / std::max(std::abs(reference_loss), 1e-300);
+      if (!(diff.max_relative <= tolerance) || !(loss_rel <= tolerance)) ok = false;
+    }
+    std::printf("%-11s %6lld %7lld %22.15g %12.3e %12.3e %10.2f %9.3f\n", EngineName(kind).c_str(),
+                (long long)chunks.chunk, (long long)chunks.logits_chunk, result.loss, diff.max_abs,
+                diff.max_relative, peak_mib, secs);
+    if (kind != EngineKind::kFull && !(diff.max_relative <= tolerance)) {
+      std::printf("            worst tensor: %s\n", diff.worst.c_str());
+    }
+    std::fflush(stdout);
+  }
+  ZeroGradients(*m.model);
+  std::printf("\ntolerance (%s): %.1e relative to full -> %s\n", args.model.dtype.c_str(), tolerance,
+              ok ? "PASS: all engines give the same loss and gradients" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+}  // namespace streambp::tools

@@ -1,0 +1,53 @@
+#pragma once
+// The local commands of streambp-server that need no network: init-model, grad, verify.
+#include <cstdint>
+#include <string>
+
+namespace streambp::tools {
+
+/// Where the model comes from: a Hugging Face folder, or the embedded preset made on the fly.
+struct ModelSource {
+  std::string dir;              ///< empty = the embedded preset
+  std::string preset = "tiny";  ///< tiny | small
+  uint64_t seed = 0;            ///< seed of the embedded preset
+  std::string dtype = "float32";
+};
+
+struct EngineFlags {
+  int64_t chunk = 0;          ///< 0 = default
+  int64_t logits_chunk = -1;  ///< -1 = default, 0 = all positions at once
+};
+
+struct InitModelArgs {
+  std::string preset = "tiny";
+  uint64_t seed = 0;
+  std::string out;
+  std::string dtype = "float32";
+};
+int InitModel(const InitModelArgs& args);
+
+struct GradArgs {
+  ModelSource model;
+  std::string data;
+  std::string objective = "sft";
+  std::string engine = "stream";
+  std::string layout = "right";
+  EngineFlags flags;
+  std::string out;
+};
+int Grad(const GradArgs& args);
+
+struct VerifyArgs {
+  ModelSource model;
+  std::string data;  ///< empty = synthetic batch
+  std::string objective = "sft";
+  std::string layout = "right";
+  int64_t seq_len = 128;  ///< synthetic batch: longest sequence
+  int64_t batch = 2;      ///< synthetic batch: sequences
+  uint64_t data_seed = 1;
+  EngineFlags flags;      ///< stream chunk sizes (default: several chunks per sequence)
+  double tolerance = 0;   ///< 0 = the dtype's default
+};
+int Verify(const VerifyArgs& args);
+
+}  // namespace streambp::tools

@@ -1,0 +1,37 @@
+#pragma once
+// Shared test fixtures: tiny configs of every supported family, models with every
+// parameter randomized (so norms and biases are exercised), batches in every layout,
+// and an independent reference forward written without the decoder's code.
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "streambp/batch.h"
+#include "streambp/config.h"
+#include "streambp/model.h"
+
+namespace streambp::testing {
+
+/// Tiny configs: "llama", "llama_bias" (attention + mlp bias, llama3 rope scaling),
+/// "qwen2", "qwen3", "qwen3_tied", "mistral_window" (sliding window 5, linear rope).
+ModelConfig TinyConfig(const std::string& family);
+std::vector<std::string> TinyFamilies();
+
+/// A model with every parameter drawn at random from `seed` (norm weights around 1,
+/// biases non-zero), so that no parameter is trivially 1 or 0.
+CausalLM RandomModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype);
+
+/// Sequences of the given lengths with random tokens and a random loss mask
+/// (the first two tokens of each sequence masked out).
+std::vector<Sequence> RandomSequences(const std::vector<int64_t>& lengths, int64_t vocab, uint64_t seed);
+
+/// Logits [n, V] (float64) of one unpadded sequence, computed by a direct, loop-based
+/// implementation of the decoder from the HF formulas (per head, per position RoPE in
+/// double arithmetic), reading the weights by their HF names.
+torch::Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& tokens);
+
+/// A fresh temporary folder (removed by the caller or left in the temp dir).
+std::string TempDir(const std::string& name);
+
+}  // namespace streambp::testing

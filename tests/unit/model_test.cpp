@@ -1,0 +1,190 @@
+// The decoder against an independent reference, configs, and HF-format loading/saving.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "streambp/error.h"
+#include "streambp/model.h"
+#include "streambp/safetensors.h"
+#include "test_util/fixtures.h"
+
+namespace streambp {
+namespace {
+
+using nlohmann::json;
+
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Forward of each family equals the loop-based reference in float64; in a padded or
+// packed batch each sequence's logits equal those of the sequence alone.
+TEST(Decoder, LogitsMatchReferenceInEveryLayout) {
+  for (const auto& family : testing::TinyFamilies()) {
+    auto config = testing::TinyConfig(family);
+    auto model = testing::RandomModel(config, 13, torch::kFloat64);
+    auto seqs = testing::RandomSequences({11, 4, 8}, config.vocab_size, 17);
+    for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
+      auto batch = MakeBatch(seqs, layout, layout == Layout::kPacked ? 16 : 0);
+      torch::NoGradGuard no_grad;
+      const int64_t T = batch.length();
+      auto x = model->embed(batch.input_ids);
+      auto rope = model->rotary().tables(batch.position_ids, x);
+      auto mask = AttentionMask(batch, 0, T, T, config.sliding_window.value_or(0));
+      for (auto& layer : model->layer_list) x = layer->forward(x, rope, mask);
+      auto logits = model->logits(x);
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        auto where = (batch.sequence_ids == static_cast<int64_t>(i)).nonzero();
+        ASSERT_EQ(where.size(0), static_cast<int64_t>(seqs[i].tokens.size()));
+        const int64_t row = where[0][0].item<int64_t>(), start = where[0][1].item<int64_t>();
+        auto ours = logits[row].slice(0, start, start + seqs[i].tokens.size());
+        auto ref = testing::ReferenceLogits(*model, seqs[i].tokens);
+        EXPECT_LE((ours - ref).abs().max().item<double>(), 1e-12 * ref.abs().max().item<double>())
+            << family << " " << LayoutName(layout) << " sequence " << i;
+      }
+    }
+  }
+}
+
+TEST(Decoder, SlidingWindowChangesAttention) {
+  // A check that the window is not silently ignored: the same weights without the window
+  // give different logits beyond the window.
+  auto config = testing::TinyConfig("mistral_window");
+  auto model = testing::RandomModel(config, 2, torch::kFloat64);
+  auto unwindowed_config = config;
+  unwindowed_config.sliding_window.reset();
+  CausalLM unwindowed(unwindowed_config);
+  unwindowed->to(torch::kFloat64);
+  unwindowed->load_hf_tensors(model->hf_tensors());
+  auto tokens = testing::RandomSequences({12}, config.vocab_size, 3)[0].tokens;
+  auto a = testing::ReferenceLogits(*model, tokens);
+  auto b = testing::ReferenceLogits(*unwindowed, tokens);
+  EXPECT_LT((a.slice(0, 0, 5) - b.slice(0, 0, 5)).abs().max().item<double>(), 1e-12);
+  EXPECT_GT((a.slice(0, 6) - b.slice(0, 6)).abs().max().item<double>(), 1e-6);
+}
+
+TEST(Config, ParsesEveryFamilyAndRoundTrips) {
+  for (const auto& family : testing::TinyFamilies()) {
+    auto c = testing::TinyConfig(family);
+    auto back = ModelConfig::FromJson(c.ToJson());
+    EXPECT_EQ(back.ToJson(), c.ToJson()) << family;
+  }
+  auto q2 = testing::TinyConfig("qwen2");
+  EXPECT_TRUE(q2.attention_bias);
+  EXPECT_FALSE(q2.o_proj_bias);
+  auto q3 = testing::TinyConfig("qwen3");
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_EQ(q3.head_dim, 16);
+  EXPECT_EQ(testing::TinyConfig("llama").head_dim, 8);
+  EXPECT_EQ(testing::TinyConfig("llama_bias").rope_scaling.type, "llama3");
+  EXPECT_EQ(*testing::TinyConfig("mistral_window").sliding_window, 5);
+  auto tiny = PresetConfig("tiny");
+  EXPECT_EQ(tiny.num_hidden_layers, 2);
+  EXPECT_EQ(tiny.hidden_size, 64);
+  EXPECT_EQ(tiny.vocab_size, 256);
+  auto small = PresetConfig("small");
+  EXPECT_EQ(small.hidden_size, 512);
+  EXPECT_EQ(small.vocab_size, 32000);
+}
+
+TEST(Config, RopeParametersLayoutIsAccepted) {
+  auto j = testing::TinyConfig("llama").ToJson();
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 500000.0}};
+  auto c = ModelConfig::FromJson(j);
+  EXPECT_EQ(c.rope_scaling.type, "linear");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+}
+
+TEST(Config, ErrorsNameTheProblem) {
+  auto base = testing::TinyConfig("llama").ToJson();
+  auto with = [&](const std::function<void(json&)>& edit) {
+    json j = base;
+    edit(j);
+    return ErrorOf([&] { ModelConfig::FromJson(j); });
+  };
+  EXPECT_NE(with([](json& j) { j["architectures"] = {"GPT2LMHeadModel"}; }).find("'GPT2LMHeadModel' is not supported"),
+            std::string::npos);
+  EXPECT_NE(with([](json& j) { j.erase("hidden_size"); }).find("'hidden_size'"), std::string::npos);
+  EXPECT_NE(with([](json& j) { j["num_key_value_heads"] = 3; }).find("num_key_value_heads"), std::string::npos);
+  EXPECT_NE(with([](json& j) { j["hidden_act"] = "gelu"; }).find("hidden_act"), std::string::npos);
+  EXPECT_NE(with([](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2}}; }).find("'yarn'"),
+            std::string::npos);
+  EXPECT_NE(with([](json& j) { j.erase("architectures"); }).find("architectures"), std::string::npos);
+}
+
+TEST(ModelFiles, SaveAndLoadRoundTripEveryFamily) {
+  for (const auto& family : testing::TinyFamilies()) {
+    auto config = testing::TinyConfig(family);
+    auto model = testing::RandomModel(config, 5, torch::kFloat32);
+    auto dir = testing::TempDir("roundtrip-" + family);
+    SaveModel(model, dir);
+    auto loaded = LoadModel(dir, torch::kFloat32);
+    auto a = model->hf_tensors(), b = loaded->hf_tensors();
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, t] : a) EXPECT_TRUE(torch::equal(t, b.at(name))) << family << " " << name;
+    auto file = ReadSafetensors(dir + "/model.safetensors");
+    EXPECT_EQ(file.tensors.count("lm_head.weight"), config.tie_word_embeddings ? 0u : 1u) << family;
+    EXPECT_EQ(ModelConfig::FromFile(dir + "/config.json").ToJson()["tie_word_embeddings"],
+              config.tie_word_embeddings);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(ModelFiles, WeightsConvertToTheConfiguredDtype) {
+  auto model = testing::RandomModel(testing::TinyConfig("qwen3"), 5, torch::kFloat32);
+  auto dir = testing::TempDir("dtype");
+  SaveModel(model, dir);
+  auto as64 = LoadModel(dir, torch::kFloat64);
+  auto asbf16 = LoadModel(dir, torch::kBFloat16);
+  for (const auto& [name, t] : model->hf_tensors()) {
+    EXPECT_TRUE(torch::equal(as64->hf_tensors().at(name), t.to(torch::kFloat64))) << name;
+    EXPECT_EQ(asbf16->hf_tensors().at(name).scalar_type(), torch::kBFloat16);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ModelFiles, MissingOrMisShapedTensorIsAnErrorNamingIt) {
+  auto config = testing::TinyConfig("qwen3");
+  auto model = testing::RandomModel(config, 5, torch::kFloat32);
+  auto before = model->hf_tensors();
+  auto tensors = model->hf_tensors();
+  tensors.erase("model.layers.1.self_attn.k_norm.weight");
+  EXPECT_NE(ErrorOf([&] { model->load_hf_tensors(tensors); }).find("model.layers.1.self_attn.k_norm.weight"),
+            std::string::npos);
+  tensors = model->hf_tensors();
+  tensors["model.layers.0.self_attn.q_proj.weight"] = torch::zeros({64, 31});
+  auto msg = ErrorOf([&] { model->load_hf_tensors(tensors); });
+  EXPECT_NE(msg.find("model.layers.0.self_attn.q_proj.weight: shape [64, 31], expected [64, 32]"),
+            std::string::npos) << msg;
+  tensors = model->hf_tensors();
+  tensors["model.layers.9.mlp.up_proj.weight"] = torch::zeros({2});
+  EXPECT_NE(ErrorOf([&] { model->load_hf_tensors(tensors); }).find("model.layers.9.mlp.up_proj.weight"),
+            std::string::npos);
+  // A failed load leaves the model as it was (the bad tensors were zeros).
+  for (const auto& [name, t] : model->hf_tensors()) EXPECT_TRUE(torch::equal(t, before.at(name))) << name;
+  EXPECT_THROW(LoadModel("/nonexistent/model", torch::kFloat32), NotFound);
+}
+
+TEST(ModelFiles, InitIsDeterministicAcrossDtypes) {
+  auto a = InitModel(PresetConfig("tiny"), 42, torch::kFloat64);
+  auto b = InitModel(PresetConfig("tiny"), 42, torch::kFloat32);
+  auto c = InitModel(PresetConfig("tiny"), 43, torch::kFloat32);
+  for (const auto& [name, t] : a->hf_tensors()) {
+    EXPECT_TRUE(torch::equal(t.to(torch::kFloat32), b->hf_tensors().at(name))) << name;
+  }
+  EXPECT_FALSE(torch::equal(b->hf_tensors().at("model.embed_tokens.weight"),
+                            c->hf_tensors().at("model.embed_tokens.weight")));
+}
+
+}  // namespace
+}  // namespace streambp
