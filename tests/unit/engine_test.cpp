@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "streambp/engine.h"
+#include "streambp/error.h"
 #include "streambp/gradients.h"
 #include "streambp/memory.h"
 #include "test_util/fixtures.h"
@@ -19,7 +20,7 @@ struct RunOutput {
   TensorMap grads;
 };
 
-RunOutput Run(CausalLM& model, const Batch& batch, const EngineOptions& options) {
+RunOutput RunEngine(CausalLM& model, const Batch& batch, const EngineOptions& options) {
   ZeroGradients(*model);
   auto objective = MakeSftObjective({});
   auto result = ForwardBackward(model, batch, *objective, options);
@@ -59,16 +60,16 @@ TEST_P(EngineExactness, Float64GradientsMatchFull) {
   // packed: rows of 16 hold several sequences each
   auto batch = MakeBatch(seqs, p.layout, p.layout == Layout::kPacked ? 16 : 0);
   ASSERT_GE(batch.rows(), 2);
-  auto full = Run(model, batch, {EngineKind::kFull});
+  auto full = RunEngine(model, batch, {EngineKind::kFull});
   for (auto kind : {EngineKind::kCheckpoint, EngineKind::kStream}) {
     EngineOptions options{kind, p.chunks.chunk, p.chunks.logits_chunk};
-    auto other = Run(model, batch, options);
+    auto other = RunEngine(model, batch, options);
     auto diff = CompareGradients(full.grads, other.grads);
     EXPECT_LE(diff.max_relative, 1e-10) << EngineName(kind) << " worst " << diff.worst;
     EXPECT_NEAR(other.loss, full.loss, 1e-12 * std::abs(full.loss)) << EngineName(kind);
   }
   // The K/V-per-chunk ablation is exact too.
-  auto ablation = Run(model, batch, {EngineKind::kStream, p.chunks.chunk, p.chunks.logits_chunk, true});
+  auto ablation = RunEngine(model, batch, {EngineKind::kStream, p.chunks.chunk, p.chunks.logits_chunk, true});
   EXPECT_LE(CompareGradients(full.grads, ablation.grads).max_relative, 1e-10);
   // Gradients are not trivially zero anywhere: every parameter receives signal.
   for (const auto& [name, g] : full.grads) EXPECT_GT(g.abs().max().item<double>(), 0) << name;
@@ -92,14 +93,27 @@ TEST(EngineFloat32, GradientsMatchFull) {
     auto config = TinyConfig(family);
     auto model = RandomModel(config, 3, torch::kFloat32);
     auto batch = MakeBatch(RandomSequences({40, 33, 17}, config.vocab_size, 9), Layout::kRightPad);
-    auto full = Run(model, batch, {EngineKind::kFull});
+    auto full = RunEngine(model, batch, {EngineKind::kFull});
     for (auto kind : {EngineKind::kCheckpoint, EngineKind::kStream}) {
-      auto other = Run(model, batch, {kind, 7, 9});
+      auto other = RunEngine(model, batch, {kind, 7, 9});
       auto diff = CompareGradients(full.grads, other.grads);
       EXPECT_LE(diff.max_relative, 1e-4) << family << " " << EngineName(kind) << " " << diff.worst;
       EXPECT_NEAR(other.loss, full.loss, 1e-5 * std::abs(full.loss));
     }
   }
+}
+
+// bfloat16 runs (norms, softmax and logits in float32) and stays close; float16 is refused
+// on the CPU with a clear error instead of an internal failure deep in a kernel.
+TEST(EngineBfloat16, RunsAndStaysClose) {
+  auto config = TinyConfig("qwen3");
+  auto model = RandomModel(config, 3, torch::kBFloat16);
+  auto batch = MakeBatch(RandomSequences({40, 33}, config.vocab_size, 9), Layout::kPacked, 80);
+  auto full = RunEngine(model, batch, {EngineKind::kFull});
+  auto stream = RunEngine(model, batch, {EngineKind::kStream, 7, 9});
+  EXPECT_LE(CompareGradients(full.grads, stream.grads).max_relative, GradientTolerance(torch::kBFloat16));
+  EXPECT_NEAR(stream.loss, full.loss, 1e-2 * std::abs(full.loss));
+  EXPECT_THROW(InitModel(config, 0, torch::kFloat16), InvalidArgument);
 }
 
 // The loss of the engines is the cross-entropy of the independent reference logits:

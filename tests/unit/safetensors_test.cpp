@@ -1,5 +1,7 @@
 #include "streambp/safetensors.h"
 
+#include <gtest/gtest.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -10,9 +12,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "streambp/error.h"
 
@@ -57,8 +56,8 @@ void expect_invalid(const std::string& bytes, std::initializer_list<std::string>
 }
 
 /// A header with one F32 tensor of `shape` at `offsets`, written by hand.
-std::string one_tensor_header(const std::string& name, const std::string& dtype,
-                              const std::string& shape, const std::string& offsets) {
+std::string one_tensor_header(const std::string& name, const std::string& dtype, const std::string& shape,
+                              const std::string& offsets) {
   return "{\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
          ",\"data_offsets\":" + offsets + "}}";
 }
@@ -68,8 +67,8 @@ class SafetensorsFiles : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("streambp_safetensors_" + std::to_string(::getpid()) +
-                                        "_" + info->name());
+    dir_ = fs::temp_directory_path() /
+           ("streambp_safetensors_" + std::to_string(::getpid()) + "_" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -196,8 +195,8 @@ TEST(Safetensors, WriterProducesTheExactBytesOfTheFormat) {
   const std::string header = R"({"w":{"data_offsets":[0,16],"dtype":"F32","shape":[2,2]}})";
   ASSERT_EQ(header.size(), 57u);
   const std::string expected = le_u64(64) + header + std::string(7, ' ') +
-                               bytes_of({0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x20, 0xc0,
-                                         0x00, 0x00, 0x00, 0x3f, 0x00, 0x00, 0x40, 0x40});
+                               bytes_of({0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x20, 0xc0, 0x00, 0x00, 0x00,
+                                         0x3f, 0x00, 0x00, 0x40, 0x40});
   EXPECT_EQ(SerializeSafetensors(tensors), expected);
 
   const std::string with_metadata =
@@ -209,12 +208,11 @@ TEST(Safetensors, WriterProducesTheExactBytesOfTheFormat) {
 
 TEST(Safetensors, ReadsAHandBuiltFile) {
   // Unpadded header, keys in a different order than the writer uses, and a metadata entry.
-  const std::string header =
-      R"({"b":{"dtype":"BF16","shape":[2],"data_offsets":[16,20]},)"
-      R"("__metadata__":{"format":"pt"},)"
-      R"("a":{"shape":[2,2],"dtype":"F32","data_offsets":[0,16]},)"
-      R"("e":{"dtype":"I64","shape":[0],"data_offsets":[20,20]},)"
-      R"("s":{"dtype":"I16","shape":[],"data_offsets":[20,22]}})";
+  const std::string header = R"({"b":{"dtype":"BF16","shape":[2],"data_offsets":[16,20]},)"
+                             R"("__metadata__":{"format":"pt"},)"
+                             R"("a":{"shape":[2,2],"dtype":"F32","data_offsets":[0,16]},)"
+                             R"("e":{"dtype":"I64","shape":[0],"data_offsets":[20,20]},)"
+                             R"("s":{"dtype":"I16","shape":[],"data_offsets":[20,22]}})";
   const std::string data = bytes_of({0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x20, 0xc0,  // 1, -2.5
                                      0x00, 0x00, 0x00, 0x3f, 0x00, 0x00, 0x40, 0x40,  // .5, 3
                                      0x80, 0x3f, 0xc0, 0xbf,                          // 1, -1.5
@@ -238,11 +236,10 @@ TEST(Safetensors, EmptyHeaderAndEmptyTensorsAreValid) {
   EXPECT_TRUE(ParseSafetensors(make_file("{}"), kWhat).tensors.empty());
   EXPECT_TRUE(ParseSafetensors(make_file("{}        "), kWhat).tensors.empty());
   // Several empty tensors at the same offset, before and after a non-empty one.
-  const std::string header =
-      R"({"x":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]},)"
-      R"("y":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},)"
-      R"("z":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
-      R"("w":{"dtype":"BOOL","shape":[3,0],"data_offsets":[2,2]}})";
+  const std::string header = R"({"x":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]},)"
+                             R"("y":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},)"
+                             R"("z":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                             R"("w":{"dtype":"BOOL","shape":[3,0],"data_offsets":[2,2]}})";
   const auto contents = ParseSafetensors(make_file(header, "\x07\x08"), kWhat);
   EXPECT_EQ(contents.tensors.size(), 4u);
   EXPECT_EQ(contents.tensors.at("x").sizes(), (std::vector<std::int64_t>{0, 4}));
@@ -265,8 +262,7 @@ TEST(Safetensors, SerializeRejectsUnsupportedInput) {
 
 std::string valid_file() {
   return SerializeSafetensors(
-      {{"a", torch::arange(4, torch::kFloat32)}, {"b", torch::arange(3, torch::kInt64)}},
-      {{"format", "pt"}});
+      {{"a", torch::arange(4, torch::kFloat32)}, {"b", torch::arange(3, torch::kInt64)}}, {{"format", "pt"}});
 }
 
 TEST(SafetensorsCorrupt, TruncatedFile) {
@@ -277,8 +273,7 @@ TEST(SafetensorsCorrupt, TruncatedFile) {
     EXPECT_THROW(ParseSafetensors(file.substr(0, cut), kWhat), InvalidArgument) << cut;
     expect_invalid(file.substr(0, cut), {"shorter than the 8-byte header length"});
   }
-  for (std::size_t cut : {std::size_t{8}, std::size_t{9}, std::size_t{8 + n / 2},
-                          std::size_t{8 + n - 1}}) {
+  for (std::size_t cut : {std::size_t{8}, std::size_t{9}, std::size_t{8 + n / 2}, std::size_t{8 + n - 1}}) {
     EXPECT_THROW(ParseSafetensors(file.substr(0, cut), kWhat), InvalidArgument) << cut;
     expect_invalid(file.substr(0, cut), {"past the end of the file"});
   }
@@ -309,35 +304,32 @@ TEST(SafetensorsCorrupt, HeaderLengthAboveLimit) {
 }
 
 TEST(SafetensorsCorrupt, OverlappingOffsets) {
-  const std::string header =
-      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
-      R"("b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})";
+  const std::string header = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                             R"("b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})";
   expect_invalid(make_file(header, std::string(24, '\0')), {"tensor 'b'", "overlap", "'a'"});
   // The same range twice.
-  const std::string same =
-      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
-      R"("b":{"dtype":"I32","shape":[2,2],"data_offsets":[0,16]}})";
+  const std::string same = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                           R"("b":{"dtype":"I32","shape":[2,2],"data_offsets":[0,16]}})";
   expect_invalid(make_file(same, std::string(16, '\0')), {"overlap"});
   // An empty tensor inside another one's range.
-  const std::string inside =
-      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
-      R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})";
+  const std::string inside = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                             R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})";
   expect_invalid(make_file(inside, std::string(16, '\0')), {"tensor 'e'", "overlap"});
 }
 
 TEST(SafetensorsCorrupt, OutOfRangeOffsets) {
   expect_invalid(make_file(one_tensor_header("w", "F32", "[4]", "[0,16]"), std::string(8, '\0')),
                  {"tensor 'w'", "past the data buffer of 8 bytes"});
-  expect_invalid(make_file(one_tensor_header("w", "F32", "[1]", "[18446744073709551611,"
-                                                                 "18446744073709551615]"),
+  expect_invalid(make_file(one_tensor_header("w", "F32", "[1]",
+                                             "[18446744073709551611,"
+                                             "18446744073709551615]"),
                            std::string(8, '\0')),
                  {"tensor 'w'", "past the data buffer"});
 }
 
 TEST(SafetensorsCorrupt, HoleInBuffer) {
-  const std::string header =
-      R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"U8","shape":[8],"data_offsets":[16,24]}})";
+  const std::string header = R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"U8","shape":[8],"data_offsets":[16,24]}})";
   expect_invalid(make_file(header, std::string(24, '\0')), {"tensor 'b'", "hole", "[8, 16)"});
   // A hole at the start, and bytes after the last tensor.
   expect_invalid(make_file(one_tensor_header("w", "U8", "[4]", "[4,8]"), std::string(8, '\0')),
@@ -388,8 +380,7 @@ TEST(SafetensorsCorrupt, EntryNotAnObjectOrIllTyped) {
 TEST(SafetensorsCorrupt, UnknownDtype) {
   expect_invalid(make_file(one_tensor_header("layer.w", "F8_E4M3", "[4]", "[0,4]"), "abcd"),
                  {"tensor 'layer.w'", "dtype 'F8_E4M3'"});
-  expect_invalid(make_file(one_tensor_header("w", "f32", "[1]", "[0,4]"), "abcd"),
-                 {"tensor 'w'", "'f32'"});
+  expect_invalid(make_file(one_tensor_header("w", "f32", "[1]", "[0,4]"), "abcd"), {"tensor 'w'", "'f32'"});
 }
 
 TEST(SafetensorsCorrupt, ShapeSizeMismatch) {
@@ -407,12 +398,11 @@ TEST(SafetensorsCorrupt, ShapeSizeMismatch) {
   // Too many bytes, and a scalar that claims no bytes.
   expect_invalid(make_file(one_tensor_header("w", "I16", "[2]", "[0,8]"), std::string(8, '\0')),
                  {"tensor 'w'", "hold 8 bytes", "need 4"});
-  expect_invalid(make_file(one_tensor_header("w", "F64", "[]", "[0,0]")),
-                 {"tensor 'w'", "need 8"});
+  expect_invalid(make_file(one_tensor_header("w", "F64", "[]", "[0,0]")), {"tensor 'w'", "need 8"});
   // numel fits in int64 but numel * element size does not fit in 64 bits.
-  expect_invalid(make_file(one_tensor_header("w", "F64", "[2305843009213693952]", "[0,8]"),
-                           std::string(8, '\0')),
-                 {"tensor 'w'", "more than 2^64"});
+  expect_invalid(
+      make_file(one_tensor_header("w", "F64", "[2305843009213693952]", "[0,8]"), std::string(8, '\0')),
+      {"tensor 'w'", "more than 2^64"});
 }
 
 TEST(SafetensorsCorrupt, BadShapeEntries) {
@@ -429,9 +419,8 @@ TEST(SafetensorsCorrupt, BadShapeEntries) {
   // Element counts that overflow, also with a zero dimension in front.
   expect_invalid(make_file(one_tensor_header("w", "U8", "[4294967296,4294967296]", "[0,0]")),
                  {"tensor 'w'", "too many elements"});
-  expect_invalid(
-      make_file(one_tensor_header("w", "U8", "[0,4294967296,4294967296]", "[0,0]")),
-      {"tensor 'w'", "too many elements"});
+  expect_invalid(make_file(one_tensor_header("w", "U8", "[0,4294967296,4294967296]", "[0,0]")),
+                 {"tensor 'w'", "too many elements"});
   expect_invalid(make_file(one_tensor_header("w", "U8", "[9223372036854775808]", "[0,0]")),
                  {"tensor 'w'", "too many elements"});
   // A shape nested far deeper than any stack: rejected without recursion.
@@ -443,8 +432,7 @@ TEST(SafetensorsCorrupt, BadShapeEntries) {
 TEST(SafetensorsCorrupt, BadDataOffsets) {
   expect_invalid(make_file(one_tensor_header("w", "U8", "[4]", "[8,4]"), std::string(8, '\0')),
                  {"tensor 'w'", "begin after end"});
-  for (const char* offsets : {"[0]", "[0,4,8]", "[-1,3]", "[\"0\",4]", "[0,4.5]", "4", "{}",
-                              "null", "[]"}) {
+  for (const char* offsets : {"[0]", "[0,4,8]", "[-1,3]", "[\"0\",4]", "[0,4.5]", "4", "{}", "null", "[]"}) {
     expect_invalid(make_file(one_tensor_header("w", "U8", "[4]", offsets), "abcd"),
                    {"tensor 'w'", "not two non-negative integers"});
   }
@@ -463,8 +451,7 @@ TEST(SafetensorsCorrupt, BoolBytesOtherThanZeroOrOne) {
   expect_invalid(make_file(one_tensor_header("mask", "BOOL", "[3]", "[0,3]"), std::string("\x01\x00\x02", 3)),
                  {"tensor 'mask'", "not 0 or 1"});
   const auto ok = ParseSafetensors(
-      make_file(one_tensor_header("mask", "BOOL", "[3]", "[0,3]"), std::string("\x01\x00\x01", 3)),
-      kWhat);
+      make_file(one_tensor_header("mask", "BOOL", "[3]", "[0,3]"), std::string("\x01\x00\x01", 3)), kWhat);
   EXPECT_TRUE(torch::equal(ok.tensors.at("mask"), torch::tensor({true, false, true})));
 }
 
@@ -480,13 +467,12 @@ TEST(SafetensorsCorrupt, LongNamesAreCutInMessages) {
 }
 
 TEST(SafetensorsCorrupt, RandomCorruptionNeverCrashes) {
-  const std::string valid = SerializeSafetensors(
-      {{"a", torch::arange(6, torch::kFloat32).reshape({2, 3})},
-       {"b", torch::ones({2, 2}, torch::kBFloat16)},
-       {"c", torch::tensor({true, false, true})},
-       {"d", torch::empty({0}, torch::kInt64)},
-       {"e", torch::tensor(7, torch::kInt16).reshape({})}},
-      {{"format", "pt"}});
+  const std::string valid = SerializeSafetensors({{"a", torch::arange(6, torch::kFloat32).reshape({2, 3})},
+                                                  {"b", torch::ones({2, 2}, torch::kBFloat16)},
+                                                  {"c", torch::tensor({true, false, true})},
+                                                  {"d", torch::empty({0}, torch::kInt64)},
+                                                  {"e", torch::tensor(7, torch::kInt16).reshape({})}},
+                                                 {{"format", "pt"}});
   const std::size_t header_end = 8 + header_length(valid);
   std::mt19937_64 rng(20240601);
   int accepted = 0;
@@ -494,7 +480,7 @@ TEST(SafetensorsCorrupt, RandomCorruptionNeverCrashes) {
   for (int iter = 0; iter < 2000; ++iter) {
     std::string bytes = valid;
     switch (iter % 4) {
-      case 0:  // flip a few random bytes anywhere
+      case 0:    // flip a few random bytes anywhere
       case 1: {  // ... or within the header, where they matter most
         const std::size_t limit = iter % 4 == 0 ? bytes.size() : header_end;
         const int flips = 1 + static_cast<int>(rng() % 4);
@@ -597,9 +583,7 @@ TEST_F(SafetensorsFiles, LoadsShardedModel) {
     const bool in_first = i++ % 2 == 0;
     (in_first ? first : second)[name] = t;
     weight_map += std::string(weight_map.empty() ? "" : ",") + "\"" + name + "\":\"" +
-                  (in_first ? "model-00001-of-00002.safetensors"
-                            : "model-00002-of-00002.safetensors") +
-                  "\"";
+                  (in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors") + "\"";
   }
   WriteSafetensors(path("model-00001-of-00002.safetensors"), first);
   WriteSafetensors(path("model-00002-of-00002.safetensors"), second);
@@ -645,10 +629,9 @@ TEST_F(ShardedIndex, ValidIndexLoads) {
 }
 
 TEST_F(ShardedIndex, MissingTensorIsNamed) {
-  expect_load_invalid(
-      R"({"weight_map":{"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors",)"
-      R"("d":"s2.safetensors"}})",
-      {"tensor 'd'", "'s2.safetensors'", "not found"});
+  expect_load_invalid(R"({"weight_map":{"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors",)"
+                      R"("d":"s2.safetensors"}})",
+                      {"tensor 'd'", "'s2.safetensors'", "not found"});
   // Listed in the wrong shard.
   expect_load_invalid(R"({"weight_map":{"a":"s2.safetensors","c":"s2.safetensors"}})",
                       {"tensor 'a'", "'s2.safetensors'"});

@@ -125,6 +125,9 @@ TORCH_MODULE(CausalLM);
 torch::Dtype ParseDtype(const std::string& name);
 std::string DtypeName(torch::Dtype dtype);
 
+/// Throws InvalidArgument for a dtype the device cannot compute in (float16 on the CPU).
+void CheckDtypeOnDevice(torch::Dtype dtype, const torch::Device& device);
+
 /// A model built from a config with deterministic random weights (normal(0, 0.02) for
 /// matrices, 1 for norms, 0 for biases) from `seed`, independent of global RNG state.
 CausalLM InitModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype);

@@ -1,6 +1,7 @@
 // A CPU allocator that counts live and peak bytes of every tensor allocation and can
 // enforce a budget (DESIGN §9).
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -18,16 +19,18 @@ std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_budget{0};
 std::atomic<bool> g_installed{false};
 
-struct Allocation {
-  void* data;
-  int64_t bytes;
-};
+// Each block carries its size in a header just before the data, so that the DataPtr's
+// context is the data pointer itself: LibTorch's raw_allocate()/raw_deleter() path (used
+// by some kernels, e.g. bfloat16 GEMM) requires context == data.
+constexpr size_t kHeader = 64;  // keeps the data at alloc_cpu's 64-byte alignment
 
-void Release(void* ctx) {
-  auto* a = static_cast<Allocation*>(ctx);
-  c10::free_cpu(a->data);
-  g_live.fetch_sub(a->bytes, std::memory_order_relaxed);
-  delete a;
+void Release(void* data) {
+  if (data == nullptr) return;
+  auto* base = static_cast<char*>(data) - kHeader;
+  int64_t bytes = 0;
+  std::memcpy(&bytes, base, sizeof bytes);
+  c10::free_cpu(base);
+  g_live.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 void RaisePeak(int64_t live) {
@@ -53,18 +56,19 @@ class TrackingAllocator final : public c10::Allocator {
                           std::to_string(live - bytes) + " bytes live would pass the budget of " +
                           std::to_string(budget) + " bytes (" + Mib(budget) + ")");
     }
-    void* data = nullptr;
+    char* base = nullptr;
     try {
-      data = c10::alloc_cpu(n);
+      base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
     } catch (...) {
       g_live.fetch_sub(bytes, std::memory_order_relaxed);
       throw;
     }
+    std::memcpy(base, &bytes, sizeof bytes);
     RaisePeak(live);
-    auto* ctx = new Allocation{data, bytes};
-    return {data, ctx, &Release, c10::Device(c10::DeviceType::CPU)};
+    void* data = base + kHeader;
+    return {data, data, &Release, c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const override { return &Release; }
 };
 
 TrackingAllocator& Instance() {

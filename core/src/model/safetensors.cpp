@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,13 +13,11 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 #include <tuple>
 #include <utility>
-
-#include <nlohmann/json.hpp>
-#include <torch/torch.h>
 
 #include "streambp/error.h"
 
@@ -48,9 +47,9 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"F64", torch::kFloat64, 8}, {"F32", torch::kFloat32, 4}, {"F16", torch::kFloat16, 2},
-    {"BF16", torch::kBFloat16, 2}, {"I64", torch::kInt64, 8}, {"I32", torch::kInt32, 4},
-    {"I16", torch::kInt16, 2},   {"I8", torch::kInt8, 1},     {"U8", torch::kUInt8, 1},
+    {"F64", torch::kFloat64, 8},   {"F32", torch::kFloat32, 4}, {"F16", torch::kFloat16, 2},
+    {"BF16", torch::kBFloat16, 2}, {"I64", torch::kInt64, 8},   {"I32", torch::kInt32, 4},
+    {"I16", torch::kInt16, 2},     {"I8", torch::kInt8, 1},     {"U8", torch::kUInt8, 1},
     {"BOOL", torch::kBool, 1},
 };
 
@@ -71,8 +70,8 @@ const DtypeInfo* find_dtype(torch::ScalarType type) {
 /// A name from an untrusted header, quoted and cut to a readable length.
 std::string quote_name(std::string_view name) {
   if (name.size() <= kMaxNameInMessage) return "'" + std::string(name) + "'";
-  return "'" + std::string(name.substr(0, kMaxNameInMessage)) + "...' (" +
-         std::to_string(name.size()) + " bytes)";
+  return "'" + std::string(name.substr(0, kMaxNameInMessage)) + "...' (" + std::to_string(name.size()) +
+         " bytes)";
 }
 
 /// Text from untrusted input (a JSON parser's message may quote a whole token), cut short.
@@ -102,8 +101,7 @@ std::string format_shape(const std::vector<std::uint64_t>& shape) {
   throw InvalidArgument(what + ": " + detail);
 }
 
-[[noreturn]] void fail_tensor(const std::string& what, std::string_view name,
-                              const std::string& detail) {
+[[noreturn]] void fail_tensor(const std::string& what, std::string_view name, const std::string& detail) {
   throw InvalidArgument(what + ": tensor " + quote_name(name) + ": " + detail);
 }
 
@@ -154,8 +152,7 @@ Entry parse_entry(const std::string& what, const std::string& name, const Json& 
   for (const auto& dim : *shape_it) {
     const auto d = as_non_negative(dim);
     if (!d) {
-      fail_tensor(what, name,
-                  "\"shape\" entry " + describe(dim) + " is not a non-negative integer");
+      fail_tensor(what, name, "\"shape\" entry " + describe(dim) + " is not a non-negative integer");
     }
     if (*d > kMaxSize || __builtin_mul_overflow(span, std::max<std::uint64_t>(*d, 1), &span) ||
         span > kMaxSize) {
@@ -175,8 +172,7 @@ Entry parse_entry(const std::string& what, const std::string& name, const Json& 
     end = as_non_negative(offsets[1]);
   }
   if (!begin || !end) {
-    fail_tensor(what, name,
-                "\"data_offsets\" " + describe(offsets) + " is not two non-negative integers");
+    fail_tensor(what, name, "\"data_offsets\" " + describe(offsets) + " is not two non-negative integers");
   }
   e.begin = *begin;
   e.end = *end;
@@ -185,8 +181,7 @@ Entry parse_entry(const std::string& what, const std::string& name, const Json& 
   if (e.begin > e.end) fail_tensor(what, name, offsets_text + " begin after end");
   if (e.end > buffer_size) {
     fail_tensor(what, name,
-                offsets_text + " end past the data buffer of " + std::to_string(buffer_size) +
-                    " bytes");
+                offsets_text + " end past the data buffer of " + std::to_string(buffer_size) + " bytes");
   }
   std::uint64_t needed = 0;
   const bool too_large = __builtin_mul_overflow(numel, e.dtype->element_size, &needed);
@@ -215,8 +210,7 @@ Metadata parse_metadata(const std::string& what, const Json& value) {
 /// Checks that the ranges tile [0, buffer_size) exactly: no overlap, no hole, no tail.
 /// Same rule as the reference implementation: sorted by offsets, each begins where the
 /// previous one ended (an empty tensor included).
-void check_layout(const std::string& what, std::vector<const Entry*> entries,
-                  std::uint64_t buffer_size) {
+void check_layout(const std::string& what, std::vector<const Entry*> entries, std::uint64_t buffer_size) {
   std::sort(entries.begin(), entries.end(), [](const Entry* a, const Entry* b) {
     return std::tie(a->begin, a->end, a->name) < std::tie(b->begin, b->end, b->name);
   });
@@ -227,8 +221,8 @@ void check_layout(const std::string& what, std::vector<const Entry*> entries,
         "data_offsets [" + std::to_string(e->begin) + ", " + std::to_string(e->end) + "]";
     if (e->begin < cursor) {
       fail_tensor(what, e->name,
-                  offsets_text + " overlap tensor " + quote_name(previous->name) +
-                      " which ends at " + std::to_string(cursor));
+                  offsets_text + " overlap tensor " + quote_name(previous->name) + " which ends at " +
+                      std::to_string(cursor));
     }
     if (e->begin > cursor) {
       fail_tensor(what, e->name,
@@ -283,16 +277,15 @@ std::string read_file(const std::string& path) {
 }
 
 bool is_plain_file_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
 }
 
 }  // namespace
 
 SafetensorsContents ParseSafetensors(const std::string& bytes, const std::string& what) {
   if (bytes.size() < kLengthPrefixBytes) {
-    fail(what, "file is " + std::to_string(bytes.size()) +
-                   " bytes, shorter than the 8-byte header length");
+    fail(what, "file is " + std::to_string(bytes.size()) + " bytes, shorter than the 8-byte header length");
   }
   std::uint64_t header_size = 0;
   std::memcpy(&header_size, bytes.data(), sizeof header_size);
@@ -384,9 +377,8 @@ std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metad
     Json shape = Json::array();
     for (const auto d : t.sizes()) shape.push_back(d);
     const auto nbytes = static_cast<std::uint64_t>(t.numel()) * dtype->element_size;
-    header[name] = {{"dtype", dtype->name},
-                    {"shape", std::move(shape)},
-                    {"data_offsets", {offset, offset + nbytes}}};
+    header[name] = {
+        {"dtype", dtype->name}, {"shape", std::move(shape)}, {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
     cpu.push_back(std::move(t));
   }
@@ -413,20 +405,18 @@ std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metad
   return out;
 }
 
-void WriteSafetensors(const std::string& path, const TensorMap& tensors,
-                      const Metadata& metadata) {
+void WriteSafetensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata) {
   WriteFileAtomic(path, SerializeSafetensors(tensors, metadata));
 }
 
 void WriteFileAtomic(const std::string& path, const std::string& bytes) {
   // pid plus a per-process counter: unique across processes and across threads of one.
   static std::atomic<std::uint64_t> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   const auto fail_io = [&](const std::string& step, int err, bool remove_tmp) {
     if (remove_tmp) ::unlink(tmp.c_str());
-    throw Error(ErrorCode::kInternal,
-                "writing " + path + ": " + step + " " + tmp + ": " + errno_text(err));
+    throw Error(ErrorCode::kInternal, "writing " + path + ": " + step + " " + tmp + ": " + errno_text(err));
   };
 
   int fd = -1;
@@ -497,8 +487,7 @@ TensorMap LoadModelWeights(const std::string& dir) {
       if (!file.is_string()) fail_tensor(what, name, "shard name is not a string");
       const auto& shard = file.get_ref<const std::string&>();
       if (!is_plain_file_name(shard)) {
-        fail_tensor(what, name,
-                    "shard " + quote_name(shard) + " is not a plain file name inside the folder");
+        fail_tensor(what, name, "shard " + quote_name(shard) + " is not a plain file name inside the folder");
       }
       shards[shard].push_back(name);
     }
@@ -516,8 +505,7 @@ TensorMap LoadModelWeights(const std::string& dir) {
         const auto [it, inserted] = shard_of.emplace(name, shard);
         if (!inserted) {
           fail_tensor(what, name,
-                      "found in both shard " + quote_name(it->second) + " and shard " +
-                          quote_name(shard));
+                      "found in both shard " + quote_name(it->second) + " and shard " + quote_name(shard));
         }
         tensors.emplace(name, std::move(tensor));
       }

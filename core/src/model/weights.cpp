@@ -105,7 +105,16 @@ std::string DtypeName(torch::Dtype dtype) {
   }
 }
 
+void CheckDtypeOnDevice(torch::Dtype dtype, const torch::Device& device) {
+  if (dtype == torch::kFloat16 && device.is_cpu()) {
+    throw InvalidArgument(
+        "dtype float16 is not supported on the CPU (LibTorch has no float16 matrix multiply "
+        "there); use bfloat16, float32 or float64, or a cuda device");
+  }
+}
+
 CausalLM InitModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype) {
+  CheckDtypeOnDevice(dtype, torch::kCPU);
   CausalLM model(config);
   // Values are drawn in float64 from a private generator, in the fixed order of the HF
   // table, so the same seed gives the same model in every dtype and on every machine.
@@ -127,11 +136,17 @@ CausalLM InitModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype)
 
 CausalLM LoadModel(const std::string& dir, torch::Dtype dtype, const torch::Device& device) {
   namespace fs = std::filesystem;
+  CheckDtypeOnDevice(dtype, device);
   if (!fs::is_directory(dir)) throw NotFound("model folder " + dir + " does not exist");
   const auto config = ModelConfig::FromFile((fs::path(dir) / "config.json").string());
   auto tensors = LoadModelWeights(dir);
   CausalLM model(config);
-  model->to(dtype);
+  if (dtype == torch::kFloat16) {
+    model->to(device);  // float16 lives on the accelerator only
+    model->to(dtype);
+  } else {
+    model->to(dtype);
+  }
   model->load_hf_tensors(tensors);
   model->to(device);
   return model;

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The user-facing commands of streambp-server, run as a user would: init-model writes an HF
+# folder, grad writes gradients that load back, verify passes and fails when it should,
+# and bad input gives a clear error and a non-zero exit.
+set -uo pipefail
+server="$1"
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+expect_error() {  # expect_error "substring" cmd...
+  local want="$1"; shift
+  local out
+  if out="$("$@" 2>&1)"; then fail "expected failure: $*"; fi
+  grep -qF -- "$want" <<<"$out" || fail "expected '$want' in: $out"
+}
+
+"$server" init-model --preset tiny --seed 7 --out "$dir/model" >/dev/null || fail "init-model"
+[ -f "$dir/model/config.json" ] && [ -f "$dir/model/model.safetensors" ] || fail "init-model wrote no HF folder"
+grep -q '"Qwen3ForCausalLM"' "$dir/model/config.json" || fail "config.json architecture"
+# Deterministic: the same seed writes the same bytes.
+"$server" init-model --preset tiny --seed 7 --out "$dir/model2" >/dev/null
+cmp -s "$dir/model/model.safetensors" "$dir/model2/model.safetensors" || fail "init-model is not deterministic"
+
+printf '{"tokens":[1,2,3,4,5,6,7,8,9]}\n{"prompt":[10,11,12],"completion":[13,14,15,16]}\n' > "$dir/data.jsonl"
+for engine in full checkpoint stream; do
+  "$server" grad --model "$dir/model" --data "$dir/data.jsonl" --engine $engine --dtype float64 \
+    --chunk 2 --logits-chunk 3 --out "$dir/g_$engine.safetensors" > "$dir/g_$engine.txt" || fail "grad $engine"
+  grep -q "over 12 target tokens" "$dir/g_$engine.txt" || fail "grad $engine output: $(cat "$dir/g_$engine.txt")"
+done
+out="$("$server" verify --model "$dir/model" --data "$dir/data.jsonl" --dtype float64 --layout packed)" \
+  || fail "verify float64: $out"
+grep -q "PASS" <<<"$out" || fail "verify did not say PASS"
+# A tolerance nothing can meet must fail (the check can fail).
+if "$server" verify --model "$dir/model" --dtype float32 --seq-len 16 --tolerance 1e-300 >/dev/null; then
+  fail "verify passed an impossible tolerance"
+fi
+
+expect_error "tokens[1] = 999 is outside the vocabulary" \
+  "$server" grad --model "$dir/model" --data <(echo '{"tokens":[1,999]}') --out "$dir/x.safetensors"
+expect_error ":2: not valid JSON" \
+  "$server" grad --model "$dir/model" --data <(printf '{"tokens":[1,2]}\n{oops\n') --out "$dir/x.safetensors"
+expect_error "does not exist" "$server" verify --model "$dir/nope"
+expect_error "unknown objective 'dpx'" \
+  "$server" grad --model "$dir/model" --data "$dir/data.jsonl" --objective dpx --out "$dir/x.safetensors"
+expect_error "float16 is not supported on the CPU" "$server" verify --dtype float16
+head -c 100 "$dir/model/model.safetensors" > "$dir/model2/model.safetensors"
+expect_error "model.safetensors" "$server" verify --model "$dir/model2"
+[ ! -e "$dir/x.safetensors" ] || fail "a failed grad left an output file"
+echo "cli tests: all passed"
