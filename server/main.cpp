@@ -51,7 +51,9 @@ int main(int argc, char** argv) {
   auto* grad_cmd = app.add_subcommand("grad", "loss and gradient of every parameter, as safetensors");
   AddModelFlags(grad_cmd, grad.model);
   grad_cmd->add_option("--data", grad.data, "JSONL file of examples")->required();
-  grad_cmd->add_option("--objective", grad.objective, "loss plugin (sft)");
+  grad_cmd->add_option("--objective", grad.objective, "loss plugin: sft | dpo | grpo");
+  grad_cmd->add_option("--objective-options", grad.objective_options,
+                       "the objective's options as a JSON object, e.g. '{\"beta\":0.1}'");
   grad_cmd->add_option("--engine", grad.engine, "full | checkpoint | stream")
       ->check(CLI::IsMember({"full", "checkpoint", "stream"}));
   grad_cmd->add_option("--layout", grad.layout, "right | left | packed")
@@ -64,7 +66,9 @@ int main(int argc, char** argv) {
       "verify", "run every engine on the same batch and check they give the same gradients");
   AddModelFlags(verify_cmd, verify.model);
   verify_cmd->add_option("--data", verify.data, "JSONL file (default: a synthetic batch)");
-  verify_cmd->add_option("--objective", verify.objective, "loss plugin (sft)");
+  verify_cmd->add_option("--objective", verify.objective, "loss plugin: sft | dpo | grpo");
+  verify_cmd->add_option("--objective-options", verify.objective_options,
+                         "the objective's options as a JSON object");
   verify_cmd->add_option("--layout", verify.layout, "right | left | packed")
       ->check(CLI::IsMember({"right", "left", "packed"}));
   verify_cmd->add_option("--seq-len", verify.seq_len, "synthetic batch: longest sequence")

@@ -50,9 +50,26 @@ std::string Describe(const LoadedModel& m, const std::string& dtype) {
   return buf;
 }
 
-std::unique_ptr<Objective> MakeObjective(const std::string& name) {
+std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::string& options_json) {
   RegisterBuiltinObjectives();
-  return CreateObjective(name, nlohmann::json::object());
+  nlohmann::json options;
+  try {
+    options = nlohmann::json::parse(options_json);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InvalidArgument("--objective-options is not valid JSON: " + std::string(e.what()));
+  }
+  if (!options.is_object()) throw InvalidArgument("--objective-options must be a JSON object");
+  return CreateObjective(name, options);
+}
+
+std::string FormatMetrics(const Metrics& metrics) {
+  std::string out;
+  char buf[128];
+  for (const auto& [k, v] : metrics) {
+    std::snprintf(buf, sizeof buf, "%s%s=%.6g", out.empty() ? "" : " ", k.c_str(), v);
+    out += buf;
+  }
+  return out;
 }
 
 // A reproducible batch: `count` sequences of random tokens, the longest `seq_len`, the
@@ -87,14 +104,15 @@ int InitModel(const InitModelArgs& args) {
 
 int Grad(const GradArgs& args) {
   auto m = Load(args.model);
-  auto sequences = ReadSftJsonl(args.data);
+  auto objective = MakeObjective(args.objective, args.objective_options);
+  auto sequences = ReadExamples(args.data, args.objective);
   ValidateSequences(sequences, m.model->config().vocab_size);
   auto batch = MakeBatch(sequences, ParseLayout(args.layout));
-  auto objective = MakeObjective(args.objective);
   EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk};
   auto t0 = std::chrono::steady_clock::now();
   auto result = ForwardBackward(m.model, batch, *objective, options);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.metrics = objective->finish();
   auto grads = CollectGradients(*m.model);
   char loss[64];
   std::snprintf(loss, sizeof loss, "%.17g", result.loss);
@@ -108,6 +126,7 @@ int Grad(const GradArgs& args) {
   std::printf("%s: loss %.10g over %lld target tokens (%s engine, %.3f s); %zu gradients written to %s\n",
               args.objective.c_str(), result.loss, (long long)result.targets, args.engine.c_str(), secs,
               grads.size(), args.out.c_str());
+  if (!result.metrics.empty()) std::printf("metrics: %s\n", FormatMetrics(result.metrics).c_str());
   return 0;
 }
 
@@ -117,7 +136,7 @@ int Verify(const VerifyArgs& args) {
   const auto& config = m.model->config();
   std::vector<Sequence> sequences =
       args.data.empty() ? SyntheticSequences(args.batch, args.seq_len, config.vocab_size, args.data_seed)
-                        : ReadSftJsonl(args.data);
+                        : ReadExamples(args.data, args.objective);
   ValidateSequences(sequences, config.vocab_size);
   auto batch = MakeBatch(sequences, ParseLayout(args.layout));
   const int64_t T = batch.length();
@@ -145,13 +164,14 @@ int Verify(const VerifyArgs& args) {
     EngineOptions options{kind, 0, -1};
     if (kind == EngineKind::kStream) options = {kind, stream.chunk, stream.logits_chunk};
     const auto chunks = ResolveChunks(options, T);
-    auto objective = MakeObjective(args.objective);
+    auto objective = MakeObjective(args.objective, args.objective_options);
     ZeroGradients(*m.model);
     memory::ResetPeak();
     const int64_t live_before = memory::LiveBytes();
     auto t0 = std::chrono::steady_clock::now();
     auto result = ForwardBackward(m.model, batch, *objective, options);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.metrics = objective->finish();
     const double peak_mib = (memory::PeakBytes() - live_before) / (1024.0 * 1024.0);
     auto grads = CollectGradients(*m.model);
     GradientDiff diff;

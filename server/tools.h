@@ -30,6 +30,7 @@ struct GradArgs {
   ModelSource model;
   std::string data;
   std::string objective = "sft";
+  std::string objective_options = "{}";  ///< JSON object of the objective's options
   std::string engine = "stream";
   std::string layout = "right";
   EngineFlags flags;
@@ -41,6 +42,7 @@ struct VerifyArgs {
   ModelSource model;
   std::string data;  ///< empty = synthetic batch
   std::string objective = "sft";
+  std::string objective_options = "{}";
   std::string layout = "right";
   int64_t seq_len = 128;  ///< synthetic batch: longest sequence
   int64_t batch = 2;      ///< synthetic batch: sequences

@@ -5,6 +5,7 @@
 /// the same row iff sequence_ids[i] == sequence_ids[j] and j <= i (padding slots attend
 /// only to padding, so their rows stay finite and never influence a real token).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,9 +16,27 @@ namespace streambp {
 /// One training sequence. loss_mask[i] = 1 makes token i a target, predicted from the
 /// tokens before it (the HF `labels` convention: loss_mask[0] has no effect). Empty
 /// loss_mask means all ones.
+///
+/// The remaining fields are side inputs of the objectives; each is empty/unset when the
+/// objective does not use it. Per-token vectors are aligned with `tokens` (entry i belongs
+/// to token i; entries of tokens that are not targets are ignored).
 struct Sequence {
   std::vector<int64_t> tokens;
   std::vector<uint8_t> loss_mask;
+
+  /// Sequences with the same group id belong together: a DPO pair (role 0 = chosen,
+  /// 1 = rejected) or a GRPO group (completions of one prompt). Micro-batching never
+  /// splits a group. -1 = no group.
+  int64_t group = -1;
+  int role = 0;
+  double reward = 0.0;                   ///< grpo: scalar reward of this completion
+  std::optional<double> ref_logp;        ///< dpo: reference log-prob, summed over targets
+  std::vector<double> sampler_logprobs;  ///< grpo: log-probs of the sampler, per token
+  std::vector<double> advantages;        ///< grpo: advantages given per token
+  std::vector<double> ref_logprobs;      ///< reference log-probs per token (grpo KL)
+
+  /// Tokens that are training targets (loss_mask[i] = 1 for i >= 1).
+  int64_t num_targets() const;
 };
 
 enum class Layout {
@@ -34,8 +53,14 @@ struct Batch {
   torch::Tensor sequence_ids;  ///< [B, T] int64, index into the input sequences, -1 = padding
   torch::Tensor targets;       ///< [B, T] int64: the token at position t+1 (0 where none)
   torch::Tensor target_mask;   ///< [B, T] bool: position t predicts a selected target token
+  /// Per-token side inputs on the predicting positions (value of token t+1 at position
+  /// t), float64 [B, T]; undefined when no sequence of the batch has them.
+  torch::Tensor sampler_logprobs;
+  torch::Tensor advantages;
+  torch::Tensor ref_logprobs;
   int64_t num_sequences = 0;
-  std::vector<int64_t> lengths;  ///< tokens of each input sequence
+  std::vector<int64_t> lengths;     ///< tokens of each input sequence
+  std::vector<Sequence> sequences;  ///< the input sequences, with their side inputs
 
   int64_t rows() const { return input_ids.size(0); }
   int64_t length() const { return input_ids.size(1); }
@@ -52,6 +77,13 @@ void ValidateSequences(const std::vector<Sequence>& sequences, int64_t vocab_siz
 /// Lays sequences out in rows. For kPacked, rows are `pack_length` long (0: the longest
 /// sequence); a sequence longer than pack_length is an error.
 Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t pack_length = 0);
+
+/// Splits sequences into micro-batches whose padded size (rows x length after MakeBatch
+/// with `layout`) stays within `max_tokens`, never splitting a group; a group that alone
+/// exceeds the budget becomes a micro-batch of its own. Returns index lists into
+/// `sequences`, in order. max_tokens <= 0: one micro-batch.
+std::vector<std::vector<size_t>> SplitMicroBatches(const std::vector<Sequence>& sequences, Layout layout,
+                                                   int64_t max_tokens);
 
 /// Attention mask [B, q_end - q_start, k_end] (true = allowed) for queries
 /// [q_start, q_end) over keys [0, k_end), with an optional sliding window (0 = none).

@@ -18,6 +18,20 @@ Sequence ParseSftExample(const nlohmann::json& j, const std::string& where);
 
 std::vector<Sequence> ReadSftJsonl(const std::string& path);
 
+/// One DPO pair {"prompt","chosen","rejected","ref_chosen_logp"?,"ref_rejected_logp"?}:
+/// two sequences (prompt+chosen, prompt+rejected; loss on the completion), with group
+/// `group`, roles 0 (chosen) and 1 (rejected), and ref_logp when given (both or neither).
+std::vector<Sequence> ParseDpoExample(const nlohmann::json& j, const std::string& where, int64_t group);
+
+/// One GRPO group {"prompt", "completions":[{"tokens","reward","logprobs"?,"advantages"?}]}:
+/// one sequence per completion (prompt+completion; loss on the completion), group
+/// `group`, the reward, and the per-token sampler log-probs / advantages of the
+/// completion tokens (one value per completion token) when given.
+std::vector<Sequence> ParseGrpoExample(const nlohmann::json& j, const std::string& where, int64_t group);
+
+/// Reads a JSONL file in the format of `objective` (sft | dpo | grpo).
+std::vector<Sequence> ReadExamples(const std::string& path, const std::string& objective);
+
 /// Reads a JSONL file into parsed JSON objects, with line numbers (1-based).
 struct JsonLine {
   int64_t line = 0;

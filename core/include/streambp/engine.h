@@ -41,11 +41,14 @@ struct StepResult {
   double loss = 0.0;        ///< sum of the objective's chunk terms
   int64_t targets = 0;      ///< selected target tokens in the batch
   int64_t tokens = 0;       ///< non-padding tokens in the batch
-  Metrics metrics;          ///< the objective's metrics
+  Metrics metrics;          ///< the objective's metrics (filled by callers from finish())
 };
 
 /// Runs forward and backward of `batch` under `objective` and accumulates gradients into
 /// the model's parameters (.grad, added to what is there). The model is not changed.
+/// The objective sees begin() ... batch_loss(); the caller calls objective.finish().
+/// If it throws after the backward started (out of memory), gradients may be partially
+/// accumulated: the caller clears them (the Trainer does).
 /// Throws InvalidArgument for a batch that does not fit the model (token ids, lengths).
 StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
                            const EngineOptions& options);

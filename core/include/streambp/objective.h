@@ -6,6 +6,7 @@
 /// the masks, before any chunk, so every term is already normalized.
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,17 +30,31 @@ struct LogitsChunk {
   torch::Tensor sequence_ids;  ///< [B, c] int64, -1 = padding
 };
 
-/// Contract: for one step the engine calls begin(batch); if needs_sequence_pass(), then
-/// observe(chunk) for every chunk with no graph and end_sequence_pass(); then
-/// chunk_loss(chunk) for every chunk, backpropagating each returned scalar at once; then
-/// finish(). An instance is used by one thread at a time and may be reused across steps.
+/// Contract. A step may be split into micro-batches (to bound memory, or by the client
+/// across calls); the objective then sees:
+///   prepare(all sequences of the step)     step-wide normalizers, advantages; resets metrics
+///   for each micro-batch:
+///     begin(batch)                         validates; per-batch setup
+///     [observe(chunk)... end_sequence_pass()]   no-grad pass, if needs_sequence_pass()
+///     chunk_loss(chunk)...                 one term per chunk; the engine backprops each
+///     batch_loss()                         the loss of this micro-batch, when the chunk
+///                                          terms are a surrogate (same gradient, other value)
+///   finish()                               metrics over the whole step
+/// If begin() is called without prepare() since the last finish(), the batch is the whole
+/// step (begin prepares from batch.sequences). The sum over micro-batches of the loss is
+/// the loss of the step, and so is the sum of the gradients. An instance is used by one
+/// thread at a time and may be reused across steps.
 class Objective {
  public:
   virtual ~Objective() = default;
   virtual std::string name() const = 0;
 
-  /// Validates the objective's side inputs against the batch and computes normalizers.
-  /// Throws InvalidArgument on bad input (nothing has run yet).
+  /// Step-wide quantities from every sequence of the step. Throws InvalidArgument on bad
+  /// side inputs (nothing has run yet).
+  virtual void prepare(const std::vector<Sequence>& step) = 0;
+
+  /// Validates the micro-batch and sets it up (calls prepare(batch.sequences) first if
+  /// the step was not prepared).
   virtual void begin(const Batch& batch) = 0;
 
   /// True when a sequence-level quantity is needed before any gradient (DPO's sequence
@@ -51,8 +66,16 @@ class Objective {
   /// The loss term of one chunk (a 0-dim tensor on the graph of chunk.logits).
   virtual torch::Tensor chunk_loss(const LogitsChunk& chunk) = 0;
 
-  /// Called after the last chunk: the step's metrics (loss excluded; the engine sums it).
-  virtual Metrics finish() { return {}; }
+  /// The true loss of the micro-batch when chunk terms are a surrogate; nullopt when the
+  /// sum of the chunk terms is the loss.
+  virtual std::optional<double> batch_loss() const { return std::nullopt; }
+
+  /// True when the objective needs reference log-probs that the sequences do not carry
+  /// (the trainer then computes them with its reference model into ref_logprobs).
+  virtual bool needs_reference(const std::vector<Sequence>& step) const { return false; }
+
+  /// Metrics of the step (loss excluded) and the end of the step.
+  virtual Metrics finish() = 0;
 };
 
 /// Token cross-entropy on the selected targets, divided by `normalizer` when it is > 0

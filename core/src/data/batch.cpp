@@ -1,6 +1,7 @@
 #include "streambp/batch.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <torch/torch.h>
 
@@ -24,6 +25,14 @@ std::string LayoutName(Layout layout) {
   return "?";
 }
 
+int64_t Sequence::num_targets() const {
+  if (tokens.size() < 2) return 0;
+  if (loss_mask.empty()) return static_cast<int64_t>(tokens.size()) - 1;
+  int64_t n = 0;
+  for (size_t i = 1; i < loss_mask.size(); ++i) n += loss_mask[i] != 0;
+  return n;
+}
+
 int64_t Batch::num_targets() const { return target_mask.sum().item<int64_t>(); }
 
 Batch Batch::to(const torch::Device& device) const {
@@ -33,6 +42,9 @@ Batch Batch::to(const torch::Device& device) const {
   b.sequence_ids = sequence_ids.to(device);
   b.targets = targets.to(device);
   b.target_mask = target_mask.to(device);
+  for (auto* t : {&b.sampler_logprobs, &b.advantages, &b.ref_logprobs}) {
+    if (t->defined()) *t = t->to(device);
+  }
   return b;
 }
 
@@ -63,6 +75,22 @@ void ValidateSequences(const std::vector<Sequence>& sequences, int64_t vocab_siz
         throw InvalidArgument(where + ": loss_mask[" + std::to_string(t) + "] must be 0 or 1");
       }
     }
+    const std::pair<const char*, const std::vector<double>*> per_token[] = {
+        {"sampler_logprobs", &s.sampler_logprobs}, {"advantages", &s.advantages}, {"ref_logprobs", &s.ref_logprobs}};
+    for (const auto& [field, values] : per_token) {
+      if (values->empty()) continue;
+      if (values->size() != s.tokens.size()) {
+        throw InvalidArgument(where + ": " + field + " has " + std::to_string(values->size()) +
+                              " entries but tokens has " + std::to_string(s.tokens.size()));
+      }
+      for (size_t t = 0; t < values->size(); ++t) {
+        if (!std::isfinite((*values)[t])) {
+          throw InvalidArgument(where + ": " + field + "[" + std::to_string(t) + "] is not finite");
+        }
+      }
+    }
+    if (!std::isfinite(s.reward)) throw InvalidArgument(where + ": reward is not finite");
+    if (s.ref_logp && !std::isfinite(*s.ref_logp)) throw InvalidArgument(where + ": ref_logp is not finite");
   }
 }
 
@@ -113,8 +141,19 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   auto seq_a = seq.accessor<int64_t, 2>();
   auto tgt_a = tgt.accessor<int64_t, 2>();
   auto tmask_a = tmask.accessor<bool, 2>();
+  // Per-token side inputs, moved to the predicting positions.
+  auto side = [&](std::vector<double> Sequence::*field) {
+    bool any = false;
+    for (const auto& s : sequences) any = any || !(s.*field).empty();
+    return any ? torch::zeros({B, T}, torch::kFloat64) : torch::Tensor();
+  };
+  std::vector<double> Sequence::*fields[] = {&Sequence::sampler_logprobs, &Sequence::advantages,
+                                             &Sequence::ref_logprobs};
+  torch::Tensor side_tensors[3];
+  for (int f = 0; f < 3; ++f) side_tensors[f] = side(fields[f]);
   Batch batch;
   batch.num_sequences = sequences.size();
+  batch.sequences = sequences;
   for (const auto& s : sequences) batch.lengths.push_back(s.tokens.size());
   for (int64_t r = 0; r < B; ++r) {
     for (const auto& [i, start] : rows[r]) {
@@ -127,6 +166,10 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
         if (t + 1 < n) {
           tgt_a[r][start + t] = s.tokens[t + 1];
           tmask_a[r][start + t] = s.loss_mask.empty() || s.loss_mask[t + 1] != 0;
+          for (int f = 0; f < 3; ++f) {
+            const auto& values = s.*fields[f];
+            if (!values.empty()) side_tensors[f][r][start + t] = values[t + 1];
+          }
         }
       }
     }
@@ -136,7 +179,60 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   batch.sequence_ids = seq;
   batch.targets = tgt;
   batch.target_mask = tmask;
+  batch.sampler_logprobs = side_tensors[0];
+  batch.advantages = side_tensors[1];
+  batch.ref_logprobs = side_tensors[2];
   return batch;
+}
+
+std::vector<std::vector<size_t>> SplitMicroBatches(const std::vector<Sequence>& sequences, Layout layout,
+                                                   int64_t max_tokens) {
+  // Units: runs of consecutive sequences with the same group id (or single sequences).
+  std::vector<std::vector<size_t>> units;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const int64_t g = sequences[i].group;
+    if (!units.empty() && g >= 0 && sequences[units.back().back()].group == g) {
+      units.back().push_back(i);
+    } else {
+      units.push_back({i});
+    }
+  }
+  std::vector<std::vector<size_t>> out;
+  if (max_tokens <= 0) {
+    out.emplace_back();
+    for (size_t i = 0; i < sequences.size(); ++i) out.back().push_back(i);
+    return out;
+  }
+  // Padded size of a candidate micro-batch: packed rows of the longest sequence, or one
+  // row per sequence padded to the longest.
+  auto padded = [&](const std::vector<size_t>& idx) {
+    int64_t longest = 0;
+    for (size_t i : idx) longest = std::max<int64_t>(longest, sequences[i].tokens.size());
+    if (layout != Layout::kPacked) return longest * static_cast<int64_t>(idx.size());
+    // First fit into rows of the longest length, as MakeBatch packs.
+    std::vector<int64_t> used;
+    for (size_t i : idx) {
+      const int64_t n = sequences[i].tokens.size();
+      size_t r = 0;
+      while (r < used.size() && used[r] + n > longest) ++r;
+      if (r == used.size()) used.push_back(0);
+      used[r] += n;
+    }
+    return longest * static_cast<int64_t>(used.size());
+  };
+  std::vector<size_t> current;
+  for (const auto& unit : units) {
+    std::vector<size_t> candidate = current;
+    candidate.insert(candidate.end(), unit.begin(), unit.end());
+    if (!current.empty() && padded(candidate) > max_tokens) {
+      out.push_back(current);
+      current = unit;
+    } else {
+      current = candidate;
+    }
+  }
+  if (!current.empty()) out.push_back(current);
+  return out;
 }
 
 torch::Tensor AttentionMask(const Batch& batch, int64_t q_start, int64_t q_end, int64_t k_end,

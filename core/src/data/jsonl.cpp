@@ -1,4 +1,6 @@
+#include <cmath>
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -27,7 +29,139 @@ std::vector<int64_t> TokenList(const json& j, const char* field, const std::stri
   return out;
 }
 
+void CheckKeys(const json& j, const std::string& where, std::initializer_list<const char*> known) {
+  for (const auto& [key, v] : j.items()) {
+    bool ok = false;
+    std::string list;
+    for (const char* k : known) {
+      ok = ok || key == k;
+      list += std::string(list.empty() ? "" : ", ") + k;
+    }
+    if (!ok) throw InvalidArgument(where + ": unknown field '" + key + "' (known: " + list + ")");
+  }
+}
+
+std::optional<double> OptionalNumber(const json& j, const char* field, const std::string& where) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) throw InvalidArgument(where + ": field '" + field + "' must be a number");
+  return it->get<double>();
+}
+
+std::vector<double> NumberList(const json& j, const char* field, const std::string& where) {
+  std::vector<double> out;
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return out;
+  if (!it->is_array()) throw InvalidArgument(where + ": field '" + field + "' must be a list of numbers");
+  for (size_t i = 0; i < it->size(); ++i) {
+    if (!(*it)[i].is_number()) {
+      throw InvalidArgument(where + ": " + field + "[" + std::to_string(i) + "] must be a number, got " +
+                            (*it)[i].dump());
+    }
+    out.push_back((*it)[i].get<double>());
+  }
+  return out;
+}
+
+Sequence PromptCompletion(const std::vector<int64_t>& prompt, const std::vector<int64_t>& completion) {
+  Sequence s;
+  s.tokens = prompt;
+  s.tokens.insert(s.tokens.end(), completion.begin(), completion.end());
+  s.loss_mask.assign(prompt.size(), 0);
+  s.loss_mask.resize(s.tokens.size(), 1);
+  return s;
+}
+
+// Per-completion-token values placed at the completion's positions of the sequence.
+std::vector<double> AlignToSequence(const std::vector<double>& values, size_t prompt_len) {
+  std::vector<double> out(prompt_len, 0.0);
+  out.insert(out.end(), values.begin(), values.end());
+  return out;
+}
+
 }  // namespace
+
+std::vector<Sequence> ParseDpoExample(const json& j, const std::string& where, int64_t group) {
+  if (!j.is_object()) throw InvalidArgument(where + ": expected a JSON object");
+  CheckKeys(j, where, {"prompt", "chosen", "rejected", "ref_chosen_logp", "ref_rejected_logp"});
+  auto prompt = TokenList(j, "prompt", where);
+  auto chosen = TokenList(j, "chosen", where);
+  auto rejected = TokenList(j, "rejected", where);
+  if (chosen.empty()) throw InvalidArgument(where + ": field 'chosen' is empty");
+  if (rejected.empty()) throw InvalidArgument(where + ": field 'rejected' is empty");
+  if (prompt.empty()) throw InvalidArgument(where + ": field 'prompt' is empty (a completion needs a token before it)");
+  auto ref_c = OptionalNumber(j, "ref_chosen_logp", where);
+  auto ref_r = OptionalNumber(j, "ref_rejected_logp", where);
+  if (ref_c.has_value() != ref_r.has_value()) {
+    throw InvalidArgument(where + ": give both ref_chosen_logp and ref_rejected_logp, or neither");
+  }
+  std::vector<Sequence> out{PromptCompletion(prompt, chosen), PromptCompletion(prompt, rejected)};
+  for (int role = 0; role < 2; ++role) {
+    out[role].group = group;
+    out[role].role = role;
+    if (ref_c) out[role].ref_logp = role == 0 ? *ref_c : *ref_r;
+  }
+  return out;
+}
+
+std::vector<Sequence> ParseGrpoExample(const json& j, const std::string& where, int64_t group) {
+  if (!j.is_object()) throw InvalidArgument(where + ": expected a JSON object");
+  CheckKeys(j, where, {"prompt", "completions"});
+  auto prompt = TokenList(j, "prompt", where);
+  if (prompt.empty()) throw InvalidArgument(where + ": field 'prompt' is empty (a completion needs a token before it)");
+  auto it = j.find("completions");
+  if (it == j.end() || !it->is_array()) throw InvalidArgument(where + ": missing field 'completions' (a list)");
+  if (it->empty()) throw InvalidArgument(where + ": field 'completions' is empty");
+  std::vector<Sequence> out;
+  for (size_t c = 0; c < it->size(); ++c) {
+    const std::string w = where + ": completions[" + std::to_string(c) + "]";
+    const auto& cj = (*it)[c];
+    if (!cj.is_object()) throw InvalidArgument(w + ": expected a JSON object");
+    CheckKeys(cj, w, {"tokens", "reward", "logprobs", "advantages"});
+    auto tokens = TokenList(cj, "tokens", w);
+    if (tokens.empty()) throw InvalidArgument(w + ": field 'tokens' is empty");
+    auto reward = OptionalNumber(cj, "reward", w);
+    auto logprobs = NumberList(cj, "logprobs", w);
+    auto advantages = NumberList(cj, "advantages", w);
+    if (!reward && advantages.empty()) throw InvalidArgument(w + ": missing field 'reward'");
+    if (reward && !std::isfinite(*reward)) throw InvalidArgument(w + ": reward is not finite");
+    for (const auto& [name, values] : {std::pair<const char*, const std::vector<double>*>{"logprobs", &logprobs},
+                                       {"advantages", &advantages}}) {
+      if (!values->empty() && values->size() != tokens.size()) {
+        throw InvalidArgument(w + ": " + name + " has " + std::to_string(values->size()) +
+                              " entries but the completion has " + std::to_string(tokens.size()) + " tokens");
+      }
+      for (size_t i = 0; i < values->size(); ++i) {
+        if (!std::isfinite((*values)[i])) {
+          throw InvalidArgument(w + ": " + name + "[" + std::to_string(i) + "] is not finite");
+        }
+      }
+    }
+    Sequence s = PromptCompletion(prompt, tokens);
+    s.group = group;
+    s.reward = reward.value_or(0.0);
+    if (!logprobs.empty()) s.sampler_logprobs = AlignToSequence(logprobs, prompt.size());
+    if (!advantages.empty()) s.advantages = AlignToSequence(advantages, prompt.size());
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<Sequence> ReadExamples(const std::string& path, const std::string& objective) {
+  if (objective == "sft") return ReadSftJsonl(path);
+  if (objective != "dpo" && objective != "grpo") {
+    throw InvalidArgument("no data format for objective '" + objective + "' (known: sft, dpo, grpo)");
+  }
+  std::vector<Sequence> out;
+  int64_t group = 0;
+  for (const auto& l : ReadJsonl(path)) {
+    const std::string where = path + ":" + std::to_string(l.line);
+    auto seqs = objective == "dpo" ? ParseDpoExample(l.value, where, group) : ParseGrpoExample(l.value, where, group);
+    ++group;
+    for (auto& s : seqs) out.push_back(std::move(s));
+  }
+  return out;
+}
 
 Sequence ParseSftExample(const json& j, const std::string& where) {
   if (!j.is_object()) throw InvalidArgument(where + ": expected a JSON object");

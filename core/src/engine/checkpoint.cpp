@@ -36,12 +36,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
     grad = x.grad();
   }
   EmbeddingBackward(model, batch, grad);
-  StepResult r;
-  r.loss = head.loss;
-  r.targets = batch.num_targets();
-  r.tokens = (batch.sequence_ids >= 0).sum().item<int64_t>();
-  r.metrics = objective.finish();
-  return r;
+  return MakeResult(objective, batch, head.loss);
 }
 
 }  // namespace streambp::engine

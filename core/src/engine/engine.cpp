@@ -67,12 +67,7 @@ StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective
   for (auto& layer : m.layer_list) x = engine::StreamLayerForward(*layer, x, rope, batch, chunk, window);
   auto head = engine::HeadForwardBackward(m, x, batch, objective,
                                           std::clamp<int64_t>(logits_chunk, 1, T), false);
-  StepResult r;
-  r.loss = head.loss;
-  r.targets = batch.num_targets();
-  r.tokens = (batch.sequence_ids >= 0).sum().item<int64_t>();
-  r.metrics = objective.finish();
-  return r;
+  return engine::MakeResult(objective, batch, head.loss);
 }
 
 namespace engine {
@@ -95,6 +90,14 @@ void ValidateBatch(const CausalLMImpl& model, const Batch& batch) {
     throw InvalidArgument("batch: token id " + std::to_string(lo < 0 ? lo : hi) +
                           " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
   }
+}
+
+StepResult MakeResult(const Objective& objective, const Batch& batch, double chunk_loss_sum) {
+  StepResult r;
+  r.loss = objective.batch_loss().value_or(chunk_loss_sum);
+  r.targets = batch.num_targets();
+  r.tokens = (batch.sequence_ids >= 0).sum().item<int64_t>();
+  return r;
 }
 
 Rope SliceRope(const Rope& rope, int64_t s, int64_t e) {

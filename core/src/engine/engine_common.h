@@ -27,6 +27,10 @@ struct HeadResult {
 HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
                                Objective& objective, int64_t chunk, bool want_grad);
 
+/// The step result of a micro-batch: the loss (the objective's batch_loss() when it has
+/// one, else the sum of the chunk terms) and token counts.
+StepResult MakeResult(const Objective& objective, const Batch& batch, double chunk_loss_sum);
+
 /// Backprop `grad` through the embedding of batch.input_ids.
 void EmbeddingBackward(CausalLMImpl& model, const Batch& batch, const torch::Tensor& grad);
 

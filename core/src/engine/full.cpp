@@ -18,13 +18,9 @@ StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objectiv
     objective.end_sequence_pass();
   }
   auto loss = objective.chunk_loss(MakeChunk(batch, logits, 0, T));
-  StepResult r;
-  r.loss = loss.item<double>();
+  const double loss_value = loss.item<double>();
   loss.backward();
-  r.targets = batch.num_targets();
-  r.tokens = (batch.sequence_ids >= 0).sum().item<int64_t>();
-  r.metrics = objective.finish();
-  return r;
+  return MakeResult(objective, batch, loss_value);
 }
 
 }  // namespace streambp::engine

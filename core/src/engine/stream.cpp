@@ -108,12 +108,7 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
     inputs[i] = torch::Tensor();
   }
   EmbeddingBackward(model, batch, grad);
-  StepResult r;
-  r.loss = head.loss;
-  r.targets = batch.num_targets();
-  r.tokens = (batch.sequence_ids >= 0).sum().item<int64_t>();
-  r.metrics = objective.finish();
-  return r;
+  return MakeResult(objective, batch, head.loss);
 }
 
 }  // namespace streambp::engine

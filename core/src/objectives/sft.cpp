@@ -12,8 +12,9 @@ class SftObjective final : public Objective {
   explicit SftObjective(const SftOptions& options) : options_(options) {}
   std::string name() const override { return "sft"; }
 
-  void begin(const Batch& batch) override {
-    const int64_t targets = batch.num_targets();
+  void prepare(const std::vector<Sequence>& step) override {
+    int64_t targets = 0;
+    for (const auto& s : step) targets += s.num_targets();
     if (options_.normalizer > 0) {
       normalizer_ = options_.normalizer;
     } else if (targets > 0) {
@@ -25,6 +26,11 @@ class SftObjective final : public Objective {
     }
     correct_ = 0;
     counted_ = 0;
+    prepared_ = true;
+  }
+
+  void begin(const Batch& batch) override {
+    if (!prepared_) prepare(batch.sequences);
   }
 
   torch::Tensor chunk_loss(const LogitsChunk& chunk) override {
@@ -43,6 +49,7 @@ class SftObjective final : public Objective {
   }
 
   Metrics finish() override {
+    prepared_ = false;
     return {{"token_accuracy", counted_ ? static_cast<double>(correct_) / counted_ : 0.0},
             {"normalizer", normalizer_}};
   }
@@ -52,6 +59,7 @@ class SftObjective final : public Objective {
   double normalizer_ = 1.0;
   int64_t correct_ = 0;
   int64_t counted_ = 0;
+  bool prepared_ = false;
 };
 
 }  // namespace
