@@ -1,6 +1,6 @@
 # Warnings for the project's own targets only (third-party headers are included as SYSTEM).
 function(streambp_warnings target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
   if(STREAMBP_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()

@@ -57,4 +57,11 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
 StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective,
                        int64_t logits_chunk = kDefaultLogitsChunk);
 
+/// Per-token log-probabilities without gradients: [B, T] float64 CPU, where entry (r, t)
+/// is log p(token t+1 | tokens <= t) of the sequence at (r, t), with logits divided by
+/// `temperature`, and 0 where position t has no next token of its own sequence (the last
+/// token of a sequence, padding). Computed chunk by chunk: no T x T scores, no T x V logits.
+torch::Tensor TokenLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk = kDefaultLogitsChunk,
+                            double temperature = 1.0);
+
 }  // namespace streambp

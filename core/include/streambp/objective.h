@@ -86,6 +86,54 @@ struct SftOptions {
 };
 std::unique_ptr<Objective> MakeSftObjective(const SftOptions& options);
 
+/// dpo: pairs of sequences (group = pair, role 0 chosen / 1 rejected; loss on the
+/// completion). With S = summed log-prob of the completion under the policy and R under
+/// the reference (ref_logp, or the sum of ref_logprobs), z = (S_c - S_r) - (R_c - R_r):
+///   sigmoid: -(1-ls) log s(beta z) - ls log s(-beta z)        (ls = label_smoothing)
+///   ipo:     (z - 1/(2 beta))^2 with S and R divided by the completion length (as TRL)
+///   hinge:   relu(1 - beta z)
+///   robust:  (-(1-ls) log s(beta z) + ls log s(-beta z)) / (1 - 2 ls)
+/// averaged over the pairs of the step (or divided by `normalizer`). Two passes: a no-grad
+/// pass for S, then the gradient pass with per-sequence weights dL/dS.
+struct DpoOptions {
+  double beta = 0.1;                  ///< inverse temperature of the implicit reward
+  std::string loss_type = "sigmoid";  ///< sigmoid | ipo | hinge | robust
+  double label_smoothing = 0.0;       ///< sigmoid and robust: assumed label noise, in [0, 0.5)
+  double normalizer = 0.0;            ///< pairs of the whole step; 0 = pairs given to prepare()
+};
+std::unique_ptr<Objective> MakeDpoObjective(const DpoOptions& options);
+
+/// grpo: groups of completions of one prompt (group id per sequence; loss on the
+/// completion). Per completion token t of sequence i, with logp under logits/temperature:
+///   A      advantage: given per token, or (r_i - mean_g) / (std + 1e-4) with the group's
+///          unbiased std (scale_rewards=group), the step's (batch), or r_i - mean_g (none)
+///   ratio  exp(logp - old); old = the sampler's log-probs (old_logprobs=sampler) or the
+///          detached current ones (current); importance_sampling_level=sequence uses the
+///          completion's mean log-ratio for all its tokens (GSPO)
+///   l_t  = -min(ratio A, clip(ratio, 1-epsilon_low, 1+epsilon_high) A)
+///          x min(exp(logp_detached - sampler), tis_cap)  when sampler log-probs are given,
+///            old_logprobs=current and tis_cap > 0 (truncated importance sampling)
+///          + beta (exp(ref - logp) - (ref - logp) - 1)      (k3 KL to the reference)
+/// aggregated by loss_type: grpo (mean over each completion's tokens, then over
+/// completions), bnpo / dapo (sum over the step's completion tokens / their number),
+/// dr_grpo (sum / (completions x max_completion_length)). `normalizer` > 0 replaces the
+/// denominator (completions for grpo, tokens for bnpo/dapo, completions x length for dr_grpo).
+struct GrpoOptions {
+  double beta = 0.0;              ///< weight of the k3 KL to the reference (0: no reference needed)
+  double epsilon_low = 0.2;       ///< lower clip of the ratio: 1 - epsilon_low
+  double epsilon_high = 0.28;     ///< upper clip of the ratio: 1 + epsilon_high
+  std::string loss_type = "dapo";  ///< grpo | bnpo | dr_grpo | dapo
+  std::string scale_rewards = "group";  ///< group | batch | none
+  std::string importance_sampling_level = "token";  ///< token | sequence (GSPO)
+  double temperature = 1.0;       ///< logits are divided by it (use the sampler's)
+  std::string old_logprobs = "current";  ///< current | sampler
+  double tis_cap = 2.0;           ///< cap of the trainer/sampler importance weight; 0 = off
+  double max_completion_length = 0.0;  ///< dr_grpo; 0 = the longest completion of the step
+  double normalizer = 0.0;        ///< see above; 0 = computed from the step
+  bool entropy = true;            ///< report the mean token entropy (costs one softmax per chunk)
+};
+std::unique_ptr<Objective> MakeGrpoObjective(const GrpoOptions& options);
+
 /// Registry of objectives by name. Factories take the objective's JSON options (an
 /// unknown key is InvalidArgument).
 using ObjectiveFactory = std::unique_ptr<Objective> (*)(const nlohmann::json& options);

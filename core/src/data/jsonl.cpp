@@ -220,7 +220,7 @@ std::vector<JsonLine> ReadJsonl(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       out.push_back({n, json::parse(line)});
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse errors, and numbers out of range (1e999)
       throw InvalidArgument(path + ":" + std::to_string(n) + ": not valid JSON (" + e.what() + ")");
     }
   }

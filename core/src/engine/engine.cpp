@@ -54,20 +54,55 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
   throw InvalidArgument("unknown engine");
 }
 
-StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective, int64_t logits_chunk) {
-  engine::ValidateBatch(*model, batch);
+namespace {
+
+// Final hidden states of the batch without a graph, computed the StreamBP way (K/V once
+// per layer, queries chunk by chunk) so no T x T scores exist.
+torch::Tensor HiddenStates(CausalLMImpl& m, const Batch& batch) {
   torch::NoGradGuard no_grad;
-  const int64_t T = batch.length();
-  const int64_t chunk = ResolveChunks({EngineKind::kStream, 0, -1}, T).chunk;
-  objective.begin(batch);
-  auto& m = *model;
+  const int64_t chunk = ResolveChunks({EngineKind::kStream, 0, -1}, batch.length()).chunk;
   auto x = m.embed(batch.input_ids);
   auto rope = m.rotary().tables(batch.position_ids, x);
   const int64_t window = m.config().sliding_window.value_or(0);
   for (auto& layer : m.layer_list) x = engine::StreamLayerForward(*layer, x, rope, batch, chunk, window);
-  auto head = engine::HeadForwardBackward(m, x, batch, objective,
-                                          std::clamp<int64_t>(logits_chunk, 1, T), false);
+  return x;
+}
+
+}  // namespace
+
+StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective, int64_t logits_chunk) {
+  engine::ValidateBatch(*model, batch);
+  torch::NoGradGuard no_grad;
+  objective.begin(batch);
+  auto h = HiddenStates(*model, batch);
+  auto head = engine::HeadForwardBackward(*model, h, batch, objective,
+                                          std::clamp<int64_t>(logits_chunk, 1, batch.length()), false);
   return engine::MakeResult(objective, batch, head.loss);
+}
+
+torch::Tensor TokenLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk, double temperature) {
+  engine::ValidateBatch(*model, batch);
+  if (!(temperature > 0)) throw InvalidArgument("temperature must be > 0");
+  torch::NoGradGuard no_grad;
+  auto h = HiddenStates(*model, batch);
+  const int64_t T = batch.length();
+  const int64_t chunk = std::clamp<int64_t>(logits_chunk > 0 ? logits_chunk : kDefaultLogitsChunk, 1, T);
+  auto out = torch::zeros({batch.rows(), T}, torch::kFloat64);
+  // Position t has a next token of its own sequence: t + 1 in the same sequence.
+  auto seq = batch.sequence_ids.cpu();
+  auto valid = torch::zeros({batch.rows(), T}, torch::kBool);
+  if (T > 1) {
+    valid.slice(1, 0, T - 1).copy_((seq.slice(1, 0, T - 1) == seq.slice(1, 1, T)) & (seq.slice(1, 0, T - 1) >= 0));
+  }
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    auto logits = model->logits(h.slice(1, s, e));
+    if (temperature != 1.0) logits = logits / temperature;
+    auto target = batch.targets.slice(1, s, e).unsqueeze(-1);
+    auto logp = logits.gather(-1, target).squeeze(-1) - logits.logsumexp(-1);
+    out.slice(1, s, e).copy_(logp.to(torch::kFloat64).cpu());
+  }
+  return out.masked_fill_(valid.logical_not(), 0.0);
 }
 
 namespace engine {

@@ -5,6 +5,7 @@
 
 #include "streambp/error.h"
 #include "streambp/objective.h"
+#include "common.h"
 
 namespace streambp {
 namespace {
@@ -19,21 +20,43 @@ std::map<std::string, ObjectiveFactory>& Registry() {
 }
 
 std::unique_ptr<Objective> CreateSft(const nlohmann::json& options) {
+  objectives::OptionReader r("sft", options);
   SftOptions o;
-  if (!options.is_null() && !options.is_object()) {
-    throw InvalidArgument("sft options must be a JSON object");
-  }
-  for (const auto& [key, value] : options.items()) {
-    if (key == "normalizer") {
-      if (!value.is_number() || value.get<double>() < 0) {
-        throw InvalidArgument("sft option 'normalizer' must be a number >= 0");
-      }
-      o.normalizer = value.get<double>();
-    } else {
-      throw InvalidArgument("sft: unknown option '" + key + "' (known: normalizer)");
-    }
-  }
+  o.normalizer = r.number("normalizer", o.normalizer);
+  r.done();
+  if (o.normalizer < 0) throw InvalidArgument("sft: normalizer must be >= 0");
   return MakeSftObjective(o);
+}
+
+std::unique_ptr<Objective> CreateDpo(const nlohmann::json& options) {
+  objectives::OptionReader r("dpo", options);
+  DpoOptions o;
+  o.beta = r.number("beta", o.beta);
+  o.loss_type = r.choice("loss_type", o.loss_type, {"sigmoid", "ipo", "hinge", "robust"});
+  o.label_smoothing = r.number("label_smoothing", o.label_smoothing);
+  o.normalizer = r.number("normalizer", o.normalizer);
+  r.done();
+  return MakeDpoObjective(o);
+}
+
+std::unique_ptr<Objective> CreateGrpo(const nlohmann::json& options) {
+  objectives::OptionReader r("grpo", options);
+  GrpoOptions o;
+  o.beta = r.number("beta", o.beta);
+  o.epsilon_low = r.number("epsilon_low", o.epsilon_low);
+  o.epsilon_high = r.number("epsilon_high", o.epsilon_high);
+  o.loss_type = r.choice("loss_type", o.loss_type, {"grpo", "bnpo", "dr_grpo", "dapo"});
+  o.scale_rewards = r.choice("scale_rewards", o.scale_rewards, {"group", "batch", "none"});
+  o.importance_sampling_level =
+      r.choice("importance_sampling_level", o.importance_sampling_level, {"token", "sequence"});
+  o.temperature = r.number("temperature", o.temperature);
+  o.old_logprobs = r.choice("old_logprobs", o.old_logprobs, {"current", "sampler"});
+  o.tis_cap = r.number("tis_cap", o.tis_cap);
+  o.max_completion_length = r.number("max_completion_length", o.max_completion_length);
+  o.normalizer = r.number("normalizer", o.normalizer);
+  o.entropy = r.boolean("entropy", o.entropy);
+  r.done();
+  return MakeGrpoObjective(o);
 }
 
 }  // namespace
@@ -45,6 +68,8 @@ void RegisterObjective(const std::string& name, ObjectiveFactory factory) {
 
 void RegisterBuiltinObjectives() {
   RegisterObjective("sft", &CreateSft);
+  RegisterObjective("dpo", &CreateDpo);
+  RegisterObjective("grpo", &CreateGrpo);
 }
 
 std::vector<std::string> ObjectiveNames() {

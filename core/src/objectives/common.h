@@ -1,0 +1,81 @@
+#pragma once
+// Helpers shared by the objectives (internal to streambp_core).
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "streambp/error.h"
+#include "streambp/objective.h"
+
+namespace streambp::objectives {
+
+/// log p(target) of every position of a chunk: logit[target] - logsumexp(logits), on the
+/// graph of `logits` (one extra B x c tensor, no second B x c x V one).
+inline torch::Tensor TargetLogprobs(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1);
+}
+
+/// Sums values [B, c] into [n] by sequence id (ids of -1, padding, are dropped).
+inline torch::Tensor SumPerSequence(const torch::Tensor& values, const torch::Tensor& sequence_ids, int64_t n) {
+  auto ids = sequence_ids.reshape(-1);
+  auto v = values.reshape(-1);
+  auto keep = ids >= 0;
+  auto out = torch::zeros({n}, v.options());
+  return out.index_add(0, ids.masked_select(keep), v.masked_select(keep));
+}
+
+/// Gathers per-sequence values [n] onto positions [B, c] (0 at padding).
+inline torch::Tensor PerPosition(const torch::Tensor& per_sequence, const torch::Tensor& sequence_ids) {
+  auto ids = sequence_ids.clamp_min(0);
+  auto out = per_sequence.index({ids.reshape(-1)}).view(sequence_ids.sizes());
+  return out.masked_fill(sequence_ids < 0, 0.0);
+}
+
+/// Reads typed options from a JSON object, rejecting unknown keys with the known ones listed.
+class OptionReader {
+ public:
+  OptionReader(const std::string& objective, const nlohmann::json& options);
+  double number(const char* key, double fallback);
+  bool boolean(const char* key, bool fallback);
+  std::string choice(const char* key, const std::string& fallback, std::initializer_list<const char*> allowed);
+  /// Throws InvalidArgument for any key not read.
+  void done() const;
+
+ private:
+  std::string objective_;
+  nlohmann::json options_;
+  std::vector<std::string> known_;
+};
+
+/// Running sums for metrics over the micro-batches of a step.
+class MetricSums {
+ public:
+  void add(const std::string& name, double sum, double count) {
+    auto& e = sums_[name];
+    e.first += sum;
+    e.second += count;
+  }
+  void max(const std::string& name, double value) {
+    auto it = maxima_.find(name);
+    if (it == maxima_.end() || value > it->second) maxima_[name] = value;
+  }
+  Metrics means() const {
+    Metrics m;
+    for (const auto& [k, v] : sums_) m[k] = v.second > 0 ? v.first / v.second : 0.0;
+    for (const auto& [k, v] : maxima_) m[k] = v;
+    return m;
+  }
+  void clear() {
+    sums_.clear();
+    maxima_.clear();
+  }
+
+ private:
+  std::map<std::string, std::pair<double, double>> sums_;
+  std::map<std::string, double> maxima_;
+};
+
+}  // namespace streambp::objectives
