@@ -74,19 +74,63 @@ std::string FormatMetrics(const Metrics& metrics) {
 
 // A reproducible batch: `count` sequences of random tokens, the longest `seq_len`, the
 // others shorter, each with a prompt part that is not trained on.
-std::vector<Sequence> SyntheticSequences(int64_t count, int64_t seq_len, int64_t vocab, uint64_t seed) {
+std::vector<Sequence> SyntheticSequences(const std::string& objective, int64_t count, int64_t seq_len,
+                                         int64_t vocab, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  std::vector<Sequence> out;
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t n = std::max<int64_t>(2, seq_len - i * seq_len / (2 * std::max<int64_t>(count, 1)));
+  auto random_tokens = [&](int64_t n) {
     auto ids = at::randint(0, vocab, {n}, gen, torch::kInt64);
-    Sequence s;
-    s.tokens.assign(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n);
-    s.loss_mask.assign(n, 1);
-    for (int64_t t = 0; t < n / 4; ++t) s.loss_mask[t] = 0;
-    out.push_back(std::move(s));
+    return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n);
+  };
+  std::vector<Sequence> out;
+  if (objective == "sft") {
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t n = std::max<int64_t>(2, seq_len - i * seq_len / (2 * std::max<int64_t>(count, 1)));
+      Sequence s;
+      s.tokens = random_tokens(n);
+      s.loss_mask.assign(n, 1);
+      for (int64_t t = 0; t < n / 4; ++t) s.loss_mask[t] = 0;
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+  // dpo: `count` pairs; grpo: one group of max(count, 2) completions with spread rewards.
+  // Prompts take a quarter of the length, completions vary.
+  const int64_t prompt_len = std::max<int64_t>(1, seq_len / 4);
+  const int64_t units = objective == "dpo" ? count : 1;
+  const int64_t per_unit = objective == "dpo" ? 2 : std::max<int64_t>(count, 2);
+  for (int64_t u = 0; u < units; ++u) {
+    const auto prompt = random_tokens(prompt_len);
+    for (int64_t k = 0; k < per_unit; ++k) {
+      const int64_t n = std::max<int64_t>(1, seq_len - prompt_len - k * (seq_len - prompt_len) / (2 * per_unit));
+      Sequence s;
+      s.tokens = prompt;
+      const auto completion = random_tokens(n);
+      s.tokens.insert(s.tokens.end(), completion.begin(), completion.end());
+      s.loss_mask.assign(prompt.size(), 0);
+      s.loss_mask.resize(s.tokens.size(), 1);
+      s.group = u;
+      s.role = objective == "dpo" ? static_cast<int>(k) : 0;
+      s.reward = static_cast<double>(k) / per_unit;
+      out.push_back(std::move(s));
+    }
   }
   return out;
+}
+
+// Objectives that compare with a reference (DPO; GRPO with beta > 0) get reference
+// log-probs from the model itself, as it is before any training step.
+void FillReferenceFromModel(CausalLM& model, Objective& objective, std::vector<Sequence>& sequences) {
+  if (!objective.needs_reference(sequences)) return;
+  auto batch = MakeBatch(sequences, Layout::kRightPad);
+  auto logp = TokenLogprobs(model, batch);
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    auto where = (batch.sequence_ids == static_cast<int64_t>(i)).nonzero();
+    const int64_t row = where[0][0].item<int64_t>(), start = where[0][1].item<int64_t>();
+    auto& s = sequences[i];
+    s.ref_logprobs.assign(s.tokens.size(), 0.0);
+    for (size_t t = 1; t < s.tokens.size(); ++t) s.ref_logprobs[t] = logp[row][start + t - 1].item<double>();
+  }
+  std::printf("reference log-probs: computed with the model itself (its weights before any step)\n");
 }
 
 }  // namespace
@@ -107,6 +151,7 @@ int Grad(const GradArgs& args) {
   auto objective = MakeObjective(args.objective, args.objective_options);
   auto sequences = ReadExamples(args.data, args.objective);
   ValidateSequences(sequences, m.model->config().vocab_size);
+  FillReferenceFromModel(m.model, *objective, sequences);
   auto batch = MakeBatch(sequences, ParseLayout(args.layout));
   EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk};
   auto t0 = std::chrono::steady_clock::now();
@@ -135,9 +180,11 @@ int Verify(const VerifyArgs& args) {
   const auto dtype = ParseDtype(args.model.dtype);
   const auto& config = m.model->config();
   std::vector<Sequence> sequences =
-      args.data.empty() ? SyntheticSequences(args.batch, args.seq_len, config.vocab_size, args.data_seed)
+      args.data.empty()
+          ? SyntheticSequences(args.objective, args.batch, args.seq_len, config.vocab_size, args.data_seed)
                         : ReadExamples(args.data, args.objective);
   ValidateSequences(sequences, config.vocab_size);
+  FillReferenceFromModel(m.model, *MakeObjective(args.objective, args.objective_options), sequences);
   auto batch = MakeBatch(sequences, ParseLayout(args.layout));
   const int64_t T = batch.length();
   const double tolerance = args.tolerance > 0 ? args.tolerance : GradientTolerance(dtype);

@@ -30,6 +30,23 @@ done
 out="$("$server" verify --model "$dir/model" --data "$dir/data.jsonl" --dtype float64 --layout packed)" \
   || fail "verify float64: $out"
 grep -q "PASS" <<<"$out" || fail "verify did not say PASS"
+# DPO and GRPO, synthetic and from files, with options.
+for args in "--objective dpo" "--objective dpo --objective-options {\"loss_type\":\"ipo\"}" \
+            "--objective grpo" "--objective grpo --objective-options {\"beta\":0.04,\"importance_sampling_level\":\"sequence\"}"; do
+  # shellcheck disable=SC2086
+  out="$("$server" verify --dtype float64 --seq-len 24 --batch 3 --layout packed $args)" || fail "verify $args: $out"
+  grep -q "PASS" <<<"$out" || fail "verify $args did not pass"
+done
+printf '{"prompt":[1,2,3],"chosen":[4,5],"rejected":[6,7,8]}\n{"prompt":[9],"chosen":[10],"rejected":[11,12],"ref_chosen_logp":-3.5,"ref_rejected_logp":-6.0}\n' > "$dir/dpo.jsonl"
+"$server" grad --model "$dir/model" --data "$dir/dpo.jsonl" --objective dpo --out "$dir/g_dpo.safetensors" \
+  | grep -q "rewards/margins" || fail "grad dpo prints no metrics"
+printf '{"prompt":[1,2],"completions":[{"tokens":[3,4],"reward":1.0,"logprobs":[-5.5,-5.6]},{"tokens":[5],"reward":0.0,"logprobs":[-5.4]}]}\n' > "$dir/grpo.jsonl"
+"$server" grad --model "$dir/model" --data "$dir/grpo.jsonl" --objective grpo --out "$dir/g_grpo.safetensors" \
+  | grep -q "is_ratio/mean" || fail "grad grpo does not apply the importance-sampling correction"
+expect_error "alone in its group" "$server" grad --model "$dir/model" --objective grpo --out "$dir/x.safetensors" \
+  --data <(echo '{"prompt":[1],"completions":[{"tokens":[3],"reward":1}]}')
+expect_error "unknown option 'betta'" "$server" verify --objective dpo --objective-options '{"betta":1}'
+
 # A tolerance nothing can meet must fail (the check can fail).
 if "$server" verify --model "$dir/model" --dtype float32 --seq-len 16 --tolerance 1e-300 >/dev/null; then
   fail "verify passed an impossible tolerance"
