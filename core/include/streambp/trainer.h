@@ -1,0 +1,160 @@
+#pragma once
+/// The Trainer: a model, its optimizer state, its learning-rate schedule and (optionally) a
+/// frozen reference model, driven one step at a time (DESIGN §5-§7):
+///   forward_backward(sequences, objective)   accumulate gradients (any number of calls)
+///   optim_step()                             clip, schedule, update; policy version += 1
+///   train_step(sequences, objective)         both
+/// and saved / restored as a whole, bit-exactly (save_checkpoint / LoadCheckpoint).
+///
+/// Lifecycle and ownership: built only by Create() or LoadCheckpoint() (never half-built);
+/// owns the model, the reference model and the optimizer state. Not thread-safe: one
+/// thread (the device owner) calls it at a time.
+///
+/// Failure semantics: input is validated before anything runs, so bad input leaves
+/// everything as it was. A forward_backward that fails after computing started (out of
+/// memory, a bad side input found late) clears ALL pending gradients, including those of
+/// earlier calls since the last optim_step, and rethrows: the caller starts the step over.
+/// An optim_step that sees a non-finite loss (since the last step) or a non-finite gradient
+/// norm changes no weight and no optimizer state, clears the gradients and reports the step
+/// as skipped; skipped steps do not advance step() or policy_version().
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Generator.h>
+#include <nlohmann/json_fwd.hpp>
+
+#include "streambp/batch.h"
+#include "streambp/engine.h"
+#include "streambp/model.h"
+#include "streambp/objective.h"
+#include "streambp/optimizer.h"
+
+namespace streambp {
+
+/// Where reference log-probs come from when an objective needs them and the sequences do
+/// not carry them.
+struct ReferenceOptions {
+  bool use_reference_model = true;  ///< keep a frozen reference model (costs one model's memory)
+  std::string dir;                  ///< HF folder of the reference; empty = the initial weights
+
+  static ReferenceOptions FromJson(const nlohmann::json& j);
+  nlohmann::json ToJson() const;
+};
+
+struct TrainerOptions {
+  OptimizerOptions optimizer;    ///< adamw | sgd and its hyper-parameters
+  ScheduleOptions schedule;      ///< learning-rate multiplier per step
+  double max_grad_norm = 1.0;    ///< clip the total L2 norm of the gradients to this; 0 = off
+  EngineOptions engine;          ///< backward engine and its chunk sizes
+  Layout layout = Layout::kPacked;  ///< how sequences are laid out in rows
+  int64_t micro_batch_tokens = 0;   ///< padded tokens per micro-batch; 0 = whole batch at once
+  int64_t max_sequence_length = 0;  ///< longer sequences are refused; 0 = no limit
+  ReferenceOptions reference;       ///< the frozen reference model
+  uint64_t seed = 0;                ///< seed of the trainer's random generator
+
+  /// Throws InvalidArgument naming the bad field.
+  void Validate() const;
+  /// Every field is optional; an unknown key (at any level) is InvalidArgument naming it,
+  /// e.g. "trainer options: unknown key 'optimizer.betass'".
+  static TrainerOptions FromJson(const nlohmann::json& j);
+  nlohmann::json ToJson() const;
+};
+
+/// JSON of engine options: {"kind": "stream", "chunk": 0, "logits_chunk": -1,
+/// "recompute_kv_per_chunk": false}; unknown keys are InvalidArgument.
+EngineOptions EngineOptionsFromJson(const nlohmann::json& j);
+nlohmann::json EngineOptionsToJson(const EngineOptions& options);
+
+struct OptimResult {
+  double lr = 0.0;         ///< learning rate of this step (the one it would have used, if skipped)
+  double grad_norm = 0.0;  ///< total L2 norm of the gradients before clipping (float64)
+  bool skipped = false;    ///< true when nothing was applied
+  std::string reason;      ///< why it was skipped: "non-finite loss" | "non-finite gradient norm"
+  int64_t step = 0;        ///< step() after this call
+};
+
+struct TrainResult {
+  StepResult forward;  ///< loss, token counts and the objective's metrics
+  OptimResult optim;
+};
+
+class Trainer {
+ public:
+  /// Takes the model (its parameters become the trained weights). Validates `options`
+  /// (InvalidArgument), makes the reference model (a frozen copy of the model, or loaded
+  /// from options.reference.dir) and the optimizer state.
+  static std::unique_ptr<Trainer> Create(CausalLM model, const TrainerOptions& options);
+
+  /// Restores a checkpoint written by save_checkpoint(). The manifest is verified first (a
+  /// missing file, or a size or SHA-256 mismatch, is InvalidArgument naming the file), then
+  /// everything is read; nothing outside the new Trainer is changed. `override` replaces the
+  /// saved options (e.g. another lr or schedule); the weights, optimizer state, step, policy
+  /// version and random generator are always the saved ones.
+  static std::unique_ptr<Trainer> LoadCheckpoint(const std::string& dir,
+                                                 const TrainerOptions* override = nullptr);
+
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Validates `sequences` (token ids, mask lengths, max length), fills reference log-probs
+  /// when the objective needs them (reference model, chunk by chunk), then runs
+  /// objective.prepare(sequences) and every micro-batch through the engine, adding to the
+  /// pending gradients. Returns the summed loss, token counts and objective.finish()'s
+  /// metrics. Throws InvalidArgument for bad input (nothing changed), and InvalidArgument
+  /// "... needs reference log-probs ..." when the objective needs reference log-probs that
+  /// neither the input nor a reference model gives.
+  StepResult forward_backward(const std::vector<Sequence>& sequences, Objective& objective);
+
+  /// Applies the pending gradients: norm, non-finite check, clipping, schedule, update;
+  /// then clears the gradients and advances step() and policy_version() (unless skipped).
+  /// Throws FailedPrecondition when there are no pending gradients.
+  OptimResult optim_step();
+
+  /// forward_backward then optim_step.
+  TrainResult train_step(const std::vector<Sequence>& sequences, Objective& objective);
+
+  /// Drops the pending gradients (and the non-finite loss flag).
+  void zero_gradients();
+  bool has_pending_gradients() const { return pending_; }
+
+  /// Writes the whole state to `dir` (replacing it atomically if it exists):
+  ///   config.json, model.safetensors   a Hugging Face model folder (LoadModel reads it)
+  ///   optimizer.safetensors            Optimizer::state() + "rng_state" (uint8)
+  ///   reference.safetensors            the reference weights, when there is a reference
+  ///   trainer_state.json               step, policy version, dtype, options
+  ///   manifest.json                    every other file with its size and SHA-256
+  /// Written to "<dir>.tmp-<pid>", each file and the folder fsynced, then renamed to dir.
+  /// Pending gradients are not saved (save between steps).
+  void save_checkpoint(const std::string& dir) const;
+
+  CausalLM& model() { return model_; }
+  const CausalLM& model() const { return model_; }
+  /// The frozen reference model; null when there is none.
+  const CausalLM& reference_model() const { return reference_; }
+  int64_t step() const { return step_; }                      ///< updates applied
+  int64_t policy_version() const { return policy_version_; }  ///< bumped by every update
+  const TrainerOptions& options() const { return options_; }
+  double current_lr() const;  ///< the learning rate the next optim_step() will use
+  const Optimizer& optimizer() const { return *optimizer_; }
+  /// The trainer's random generator (seeded by options().seed, saved in checkpoints).
+  at::Generator& generator() { return generator_; }
+
+ private:
+  Trainer(CausalLM model, CausalLM reference, const TrainerOptions& options);
+  std::vector<Sequence> with_reference_logprobs(const std::vector<Sequence>& sequences);
+
+  CausalLM model_;
+  CausalLM reference_;
+  TrainerOptions options_;
+  std::unique_ptr<Optimizer> optimizer_;
+  at::Generator generator_;
+  int64_t step_ = 0;
+  int64_t policy_version_ = 0;
+  bool pending_ = false;          // gradients accumulated since the last optim_step
+  bool nonfinite_loss_ = false;   // a non-finite loss was seen since the last optim_step
+};
+
+}  // namespace streambp

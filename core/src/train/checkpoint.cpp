@@ -1,0 +1,265 @@
+// Trainer checkpoints: one folder, written under a temporary name, fsynced and renamed;
+// verified against its manifest (size + SHA-256 of every file) before anything is read.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <ATen/core/Generator.h>
+#include <nlohmann/json.hpp>
+#include <openssl/sha.h>
+#include <torch/torch.h>
+
+#include "streambp/error.h"
+#include "streambp/safetensors.h"
+#include "streambp/trainer.h"
+#include "train_internal.h"
+
+namespace streambp {
+namespace train {
+
+std::string Sha256Hex(const std::string& bytes) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * SHA256_DIGEST_LENGTH);
+  for (unsigned char b : digest) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+}  // namespace train
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kFormat = "streambp-trainer-checkpoint";
+constexpr int kVersion = 1;
+constexpr const char* kManifest = "manifest.json";
+
+void FsyncDir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw Error(ErrorCode::kInternal, "cannot open folder " + dir.string() + ": " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw Error(ErrorCode::kInternal, "cannot fsync folder " + dir.string() + ": " + std::strerror(err));
+}
+
+// The folder path without a trailing separator ("ckpt/" -> "ckpt").
+fs::path CleanDir(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  if (p.empty()) throw InvalidArgument("checkpoint folder name is empty");
+  return p;
+}
+
+std::string ReadFileBytes(const fs::path& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InvalidArgument(what + " is missing (cannot open " + path.string() + ")");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw InvalidArgument(what + ": cannot read " + path.string());
+  return ss.str();
+}
+
+json ParseJson(const std::string& bytes, const std::string& what) {
+  try {
+    return json::parse(bytes);
+  } catch (const json::exception& e) {
+    throw InvalidArgument(what + " is not valid JSON: " + e.what());
+  }
+}
+
+// Reads every file the manifest lists and checks its size and SHA-256. Returns the bytes.
+std::map<std::string, std::string> ReadVerified(const fs::path& dir) {
+  const std::string where = "checkpoint " + dir.string() + ": ";
+  const auto manifest = ParseJson(ReadFileBytes(dir / kManifest, where + kManifest), where + kManifest);
+  const auto corrupt = [&](const std::string& why) {
+    return InvalidArgument(where + std::string(kManifest) + " is corrupt: " + why);
+  };
+  if (!manifest.is_object() || manifest.value("format", "") != kFormat) {
+    throw corrupt("not a streambp trainer checkpoint manifest");
+  }
+  if (!manifest.contains("files") || !manifest["files"].is_array()) throw corrupt("no 'files' list");
+  std::map<std::string, std::string> files;
+  for (const auto& entry : manifest["files"]) {
+    if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() ||
+        !entry.contains("size") || !entry["size"].is_number_unsigned() || !entry.contains("sha256") ||
+        !entry["sha256"].is_string()) {
+      throw corrupt("every file needs a name, a size and a sha256");
+    }
+    const auto name = entry["name"].get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
+        name == kManifest) {
+      throw corrupt("bad file name '" + name + "'");
+    }
+    auto bytes = ReadFileBytes(dir / name, where + name);
+    const auto size = entry["size"].get<uint64_t>();
+    if (bytes.size() != size) {
+      throw InvalidArgument(where + name + " has " + std::to_string(bytes.size()) + " bytes, the manifest says " +
+                            std::to_string(size) + " (truncated or modified)");
+    }
+    if (train::Sha256Hex(bytes) != entry["sha256"].get<std::string>()) {
+      throw InvalidArgument(where + name + " does not match its SHA-256 in the manifest (corrupt or modified)");
+    }
+    files[name] = std::move(bytes);
+  }
+  for (const char* required : {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json"}) {
+    if (!files.count(required)) throw corrupt(std::string(required) + " is not listed");
+  }
+  return files;
+}
+
+}  // namespace
+
+void Trainer::save_checkpoint(const std::string& dir) const {
+  const fs::path target = CleanDir(dir);
+  const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
+  const auto dtype = train::ModelDtype(*model_);
+
+  // The files, in memory first: their bytes are what the manifest describes.
+  std::vector<std::pair<std::string, std::string>> files;
+  auto config = model_->config();
+  config.torch_dtype = DtypeName(dtype);
+  files.emplace_back("config.json", config.ToJson().dump(2) + "\n");
+  files.emplace_back("model.safetensors", SerializeSafetensors(model_->hf_tensors(), {{"format", "pt"}}));
+  auto optimizer_state = optimizer_->state();
+  optimizer_state["rng_state"] = generator_.get_state().clone();
+  files.emplace_back("optimizer.safetensors",
+                     SerializeSafetensors(optimizer_state, {{"optimizer", options_.optimizer.name}}));
+  if (reference_) {
+    files.emplace_back("reference.safetensors", SerializeSafetensors(reference_->hf_tensors(), {{"format", "pt"}}));
+  }
+  const json state = {{"format", kFormat},
+                      {"version", kVersion},
+                      {"step", step_},
+                      {"policy_version", policy_version_},
+                      {"dtype", DtypeName(dtype)},
+                      {"has_reference", static_cast<bool>(reference_)},
+                      {"options", options_.ToJson()}};
+  files.emplace_back("trainer_state.json", state.dump(2) + "\n");
+  json manifest = {{"format", kFormat}, {"version", kVersion}, {"files", json::array()}};
+  for (const auto& [name, bytes] : files) {
+    manifest["files"].push_back({{"name", name}, {"size", bytes.size()}, {"sha256", train::Sha256Hex(bytes)}});
+  }
+
+  try {
+    if (!target.parent_path().empty()) fs::create_directories(target.parent_path());
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    for (const auto& [name, bytes] : files) WriteFileAtomic((tmp / name).string(), bytes);
+    WriteFileAtomic((tmp / kManifest).string(), manifest.dump(2) + "\n");
+    FsyncDir(tmp);
+    const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+    if (fs::exists(target)) {
+      // Keep the old checkpoint until the new one is in place.
+      const fs::path old = target.string() + ".old-" + std::to_string(::getpid());
+      fs::remove_all(old);
+      fs::rename(target, old);
+      fs::rename(tmp, target);
+      FsyncDir(parent);
+      fs::remove_all(old);
+    } else {
+      fs::rename(tmp, target);
+    }
+    FsyncDir(parent);
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw Error(ErrorCode::kInternal, "saving checkpoint " + target.string() + ": " + e.what());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+}
+
+std::unique_ptr<Trainer> Trainer::LoadCheckpoint(const std::string& dir, const TrainerOptions* override) {
+  const fs::path path = CleanDir(dir);
+  if (!fs::is_directory(path)) throw NotFound("checkpoint folder " + path.string() + " does not exist");
+  const std::string where = "checkpoint " + path.string() + ": ";
+  auto files = ReadVerified(path);
+
+  const auto state = ParseJson(files.at("trainer_state.json"), where + "trainer_state.json");
+  TrainerOptions saved;
+  int64_t step = 0, policy_version = 0;
+  torch::Dtype dtype = torch::kFloat32;
+  bool has_reference = false;
+  try {
+    if (state.at("format").get<std::string>() != kFormat || state.at("version").get<int>() != kVersion) {
+      throw InvalidArgument(where + "trainer_state.json: unsupported format or version");
+    }
+    step = state.at("step").get<int64_t>();
+    policy_version = state.at("policy_version").get<int64_t>();
+    dtype = ParseDtype(state.at("dtype").get<std::string>());
+    has_reference = state.at("has_reference").get<bool>();
+    saved = TrainerOptions::FromJson(state.at("options"));
+  } catch (const json::exception& e) {
+    throw InvalidArgument(where + "trainer_state.json: " + e.what());
+  }
+  if (has_reference != static_cast<bool>(files.count("reference.safetensors"))) {
+    throw InvalidArgument(where + "trainer_state.json and the manifest disagree about reference.safetensors");
+  }
+  const TrainerOptions options = override ? *override : saved;
+  options.Validate();
+  if (options.optimizer.name != saved.optimizer.name) {
+    throw InvalidArgument("optimizer.name: the checkpoint holds " + saved.optimizer.name + " state, not " +
+                          options.optimizer.name);
+  }
+
+  const auto config = ModelConfig::FromJson(ParseJson(files.at("config.json"), where + "config.json"));
+  const torch::Device device = torch::kCPU;
+  auto model = train::ModelFromTensors(
+      config, ParseSafetensors(files.at("model.safetensors"), where + "model.safetensors").tensors, dtype, device);
+  files.erase("model.safetensors");
+  CausalLM reference{nullptr};
+  if (options.reference.use_reference_model) {
+    if (has_reference) {
+      reference = train::ModelFromTensors(
+          config, ParseSafetensors(files.at("reference.safetensors"), where + "reference.safetensors").tensors,
+          dtype, device);
+      train::Freeze(*reference);
+    } else if (!options.reference.dir.empty()) {
+      reference = train::MakeReference(*model, options.reference);
+    } else {
+      throw InvalidArgument(where + "no reference weights saved: disable reference.use_reference_model or give "
+                                    "reference.dir");
+    }
+  }
+  auto optimizer = ParseSafetensors(files.at("optimizer.safetensors"), where + "optimizer.safetensors");
+  auto rng = optimizer.tensors.find("rng_state");
+  if (rng == optimizer.tensors.end() || rng->second.scalar_type() != torch::kUInt8) {
+    throw InvalidArgument(where + "optimizer.safetensors: rng_state (uint8) is missing");
+  }
+  const auto rng_state = rng->second;
+  optimizer.tensors.erase(rng);
+
+  auto trainer = std::unique_ptr<Trainer>(new Trainer(std::move(model), std::move(reference), options));
+  try {
+    trainer->optimizer_->load_state(optimizer.tensors);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(where + "optimizer.safetensors: " + e.what());
+  }
+  try {
+    trainer->generator_.set_state(rng_state);
+  } catch (const c10::Error& e) {
+    throw InvalidArgument(where + "optimizer.safetensors: bad rng_state: " + e.what_without_backtrace());
+  }
+  trainer->step_ = step;
+  trainer->policy_version_ = policy_version;
+  return trainer;
+}
+
+}  // namespace streambp

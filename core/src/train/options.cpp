@@ -1,0 +1,179 @@
+// Trainer options: validation and JSON (every key optional, unknown keys refused).
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "streambp/error.h"
+#include "streambp/trainer.h"
+
+namespace streambp {
+namespace {
+
+using nlohmann::json;
+
+std::string Key(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
+
+// Calls the handler of each key of `j`; a key without a handler is an error naming it.
+void ForEachKey(const json& j, const std::string& prefix,
+                const std::map<std::string, std::function<void(const json&, const std::string&)>>& handlers) {
+  if (j.is_null()) return;
+  if (!j.is_object()) {
+    throw InvalidArgument("trainer options: " + (prefix.empty() ? std::string("options") : "'" + prefix + "'") +
+                          " must be a JSON object");
+  }
+  for (const auto& [key, value] : j.items()) {
+    auto it = handlers.find(key);
+    if (it == handlers.end()) {
+      std::string known;
+      for (const auto& [k, h] : handlers) known += (known.empty() ? "" : ", ") + k;
+      throw InvalidArgument("trainer options: unknown key '" + Key(prefix, key) + "' (known: " + known + ")");
+    }
+    it->second(value, Key(prefix, key));
+  }
+}
+
+double Number(const json& v, const std::string& key) {
+  if (!v.is_number()) throw InvalidArgument("trainer options: '" + key + "' must be a number");
+  return v.get<double>();
+}
+
+int64_t Integer(const json& v, const std::string& key) {
+  if (!v.is_number_integer()) throw InvalidArgument("trainer options: '" + key + "' must be an integer");
+  return v.get<int64_t>();
+}
+
+bool Bool(const json& v, const std::string& key) {
+  if (!v.is_boolean()) throw InvalidArgument("trainer options: '" + key + "' must be true or false");
+  return v.get<bool>();
+}
+
+std::string String(const json& v, const std::string& key) {
+  if (!v.is_string()) throw InvalidArgument("trainer options: '" + key + "' must be a string");
+  return v.get<std::string>();
+}
+
+OptimizerOptions ReadOptimizer(const json& j, const std::string& prefix) {
+  OptimizerOptions o;
+  ForEachKey(j, prefix,
+             {{"name", [&](const json& v, const std::string& k) { o.name = String(v, k); }},
+              {"lr", [&](const json& v, const std::string& k) { o.lr = Number(v, k); }},
+              {"betas",
+               [&](const json& v, const std::string& k) {
+                 if (!v.is_array() || v.size() != 2) {
+                   throw InvalidArgument("trainer options: '" + k + "' must be an array of two numbers");
+                 }
+                 o.betas = {Number(v[0], k + "[0]"), Number(v[1], k + "[1]")};
+               }},
+              {"eps", [&](const json& v, const std::string& k) { o.eps = Number(v, k); }},
+              {"weight_decay", [&](const json& v, const std::string& k) { o.weight_decay = Number(v, k); }},
+              {"momentum", [&](const json& v, const std::string& k) { o.momentum = Number(v, k); }}});
+  return o;
+}
+
+ScheduleOptions ReadSchedule(const json& j, const std::string& prefix) {
+  ScheduleOptions o;
+  ForEachKey(j, prefix,
+             {{"type", [&](const json& v, const std::string& k) { o.type = String(v, k); }},
+              {"warmup_steps", [&](const json& v, const std::string& k) { o.warmup_steps = Integer(v, k); }},
+              {"total_steps", [&](const json& v, const std::string& k) { o.total_steps = Integer(v, k); }},
+              {"min_lr_ratio", [&](const json& v, const std::string& k) { o.min_lr_ratio = Number(v, k); }}});
+  return o;
+}
+
+ReferenceOptions ReadReference(const json& j, const std::string& prefix) {
+  ReferenceOptions o;
+  ForEachKey(j, prefix,
+             {{"use_reference_model",
+               [&](const json& v, const std::string& k) { o.use_reference_model = Bool(v, k); }},
+              {"dir", [&](const json& v, const std::string& k) { o.dir = String(v, k); }}});
+  return o;
+}
+
+EngineOptions ReadEngine(const json& j, const std::string& prefix) {
+  EngineOptions o;
+  ForEachKey(j, prefix,
+             {{"kind", [&](const json& v, const std::string& k) { o.kind = ParseEngine(String(v, k)); }},
+              {"chunk", [&](const json& v, const std::string& k) { o.chunk = Integer(v, k); }},
+              {"logits_chunk", [&](const json& v, const std::string& k) { o.logits_chunk = Integer(v, k); }},
+              {"recompute_kv_per_chunk",
+               [&](const json& v, const std::string& k) { o.recompute_kv_per_chunk = Bool(v, k); }}});
+  return o;
+}
+
+}  // namespace
+
+OptimizerOptions OptimizerOptions::FromJson(const json& j) { return ReadOptimizer(j, "optimizer"); }
+
+json OptimizerOptions::ToJson() const {
+  return {{"name", name}, {"lr", lr}, {"betas", {betas[0], betas[1]}}, {"eps", eps},
+          {"weight_decay", weight_decay}, {"momentum", momentum}};
+}
+
+ScheduleOptions ScheduleOptions::FromJson(const json& j) { return ReadSchedule(j, "schedule"); }
+
+json ScheduleOptions::ToJson() const {
+  return {{"type", type}, {"warmup_steps", warmup_steps}, {"total_steps", total_steps},
+          {"min_lr_ratio", min_lr_ratio}};
+}
+
+ReferenceOptions ReferenceOptions::FromJson(const json& j) { return ReadReference(j, "reference"); }
+
+json ReferenceOptions::ToJson() const { return {{"use_reference_model", use_reference_model}, {"dir", dir}}; }
+
+EngineOptions EngineOptionsFromJson(const json& j) { return ReadEngine(j, "engine"); }
+
+json EngineOptionsToJson(const EngineOptions& o) {
+  return {{"kind", EngineName(o.kind)}, {"chunk", o.chunk}, {"logits_chunk", o.logits_chunk},
+          {"recompute_kv_per_chunk", o.recompute_kv_per_chunk}};
+}
+
+void TrainerOptions::Validate() const {
+  optimizer.Validate();
+  schedule.Validate();
+  if (!(std::isfinite(max_grad_norm) && max_grad_norm >= 0)) {
+    throw InvalidArgument("max_grad_norm must be a finite number >= 0 (0 = no clipping)");
+  }
+  if (engine.chunk < 0) throw InvalidArgument("engine.chunk must be >= 0 (0 = default)");
+  if (engine.logits_chunk < -1) throw InvalidArgument("engine.logits_chunk must be >= -1 (-1 = default)");
+  if (micro_batch_tokens < 0) throw InvalidArgument("micro_batch_tokens must be >= 0 (0 = whole batch)");
+  if (max_sequence_length < 0) throw InvalidArgument("max_sequence_length must be >= 0 (0 = no limit)");
+}
+
+TrainerOptions TrainerOptions::FromJson(const json& j) {
+  TrainerOptions o;
+  ForEachKey(
+      j, "",
+      {{"optimizer", [&](const json& v, const std::string& k) { o.optimizer = ReadOptimizer(v, k); }},
+       {"schedule", [&](const json& v, const std::string& k) { o.schedule = ReadSchedule(v, k); }},
+       {"max_grad_norm", [&](const json& v, const std::string& k) { o.max_grad_norm = Number(v, k); }},
+       {"engine", [&](const json& v, const std::string& k) { o.engine = ReadEngine(v, k); }},
+       {"layout", [&](const json& v, const std::string& k) { o.layout = ParseLayout(String(v, k)); }},
+       {"micro_batch_tokens",
+        [&](const json& v, const std::string& k) { o.micro_batch_tokens = Integer(v, k); }},
+       {"max_sequence_length",
+        [&](const json& v, const std::string& k) { o.max_sequence_length = Integer(v, k); }},
+       {"reference", [&](const json& v, const std::string& k) { o.reference = ReadReference(v, k); }},
+       {"seed", [&](const json& v, const std::string& k) {
+          if (!v.is_number_unsigned()) throw InvalidArgument("trainer options: '" + k + "' must be an integer >= 0");
+          o.seed = v.get<uint64_t>();
+        }}});
+  return o;
+}
+
+json TrainerOptions::ToJson() const {
+  return {{"optimizer", optimizer.ToJson()},
+          {"schedule", schedule.ToJson()},
+          {"max_grad_norm", max_grad_norm},
+          {"engine", EngineOptionsToJson(engine)},
+          {"layout", LayoutName(layout)},
+          {"micro_batch_tokens", micro_batch_tokens},
+          {"max_sequence_length", max_sequence_length},
+          {"reference", reference.ToJson()},
+          {"seed", seed}};
+}
+
+}  // namespace streambp
