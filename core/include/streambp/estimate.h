@@ -1,0 +1,36 @@
+#pragma once
+/// Predicted peak memory of a training step (DESIGN §4, §6), from the model's shape, the
+/// sequence length and the engine's chunk sizes. The server uses it to refuse, before
+/// starting, a step that cannot fit its memory budget, and to pick chunk sizes; the
+/// benchmark prints it next to the measured peak.
+#include <cstdint>
+#include <string>
+
+#include <torch/types.h>
+
+#include "streambp/config.h"
+#include "streambp/engine.h"
+
+namespace streambp {
+
+struct MemoryEstimate {
+  int64_t weights_bytes = 0;     ///< the model's parameters
+  int64_t gradient_bytes = 0;    ///< one gradient per parameter
+  int64_t optimizer_bytes = 0;   ///< optimizer state (AdamW: two moments)
+  int64_t activation_bytes = 0;  ///< peak beyond the three above during forward + backward
+  int64_t chunk = 0;             ///< the chunk sizes the estimate assumed
+  int64_t logits_chunk = 0;
+  int64_t total() const { return weights_bytes + gradient_bytes + optimizer_bytes + activation_bytes; }
+};
+
+/// `rows` x `seq_len` positions; `optimizer` is "adamw", "sgd" (momentum buffer) or "none".
+MemoryEstimate EstimateStepMemory(const ModelConfig& config, torch::Dtype dtype, int64_t rows,
+                                  int64_t seq_len, const EngineOptions& engine,
+                                  const std::string& optimizer = "adamw");
+
+/// The largest stream chunk (a power of two, at most kDefaultChunk, at least 16) whose
+/// estimate fits `budget_bytes`; the smallest when none fits. Logits chunk likewise.
+EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
+                           int64_t budget_bytes, const std::string& optimizer = "adamw");
+
+}  // namespace streambp

@@ -1,0 +1,68 @@
+// The analytic memory model of a step. It counts the tensors each engine keeps alive at
+// its peak (see the engines' comments); streambp-bench compares it with measurements.
+#include "streambp/estimate.h"
+
+#include <algorithm>
+
+#include <torch/torch.h>
+
+namespace streambp {
+
+MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int64_t rows, int64_t seq_len,
+                                  const EngineOptions& engine, const std::string& optimizer) {
+  const int64_t e = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t f = dtype == torch::kFloat64 ? 8 : 4;  // softmax, norms and logits precision
+  const int64_t B = rows, T = seq_len, d = c.hidden_size, L = c.num_hidden_layers;
+  const int64_t H = c.num_attention_heads, kvd = c.kv_dim(), qd = c.q_dim(), F = c.intermediate_size;
+  const int64_t V = c.vocab_size;
+  int64_t params = V * d * (c.tie_word_embeddings ? 1 : 2) + d;
+  params += L * (d * qd + 2 * d * kvd + qd * d + 3 * d * F + 2 * d);
+  if (c.qk_norm) params += L * 2 * c.head_dim;
+  if (c.attention_bias) params += L * (qd + 2 * kvd);
+  MemoryEstimate m;
+  m.weights_bytes = params * e;
+  m.gradient_bytes = params * e;
+  m.optimizer_bytes = optimizer == "adamw" ? 2 * params * std::max<int64_t>(e, 4)
+                      : optimizer == "sgd" ? params * std::max<int64_t>(e, 4)
+                                           : 0;
+  const auto chunks = ResolveChunks(engine, T);
+  m.chunk = chunks.chunk;
+  m.logits_chunk = chunks.logits_chunk;
+  const int64_t lc = chunks.logits_chunk;
+  // lm_head + loss of one logits chunk: logits, their gradient and the softmax, at f bytes.
+  const int64_t head = 3 * B * lc * V * f + 2 * B * lc * d * e;
+  // One layer's graph for q positions against k keys: scores and probabilities (f bytes),
+  // their gradient, the mask, Q/attention output/MLP activations.
+  auto layer_graph = [&](int64_t q, int64_t k) {
+    const int64_t attention = 3 * B * H * q * k * f + B * q * k;
+    const int64_t mlp = 5 * B * q * F * e;
+    const int64_t projections = B * q * (6 * d + 3 * qd) * e + 4 * B * k * kvd * e;
+    return attention + mlp + projections;
+  };
+  const int64_t stored_inputs = (L + 1) * B * T * d * e;
+  if (engine.kind == EngineKind::kFull) {
+    m.activation_bytes = L * layer_graph(T, T) + 2 * B * T * d * e + 3 * B * T * V * f;
+  } else if (engine.kind == EngineKind::kCheckpoint) {
+    m.activation_bytes = stored_inputs + 3 * B * T * d * e + std::max(layer_graph(T, T), head);
+  } else {
+    // x, g, dx, the K/V graph (norm of x, K, V before and after RoPE) and dK, dV, then one
+    // query chunk against up to T keys.
+    const int64_t buffers = 5 * B * T * d * e + 6 * B * T * kvd * e;
+    m.activation_bytes = stored_inputs + buffers + std::max(layer_graph(chunks.chunk, T), head);
+  }
+  return m;
+}
+
+EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
+                           int64_t budget_bytes, const std::string& optimizer) {
+  EngineOptions best{EngineKind::kStream, 16, 16};
+  for (int64_t chunk = kDefaultChunk; chunk >= 16; chunk /= 2) {
+    EngineOptions o{EngineKind::kStream, chunk, std::min<int64_t>(2 * chunk, kDefaultLogitsChunk)};
+    if (budget_bytes <= 0 || EstimateStepMemory(config, dtype, rows, seq_len, o, optimizer).total() <= budget_bytes) {
+      return o;
+    }
+  }
+  return best;
+}
+
+}  // namespace streambp

@@ -1,0 +1,179 @@
+#include "config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "streambp/error.h"
+#include "streambp/model.h"
+
+namespace streambp::server {
+namespace {
+
+using nlohmann::json;
+
+// Reads the keys of one JSON object into fields, rejecting keys it does not know.
+class Section {
+ public:
+  Section(const json& j, std::string path) : j_(j), path_(std::move(path)) {
+    if (!j_.is_object()) throw InvalidArgument("config: '" + path_ + "' must be an object");
+    for (const auto& [k, v] : j_.items()) keys_.push_back(k);
+  }
+  template <typename T>
+  void get(const char* key, T& out) {
+    auto it = j_.find(key);
+    seen(key);
+    if (it == j_.end() || it->is_null()) return;
+    try {
+      out = it->get<T>();
+    } catch (const json::exception&) {
+      throw InvalidArgument("config: '" + name(key) + "' has the wrong type: " + it->dump());
+    }
+  }
+  const json* sub(const char* key) {
+    seen(key);
+    auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::string name(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+  void done() const {
+    for (const auto& k : keys_) {
+      if (std::find(seen_.begin(), seen_.end(), k) == seen_.end()) {
+        throw InvalidArgument("config: unknown key '" + (path_.empty() ? k : path_ + "." + k) + "'");
+      }
+    }
+  }
+
+ private:
+  void seen(const char* key) { seen_.push_back(key); }
+  const json& j_;
+  std::string path_;
+  std::vector<std::string> keys_, seen_;
+};
+
+}  // namespace
+
+ServerConfig ServerConfig::FromJson(const json& j) {
+  ServerConfig c;
+  Section top(j, "");
+  if (const json* m = top.sub("model")) {
+    Section s(*m, "model");
+    s.get("dir", c.model.dir);
+    s.get("preset", c.model.preset);
+    s.get("seed", c.model.seed);
+    s.get("dtype", c.model.dtype);
+    s.get("device", c.model.device);
+    s.done();
+  }
+  if (const json* t = top.sub("trainer")) {
+    try {
+      c.trainer = TrainerOptions::FromJson(*t);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("config: trainer: ") + e.what());
+    }
+  }
+  top.get("listen", c.listen);
+  top.get("threads", c.threads);
+  if (const json* l = top.sub("limits")) {
+    Section s(*l, "limits");
+    s.get("max_tokens_per_request", c.limits.max_tokens_per_request);
+    s.get("max_sequence_length", c.limits.max_sequence_length);
+    s.get("max_message_bytes", c.limits.max_message_bytes);
+    s.get("queue_depth", c.limits.queue_depth);
+    s.get("memory_budget_bytes", c.limits.memory_budget_bytes);
+    s.get("request_id_cache", c.limits.request_id_cache);
+    s.done();
+  }
+  if (const json* a = top.sub("auth")) {
+    Section s(*a, "auth");
+    s.get("tokens", c.auth.tokens);
+    s.get("read_only_tokens", c.auth.read_only_tokens);
+    s.done();
+  }
+  if (const json* t = top.sub("tls")) {
+    Section s(*t, "tls");
+    s.get("cert", c.tls.cert);
+    s.get("key", c.tls.key);
+    s.get("client_ca", c.tls.client_ca);
+    s.done();
+  }
+  top.get("checkpoint_dir", c.checkpoint_dir);
+  if (const json* sd = top.sub("shutdown")) {
+    Section s(*sd, "shutdown");
+    s.get("grace_seconds", c.shutdown.grace_seconds);
+    s.get("checkpoint_on_exit", c.shutdown.checkpoint_on_exit);
+    s.done();
+  }
+  if (const json* lg = top.sub("log")) {
+    Section s(*lg, "log");
+    s.get("format", c.log.format);
+    s.get("level", c.log.level);
+    s.done();
+  }
+  if (const json* k = top.sub("keepalive")) {
+    Section s(*k, "keepalive");
+    s.get("time_ms", c.keepalive.time_ms);
+    s.get("timeout_ms", c.keepalive.timeout_ms);
+    s.done();
+  }
+  top.done();
+  c.Validate();
+  return c;
+}
+
+ServerConfig ServerConfig::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw NotFound("cannot open config file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return FromJson(json::parse(ss.str()));
+  } catch (const json::exception& e) {
+    throw InvalidArgument(path + ": not valid JSON: " + e.what());
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(path + ": " + e.what());
+  }
+}
+
+void ServerConfig::Validate() const {
+  auto fail = [](const std::string& m) { throw InvalidArgument("config: " + m); };
+  ParseDtype(model.dtype);
+  if (model.dir.empty() && model.preset != "tiny" && model.preset != "small") {
+    fail("model.preset must be tiny or small, got '" + model.preset + "'");
+  }
+  if (model.device != "cpu" && model.device.rfind("cuda", 0) != 0) {
+    fail("model.device must be cpu, cuda or cuda:N, got '" + model.device + "'");
+  }
+  if (listen.find(':') == std::string::npos) fail("listen must be host:port, got '" + listen + "'");
+  if (limits.max_tokens_per_request <= 0 || limits.max_sequence_length <= 0) {
+    fail("limits.max_tokens_per_request and limits.max_sequence_length must be > 0");
+  }
+  if (limits.queue_depth <= 0) fail("limits.queue_depth must be > 0");
+  if (limits.max_message_bytes < 1024) fail("limits.max_message_bytes must be >= 1024");
+  if (tls.cert.empty() != tls.key.empty()) fail("tls.cert and tls.key go together");
+  if (!tls.client_ca.empty() && tls.cert.empty()) fail("tls.client_ca (mutual TLS) needs tls.cert and tls.key");
+  if (log.format != "text" && log.format != "json") fail("log.format must be text or json");
+  if (shutdown.grace_seconds < 0) fail("shutdown.grace_seconds must be >= 0");
+  trainer.Validate();
+}
+
+json ServerConfig::ToJson() const {
+  return json{{"model", {{"dir", model.dir}, {"preset", model.preset}, {"seed", model.seed},
+                         {"dtype", model.dtype}, {"device", model.device}}},
+              {"trainer", trainer.ToJson()},
+              {"listen", listen},
+              {"threads", threads},
+              {"limits", {{"max_tokens_per_request", limits.max_tokens_per_request},
+                          {"max_sequence_length", limits.max_sequence_length},
+                          {"max_message_bytes", limits.max_message_bytes},
+                          {"queue_depth", limits.queue_depth},
+                          {"memory_budget_bytes", limits.memory_budget_bytes},
+                          {"request_id_cache", limits.request_id_cache}}},
+              {"auth", {{"tokens", auth.tokens}, {"read_only_tokens", auth.read_only_tokens}}},
+              {"tls", {{"cert", tls.cert}, {"key", tls.key}, {"client_ca", tls.client_ca}}},
+              {"checkpoint_dir", checkpoint_dir},
+              {"shutdown", {{"grace_seconds", shutdown.grace_seconds}, {"checkpoint_on_exit", shutdown.checkpoint_on_exit}}},
+              {"log", {{"format", log.format}, {"level", log.level}}},
+              {"keepalive", {{"time_ms", keepalive.time_ms}, {"timeout_ms", keepalive.timeout_ms}}}};
+}
+
+}  // namespace streambp::server

@@ -1,0 +1,78 @@
+#pragma once
+// Configuration of `streambp-server serve`: nested structs with defaults, one line of
+// comment per field, parsed once from JSON (an unknown key is an error naming it) and
+// overridden by command-line flags for the common fields.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "streambp/trainer.h"
+
+namespace streambp::server {
+
+struct ModelSection {
+  std::string dir;               ///< HF model folder; empty = the embedded preset
+  std::string preset = "tiny";   ///< embedded preset when dir is empty: tiny | small
+  uint64_t seed = 0;             ///< seed of the embedded preset
+  std::string dtype = "float32";  ///< float32 | float64 | bfloat16 (float16 on cuda only)
+  std::string device = "cpu";    ///< cpu | cuda | cuda:N
+};
+
+struct LimitsSection {
+  int64_t max_tokens_per_request = 1 << 20;  ///< tokens in one request's batch
+  int64_t max_sequence_length = 32768;       ///< tokens in one sequence
+  int64_t max_message_bytes = 64 << 20;      ///< largest gRPC message accepted
+  int64_t queue_depth = 64;                  ///< jobs waiting for the device; more -> RESOURCE_EXHAUSTED
+  int64_t memory_budget_bytes = 0;           ///< refuse steps estimated above this; 0 = no budget
+  int64_t request_id_cache = 4096;           ///< answers remembered for retried request ids
+};
+
+struct AuthSection {
+  std::vector<std::string> tokens;            ///< bearer tokens with full access; empty = no auth
+  std::vector<std::string> read_only_tokens;  ///< may call GetInfo, ComputeLogprobs, ExportWeights, EstimateMemory
+};
+
+struct TlsSection {
+  std::string cert;       ///< PEM certificate chain of the server; empty = plaintext
+  std::string key;        ///< PEM private key of the server
+  std::string client_ca;  ///< PEM roots for client certificates; set = mutual TLS required
+};
+
+struct ShutdownSection {
+  double grace_seconds = 30;        ///< time to finish the running step after SIGTERM/SIGINT
+  bool checkpoint_on_exit = false;  ///< save "shutdown-<step>" into checkpoint_dir on exit
+};
+
+struct LogSection {
+  std::string format = "text";  ///< text | json (one JSON object per line)
+  std::string level = "info";   ///< trace | debug | info | warn | error
+};
+
+struct KeepaliveSection {
+  int64_t time_ms = 60000;     ///< ping an idle connection after this long
+  int64_t timeout_ms = 20000;  ///< close it when the ping is not answered within this
+};
+
+struct ServerConfig {
+  ModelSection model;
+  TrainerOptions trainer;        ///< optimizer, schedule, clipping, engine, micro-batches, reference
+  std::string listen = "127.0.0.1:50051";  ///< host:port; port 0 picks a free one (logged)
+  int threads = 0;               ///< LibTorch threads; 0 = number of cores
+  LimitsSection limits;
+  AuthSection auth;
+  TlsSection tls;
+  std::string checkpoint_dir;    ///< where Save/LoadCheckpoint names live; empty = refuse them
+  ShutdownSection shutdown;
+  LogSection log;
+  KeepaliveSection keepalive;
+
+  /// Throws InvalidArgument naming the first unknown key or bad value ("config: ...").
+  static ServerConfig FromJson(const nlohmann::json& j);
+  static ServerConfig FromFile(const std::string& path);
+  nlohmann::json ToJson() const;
+  void Validate() const;
+};
+
+}  // namespace streambp::server

@@ -1,0 +1,48 @@
+#pragma once
+// streambp-server's gRPC server: the streambp.v1.Trainer service (callback API), health
+// and reflection, on one listening port. The model lives on one device-owner thread.
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "config.h"
+
+namespace streambp::server {
+
+class DeviceWorker;
+struct ServerState;
+
+/// Lifecycle: Create() loads the model, builds the trainer, binds the port and starts
+/// serving (health SERVING once ready); Shutdown() drains; the destructor shuts down.
+/// Thread-safe: Shutdown() may be called from any thread (e.g. a signal watcher).
+class Server {
+ public:
+  /// Throws InvalidArgument / NotFound for a bad config, model or TLS files, and
+  /// Error(kInternal) when the address cannot be bound.
+  static std::unique_ptr<Server> Create(const ServerConfig& config);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int port() const { return port_; }  ///< the bound port (useful with listen "host:0")
+  std::string address() const;       ///< host:port actually bound
+
+  /// Graceful shutdown: health NOT_SERVING, no new calls, the running step finishes (up to
+  /// the configured grace), waiting jobs are answered UNAVAILABLE, then (if configured) a
+  /// checkpoint "shutdown-<step>" is written. Returns the checkpoint name or "".
+  std::string Shutdown();
+  /// Blocks until Shutdown() has completed.
+  void Wait();
+
+  /// For tests: the device worker (pause/resume to hold jobs in the queue).
+  DeviceWorker& worker();
+  int64_t step() const;
+  int64_t policy_version() const;
+
+ private:
+  explicit Server(std::shared_ptr<ServerState> state);
+  std::shared_ptr<ServerState> state_;
+  int port_ = 0;
+};
+
+}  // namespace streambp::server
