@@ -1,0 +1,187 @@
+// streambp info | logprobs | save | load | export-weights | estimate.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "streambp/client/data.h"
+
+namespace streambp::cli {
+namespace {
+
+std::string Chunk(int64_t n) { return n > 0 ? std::to_string(n) : n == 0 ? "auto" : "default"; }
+
+std::string Count(int64_t n) {
+  char buf[64];
+  if (n >= 1000000000) {
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  } else if (n >= 1000000) {
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  } else if (n >= 1000) {
+    std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld", (long long)n);
+  }
+  return buf;
+}
+
+// Writes `text` to `path` through a temporary file and a rename.
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out.flush()) throw client::ClientError(grpc::StatusCode::INTERNAL, "cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw client::ClientError(grpc::StatusCode::INTERNAL, "cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
+}  // namespace
+
+int Info(const ConnectionFlags& conn) {
+  auto client = Connect(conn);
+  const auto i = Check(client->GetInfo());
+  std::printf("server:       %s at %s\n", i.server_version().empty() ? "streambp-server" : i.server_version().c_str(),
+              conn.server.c_str());
+  std::printf("model:        %s, %s parameters\n", i.architecture().c_str(), Count(i.num_parameters()).c_str());
+  std::printf("sizes:        %lld layers, hidden %lld, %lld heads (%lld kv) x %lld, vocab %lld\n",
+              (long long)i.num_layers(), (long long)i.hidden_size(), (long long)i.num_heads(),
+              (long long)i.num_kv_heads(), (long long)i.head_dim(), (long long)i.vocab_size());
+  std::printf("dtype:        %s on %s (world size %d)\n", i.dtype().c_str(), i.device().c_str(),
+              i.world_size() > 0 ? i.world_size() : 1);
+  std::printf("engine:       %s (chunk %s, logits chunk %s)\n", i.engine().c_str(), Chunk(i.chunk()).c_str(),
+              Chunk(i.logits_chunk()).c_str());
+  std::printf("policy:       version %lld, step %lld, %lld pending micro-batches\n", (long long)i.policy_version(),
+              (long long)i.step(), (long long)i.pending_micro_batches());
+  std::printf("optimizer:    %s, lr %.3e\n", i.optimizer().c_str(), i.learning_rate());
+  std::printf("limits:       max sequence length %s, max tokens per request %s\n",
+              i.max_sequence_length() > 0 ? std::to_string(i.max_sequence_length()).c_str() : "none",
+              i.max_tokens_per_request() > 0 ? std::to_string(i.max_tokens_per_request()).c_str() : "none");
+  std::printf("reference:    %s\n", i.reference_model() ? "frozen reference model loaded" : "none");
+  std::printf("runtime:      %s\n", i.runtime().c_str());
+  return 0;
+}
+
+int Logprobs(const ConnectionFlags& conn, const LogprobsArgs& args) {
+  if (args.batch_tokens <= 0) throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT, "--batch-tokens must be > 0");
+  const auto all = client::ReadBatchJsonl(args.data, "sft");
+  const auto batches = client::SplitByTokens(all, args.batch_tokens);
+  std::ofstream file;
+  if (!args.out.empty()) {
+    file.open(args.out, std::ios::trunc);
+    if (!file) throw client::ClientError(grpc::StatusCode::NOT_FOUND, "cannot write " + args.out);
+  }
+  std::ostream& out = args.out.empty() ? std::cout : file;
+  auto client = Connect(conn);
+  int64_t index = 0;
+  for (const auto& batch : batches) {
+    v1::ComputeLogprobsRequest request;
+    request.set_reference(args.reference);
+    if (args.temperature > 0) request.set_temperature(args.temperature);
+    for (const auto& e : batch.sft().examples()) {
+      const auto tokens = client::SequenceTokens(e);
+      request.add_sequences()->mutable_tokens()->Add(tokens.begin(), tokens.end());
+    }
+    const auto response = Check(client->ComputeLogprobs(request));
+    if (response.sequences_size() != batch.sft().examples_size()) {
+      throw client::ClientError(grpc::StatusCode::INTERNAL,
+                                "ComputeLogprobs answered " + std::to_string(response.sequences_size()) +
+                                    " sequences for " + std::to_string(batch.sft().examples_size()));
+    }
+    for (int s = 0; s < response.sequences_size(); ++s) {
+      const auto targets = client::SequenceTargets(batch.sft().examples(s));
+      const auto& lp = response.sequences(s).logprobs();
+      // logprobs[i] predicts token i+1; sum over the targets (loss_mask / completion).
+      double target_logp = 0;
+      for (int i = 0; i < lp.size() && i + 1 < static_cast<int>(targets.size()); ++i) {
+        if (targets[i + 1]) target_logp += lp[i];
+      }
+      nlohmann::json line = {{"index", index++},
+                             {"policy_version", response.policy_version()},
+                             {"target_logp", target_logp},
+                             {"logprobs", std::vector<double>(lp.begin(), lp.end())}};
+      out << line.dump() << '\n';
+    }
+  }
+  out.flush();
+  if (!out) throw client::ClientError(grpc::StatusCode::INTERNAL, "cannot write " + args.out);
+  if (!args.out.empty()) {
+    std::fprintf(stderr, "wrote log-probs of %lld sequences to %s\n", (long long)index, args.out.c_str());
+  }
+  return 0;
+}
+
+int Save(const ConnectionFlags& conn, const std::string& name) {
+  auto client = Connect(conn);
+  v1::SaveCheckpointRequest request;
+  request.set_name(name);
+  const auto r = Check(client->SaveCheckpoint(request));
+  std::printf("saved checkpoint %s: step %lld, policy version %lld, %s\n", r.name().c_str(), (long long)r.step(),
+              (long long)r.policy_version(), Bytes(r.bytes()).c_str());
+  return 0;
+}
+
+int Load(const ConnectionFlags& conn, const std::string& name) {
+  auto client = Connect(conn);
+  v1::LoadCheckpointRequest request;
+  request.set_name(name);
+  const auto r = Check(client->LoadCheckpoint(request));
+  std::printf("loaded checkpoint %s: step %lld, policy version %lld\n", r.name().c_str(), (long long)r.step(),
+              (long long)r.policy_version());
+  return 0;
+}
+
+int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw client::ClientError(grpc::StatusCode::INTERNAL, "cannot create " + out_dir + ": " + ec.message());
+  auto client = Connect(conn);
+  const std::string weights_path = (std::filesystem::path(out_dir) / "model.safetensors").string();
+  const bool tty = isatty(fileno(stderr));
+  auto progress = [&](int64_t received, int64_t total) {
+    if (tty) std::fprintf(stderr, "\rreceiving weights: %s / %s\033[K", Bytes(received).c_str(), Bytes(total).c_str());
+  };
+  auto result = client->ExportWeightsToFile(weights_path, {}, {}, progress);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  const auto w = Check(std::move(result));
+  if (w.config_json.empty()) {
+    throw client::ClientError(grpc::StatusCode::DATA_LOSS, "the server sent no config.json with the weights");
+  }
+  const std::string config_path = (std::filesystem::path(out_dir) / "config.json").string();
+  WriteFileAtomically(config_path, w.config_json);
+  std::printf("exported policy version %lld: %lld bytes, sha256 %s\n", (long long)w.policy_version,
+              (long long)w.total_bytes, w.sha256.c_str());
+  std::printf("wrote %s and %s\n", weights_path.c_str(), config_path.c_str());
+  return 0;
+}
+
+int Estimate(const ConnectionFlags& conn, const EstimateArgs& args) {
+  auto client = Connect(conn);
+  v1::EstimateMemoryRequest request;
+  request.set_seq_len(args.seq_len);
+  request.set_batch(args.batch);
+  *request.mutable_engine() = ToProto(args.engine);
+  const auto r = Check(client->EstimateMemory(request));
+  std::printf("step of %lld x %lld tokens, %s engine (chunk %s, logits chunk %s)\n", (long long)args.batch,
+              (long long)args.seq_len, r.engine().c_str(), Chunk(r.chunk()).c_str(), Chunk(r.logits_chunk()).c_str());
+  std::printf("weights:      %s\n", Bytes(r.weights_bytes()).c_str());
+  std::printf("gradients:    %s\n", Bytes(r.gradient_bytes()).c_str());
+  std::printf("optimizer:    %s\n", Bytes(r.optimizer_bytes()).c_str());
+  std::printf("activations:  %s (peak)\n", Bytes(r.activation_bytes()).c_str());
+  std::printf("total:        %s\n", Bytes(r.total_bytes()).c_str());
+  if (r.budget_bytes() > 0) {
+    std::printf("fits:         %s (budget %s)\n", r.fits() ? "yes" : "NO", Bytes(r.budget_bytes()).c_str());
+  } else {
+    std::printf("fits:         %s (no budget configured)\n", r.fits() ? "yes" : "NO");
+  }
+  return 0;
+}
+
+}  // namespace streambp::cli

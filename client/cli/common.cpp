@@ -1,0 +1,78 @@
+#include "common.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace streambp::cli {
+
+void AddConnectionFlags(CLI::App* cmd, ConnectionFlags& f) {
+  cmd->add_option("--server", f.server, "server address HOST:PORT")->envname("STREAMBP_SERVER")->capture_default_str();
+  cmd->add_option("--token", f.token, "bearer token (sent as 'authorization: Bearer TOKEN')")->envname("STREAMBP_TOKEN");
+  cmd->add_flag("--tls", f.tls, "connect with TLS");
+  cmd->add_option("--ca", f.ca, "PEM file of the root certificates that sign the server's (implies --tls)");
+  cmd->add_option("--cert", f.cert, "PEM client certificate for mTLS (implies --tls; needs --key)");
+  cmd->add_option("--key", f.key, "PEM private key of --cert");
+  cmd->add_option("--server-name", f.server_name, "name to check in the server's certificate (implies --tls)");
+  cmd->add_option("--timeout", f.timeout, "deadline of each call in seconds (default 600 for steps, 30 for info)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
+  cmd->add_option("--engine", f.engine, "full | checkpoint | stream (default: the server's)")
+      ->check(CLI::IsMember({"full", "checkpoint", "stream"}));
+  cmd->add_option("--chunk", f.chunk, "stream: query positions per chunk (0 = the server's default)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--logits-chunk", f.logits_chunk, "positions per lm_head+loss chunk (0 = the server's default)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+v1::EngineOptions ToProto(const EngineFlags& f) {
+  v1::EngineOptions e;
+  e.set_engine(f.engine);
+  e.set_chunk(f.chunk);
+  e.set_logits_chunk(f.logits_chunk);
+  return e;
+}
+
+std::unique_ptr<client::Client> Connect(const ConnectionFlags& f) {
+  client::ClientOptions o;
+  o.target = f.server;
+  o.token = f.token;
+  o.tls.enabled = f.tls || !f.ca.empty() || !f.cert.empty() || !f.key.empty() || !f.server_name.empty();
+  o.tls.root_ca_file = f.ca;
+  o.tls.cert_file = f.cert;
+  o.tls.key_file = f.key;
+  o.tls.server_name_override = f.server_name;
+  if (f.timeout > 0) o.step_timeout = o.info_timeout = client::Seconds(f.timeout);
+  return client::Client::Create(o);
+}
+
+std::string Bytes(int64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (std::abs(v) >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, kUnits[u]);
+  return buf;
+}
+
+std::string Duration(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e9) return "?";
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char buf[64];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm%02llds", (long long)(s / 3600), (long long)(s / 60 % 60),
+                  (long long)(s % 60));
+  } else if (s >= 60) {
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1fs", seconds);
+  }
+  return buf;
+}
+
+}  // namespace streambp::cli

@@ -1,0 +1,77 @@
+#pragma once
+// Shared pieces of the `streambp` commands: connection flags, the client, output helpers.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "streambp/client/client.h"
+
+namespace streambp::cli {
+
+/// Flags of every command: where the server is and how to talk to it.
+struct ConnectionFlags {
+  std::string server = "127.0.0.1:50051";  ///< --server, env STREAMBP_SERVER
+  std::string token;                      ///< --token, env STREAMBP_TOKEN
+  bool tls = false;                       ///< --tls (implied by --ca/--cert/--key/--server-name)
+  std::string ca, cert, key, server_name;
+  double timeout = 0;                     ///< --timeout seconds per call; 0 = the library defaults
+};
+
+/// Engine flags shared by train and estimate.
+struct EngineFlags {
+  std::string engine;        ///< full | checkpoint | stream; empty = server default
+  int64_t chunk = 0;         ///< 0 = server default
+  int64_t logits_chunk = 0;  ///< 0 = server default
+};
+
+void AddConnectionFlags(CLI::App* cmd, ConnectionFlags& flags);
+void AddEngineFlags(CLI::App* cmd, EngineFlags& flags);
+v1::EngineOptions ToProto(const EngineFlags& flags);
+
+/// The client for the flags; throws ClientError for bad TLS files and the like.
+std::unique_ptr<client::Client> Connect(const ConnectionFlags& flags);
+
+/// The response, or throws ClientError with the call's status (main prints it).
+template <class T>
+T Check(client::Result<T> result) {
+  return std::move(result).value();
+}
+
+/// 1234567 -> "1.18 MiB".
+std::string Bytes(int64_t bytes);
+/// 3725 s -> "1h02m05s".
+std::string Duration(double seconds);
+
+// The commands; each returns the process exit status.
+int Info(const ConnectionFlags& conn);
+struct LogprobsArgs {
+  std::string data;
+  bool reference = false;
+  double temperature = 0;  ///< 0 = unset (server default 1)
+  std::string out;         ///< empty = stdout
+  int64_t batch_tokens = 16384;
+};
+int Logprobs(const ConnectionFlags& conn, const LogprobsArgs& args);
+int Save(const ConnectionFlags& conn, const std::string& name);
+int Load(const ConnectionFlags& conn, const std::string& name);
+int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir);
+struct EstimateArgs {
+  int64_t seq_len = 0;
+  int64_t batch = 1;
+  EngineFlags engine;
+};
+int Estimate(const ConnectionFlags& conn, const EstimateArgs& args);
+struct TrainArgs {
+  std::string objective = "sft";
+  std::string data;
+  int64_t batch_tokens = 4096;
+  int64_t batch_size = 0;  ///< > 0: examples per step instead of batch_tokens
+  int64_t steps = 0;       ///< 0 = one pass over the data
+  std::string objective_options = "{}";
+  EngineFlags engine;
+};
+int Train(const ConnectionFlags& conn, const TrainArgs& args);
+
+}  // namespace streambp::cli

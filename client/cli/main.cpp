@@ -1,0 +1,91 @@
+// streambp: the command-line client of streambp-server.
+#include <cstdio>
+#include <exception>
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "common.h"
+
+int main(int argc, char** argv) {
+  using namespace streambp::cli;
+  CLI::App app{"streambp: command-line client of streambp-server (streambp.v1.Trainer)"};
+  app.require_subcommand(1);
+  ConnectionFlags conn;
+  std::function<int()> run;
+
+  auto* info = app.add_subcommand("info", "what the server runs: model, dtype, device, engine, policy version");
+  AddConnectionFlags(info, conn);
+  info->callback([&] { run = [&] { return Info(conn); }; });
+
+  TrainArgs train;
+  auto* train_cmd = app.add_subcommand("train", "one TrainStep per step over a JSONL file");
+  AddConnectionFlags(train_cmd, conn);
+  train_cmd->add_option("--objective", train.objective, "sft | dpo | grpo (the data format)")
+      ->check(CLI::IsMember({"sft", "dpo", "grpo"}))
+      ->capture_default_str();
+  train_cmd->add_option("--data", train.data, "JSONL file in the objective's format")->required();
+  auto* batch_tokens = train_cmd->add_option("--batch-tokens", train.batch_tokens,
+                                             "tokens per step: whole examples packed greedily")
+                           ->capture_default_str();
+  train_cmd->add_option("--batch-size", train.batch_size, "examples per step (a DPO pair, a GRPO group = one)")
+      ->excludes(batch_tokens);
+  train_cmd->add_option("--steps", train.steps, "steps to run (default: one pass; the data cycles when larger)");
+  train_cmd->add_option("--objective-options", train.objective_options,
+                        "the objective's options as a JSON object, e.g. '{\"beta\":0.1,\"loss_type\":\"ipo\"}'");
+  AddEngineFlags(train_cmd, train.engine);
+  train_cmd->callback([&] { run = [&] { return Train(conn, train); }; });
+
+  LogprobsArgs logprobs;
+  auto* logprobs_cmd = app.add_subcommand("logprobs", "per-token log-probs of sequences (JSONL in the sft format)");
+  AddConnectionFlags(logprobs_cmd, conn);
+  logprobs_cmd->add_option("--data", logprobs.data, "JSONL file: {\"tokens\":[...]} or {\"prompt\",\"completion\"}")
+      ->required();
+  logprobs_cmd->add_flag("--reference", logprobs.reference, "under the frozen reference model instead of the policy");
+  logprobs_cmd->add_option("--temperature", logprobs.temperature, "logits / temperature (default 1)")
+      ->check(CLI::PositiveNumber);
+  logprobs_cmd->add_option("--out", logprobs.out, "output JSONL file (default: stdout)");
+  logprobs_cmd->add_option("--batch-tokens", logprobs.batch_tokens, "tokens per request")->capture_default_str();
+  logprobs_cmd->callback([&] { run = [&] { return Logprobs(conn, logprobs); }; });
+
+  std::string save_name, load_name;
+  auto* save = app.add_subcommand("save", "save a checkpoint in the server's checkpoint directory");
+  AddConnectionFlags(save, conn);
+  save->add_option("--name", save_name, "checkpoint name (default: step-<step>)");
+  save->callback([&] { run = [&] { return Save(conn, save_name); }; });
+  auto* load = app.add_subcommand("load", "load a checkpoint from the server's checkpoint directory");
+  AddConnectionFlags(load, conn);
+  load->add_option("--name", load_name, "checkpoint name (default: the newest complete one)");
+  load->callback([&] { run = [&] { return Load(conn, load_name); }; });
+
+  std::string export_dir;
+  auto* export_cmd = app.add_subcommand(
+      "export-weights", "write DIR/model.safetensors (verified by SHA-256) and DIR/config.json");
+  AddConnectionFlags(export_cmd, conn);
+  export_cmd->add_option("--out", export_dir, "output folder (created if needed)")->required();
+  export_cmd->callback([&] { run = [&] { return ExportWeights(conn, export_dir); }; });
+
+  EstimateArgs estimate;
+  auto* estimate_cmd = app.add_subcommand("estimate", "predicted peak memory of a step and whether it fits");
+  AddConnectionFlags(estimate_cmd, conn);
+  estimate_cmd->add_option("--seq-len", estimate.seq_len, "tokens per sequence")->required()->check(CLI::PositiveNumber);
+  estimate_cmd->add_option("--batch", estimate.batch, "sequences")->check(CLI::PositiveNumber)->capture_default_str();
+  AddEngineFlags(estimate_cmd, estimate.engine);
+  estimate_cmd->callback([&] { run = [&] { return Estimate(conn, estimate); }; });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return run();
+  } catch (const streambp::client::ClientError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s: %s\n", streambp::client::StatusCodeName(e.code()), e.message().c_str());
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: INTERNAL: %s\n", e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,353 @@
+#include "streambp/client/client.h"
+
+#include <cctype>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include "streambp/client/sha256.h"
+
+namespace streambp::client {
+namespace {
+
+std::mt19937_64& Rng() {
+  thread_local std::mt19937_64 rng = [] {
+    std::random_device rd;
+    const auto now = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    const auto tid = static_cast<uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+    std::seed_seq seq{rd(), rd(), rd(), rd(), static_cast<unsigned>(now), static_cast<unsigned>(now >> 32),
+                      static_cast<unsigned>(tid), static_cast<unsigned>(tid >> 32)};
+    return std::mt19937_64(seq);
+  }();
+  return rng;
+}
+
+double Uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(Rng()); }
+
+[[noreturn]] void Bad(const std::string& message) { throw ClientError(grpc::StatusCode::INVALID_ARGUMENT, message); }
+
+std::string ReadPem(const std::string& path, const char* field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ClientError(grpc::StatusCode::NOT_FOUND, std::string(field) + ": cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void ValidateOptions(const ClientOptions& o) {
+  for (const auto& [name, t] : {std::pair{"step_timeout", o.step_timeout}, std::pair{"info_timeout", o.info_timeout}}) {
+    if (!(t.count() > 0) || !std::isfinite(t.count())) Bad(std::string(name) + " must be a finite number of seconds > 0");
+  }
+  ValidateRetryPolicy(o.retry);
+}
+
+// One logical call: attempts until success, a non-retryable code, the last attempt, or
+// the deadline (shared by all attempts).
+template <class Resp, class Attempt>
+Result<Resp> WithRetries(const ClientOptions& o, Seconds timeout, Attempt&& attempt) {
+  const auto deadline =
+      std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout);
+  grpc::Status status;
+  int n = 1;
+  for (;; ++n) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    if (!o.token.empty()) ctx.AddMetadata("authorization", "Bearer " + o.token);
+    if (o.wait_for_ready) ctx.set_wait_for_ready(true);
+    Resp response{};
+    status = attempt(&ctx, &response);
+    if (status.ok()) return Result<Resp>(std::move(response), n);
+    if (!IsRetryable(status.error_code()) || n >= o.retry.max_attempts) break;
+    const Seconds wait{BackoffSeconds(o.retry, n, Uniform())};
+    if (std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(wait) >=
+        deadline) {
+      break;
+    }
+    std::this_thread::sleep_for(wait);
+  }
+  if (n > 1) {
+    status = grpc::Status(status.error_code(),
+                          status.error_message() + " (after " + std::to_string(n) + " attempts)");
+  }
+  return Result<Resp>(std::move(status), n);
+}
+
+template <class Request>
+void EnsureRequestId(Request& request) {
+  if (request.request_id().empty()) request.set_request_id(NewRequestId());
+}
+
+grpc::Status DataLoss(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::DATA_LOSS, "ExportWeights: " + message);
+}
+
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::string NewRequestId() {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 2; ++i) {
+    uint64_t v = Rng()();
+    for (int j = 0; j < 16; ++j, v >>= 4) out += kHex[v & 15];
+  }
+  return out;
+}
+
+// Where the bytes of ExportWeights go; reset() starts over (a retried stream).
+struct detail::WeightsSink {
+  virtual ~WeightsSink() = default;
+  virtual void reset() = 0;
+  virtual bool write(const std::string& data) = 0;
+};
+
+namespace {
+
+struct MemorySink : public detail::WeightsSink {
+  std::string data;
+  void reset() override { data.clear(); }
+  bool write(const std::string& d) override {
+    data += d;
+    return true;
+  }
+};
+
+struct FileSink : public detail::WeightsSink {
+  explicit FileSink(std::string p) : path(std::move(p)) {}
+  std::string path;
+  std::ofstream out;
+  void reset() override {
+    out.close();
+    out.clear();
+    out.open(path, std::ios::binary | std::ios::trunc);
+  }
+  bool write(const std::string& d) override {
+    out.write(d.data(), static_cast<std::streamsize>(d.size()));
+    return static_cast<bool>(out);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Client> Client::Create(const ClientOptions& options) {
+  ValidateOptions(options);
+  if (options.target.empty()) Bad("target is empty (expected host:port)");
+  if (options.max_message_bytes <= 0 || options.max_message_bytes > INT_MAX) {
+    Bad("max_message_bytes must be in [1, " + std::to_string(INT_MAX) + "], got " +
+        std::to_string(options.max_message_bytes));
+  }
+  const auto& tls = options.tls;
+  if (!tls.enabled && (!tls.root_ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty() ||
+                       !tls.server_name_override.empty())) {
+    Bad("tls: CA, certificate, key or server name given but TLS is not enabled");
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    Bad("tls: a client certificate needs its key and a key its certificate (cert_file and key_file)");
+  }
+
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (tls.enabled) {
+    grpc::SslCredentialsOptions ssl;
+    if (!tls.root_ca_file.empty()) ssl.pem_root_certs = ReadPem(tls.root_ca_file, "tls.root_ca_file");
+    if (!tls.cert_file.empty()) {
+      ssl.pem_cert_chain = ReadPem(tls.cert_file, "tls.cert_file");
+      ssl.pem_private_key = ReadPem(tls.key_file, "tls.key_file");
+    }
+    if (!tls.server_name_override.empty()) args.SetSslTargetNameOverride(tls.server_name_override);
+    credentials = grpc::SslCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  auto channel = grpc::CreateCustomChannel(options.target, credentials, args);
+  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+}
+
+std::unique_ptr<Client> Client::Create(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options) {
+  ValidateOptions(options);
+  if (!channel) Bad("channel is null");
+  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
+    : options_(options), channel_(std::move(channel)), stub_(v1::Trainer::NewStub(channel_)) {}
+
+Client::~Client() = default;
+
+Result<v1::GetInfoResponse> Client::GetInfo(const CallOptions& call) const {
+  const v1::GetInfoRequest request;
+  return WithRetries<v1::GetInfoResponse>(
+      options_, call.timeout.value_or(options_.info_timeout),
+      [&](grpc::ClientContext* ctx, v1::GetInfoResponse* r) { return stub_->GetInfo(ctx, request, r); });
+}
+
+Result<v1::ForwardBackwardResponse> Client::ForwardBackward(v1::ForwardBackwardRequest request,
+                                                            const CallOptions& call) const {
+  EnsureRequestId(request);
+  return WithRetries<v1::ForwardBackwardResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::ForwardBackwardResponse* r) { return stub_->ForwardBackward(ctx, request, r); });
+}
+
+Result<v1::OptimStepResponse> Client::OptimStep(v1::OptimStepRequest request, const CallOptions& call) const {
+  EnsureRequestId(request);
+  return WithRetries<v1::OptimStepResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::OptimStepResponse* r) { return stub_->OptimStep(ctx, request, r); });
+}
+
+Result<v1::TrainStepResponse> Client::TrainStep(v1::TrainStepRequest request, const CallOptions& call) const {
+  EnsureRequestId(request);
+  return WithRetries<v1::TrainStepResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::TrainStepResponse* r) { return stub_->TrainStep(ctx, request, r); });
+}
+
+Result<v1::ComputeLogprobsResponse> Client::ComputeLogprobs(const v1::ComputeLogprobsRequest& request,
+                                                            const CallOptions& call) const {
+  return WithRetries<v1::ComputeLogprobsResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::ComputeLogprobsResponse* r) { return stub_->ComputeLogprobs(ctx, request, r); });
+}
+
+Result<v1::SaveCheckpointResponse> Client::SaveCheckpoint(v1::SaveCheckpointRequest request,
+                                                          const CallOptions& call) const {
+  EnsureRequestId(request);
+  return WithRetries<v1::SaveCheckpointResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::SaveCheckpointResponse* r) { return stub_->SaveCheckpoint(ctx, request, r); });
+}
+
+Result<v1::LoadCheckpointResponse> Client::LoadCheckpoint(v1::LoadCheckpointRequest request,
+                                                          const CallOptions& call) const {
+  EnsureRequestId(request);
+  return WithRetries<v1::LoadCheckpointResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::LoadCheckpointResponse* r) { return stub_->LoadCheckpoint(ctx, request, r); });
+}
+
+Result<v1::EstimateMemoryResponse> Client::EstimateMemory(const v1::EstimateMemoryRequest& request,
+                                                          const CallOptions& call) const {
+  return WithRetries<v1::EstimateMemoryResponse>(
+      options_, call.timeout.value_or(options_.info_timeout),
+      [&](grpc::ClientContext* ctx, v1::EstimateMemoryResponse* r) { return stub_->EstimateMemory(ctx, request, r); });
+}
+
+Result<ExportedWeights> Client::Export(const v1::ExportWeightsRequest& request, const CallOptions& call,
+                                       detail::WeightsSink& sink,
+                                       const std::function<void(int64_t, int64_t)>& progress) const {
+  return WithRetries<ExportedWeights>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, ExportedWeights* out) -> grpc::Status {
+        sink.reset();
+        auto reader = stub_->ExportWeights(ctx, request);
+        v1::WeightsChunk chunk;
+        Sha256 sha;
+        int64_t received = 0;
+        int64_t messages = 0;
+        bool last = false;
+        grpc::Status bad;
+        while (reader->Read(&chunk)) {
+          const std::string at = "message " + std::to_string(messages) + ": ";
+          if (messages == 0) {
+            out->total_bytes = chunk.total_bytes();
+            out->policy_version = chunk.policy_version();
+            if (out->total_bytes < 0) bad = DataLoss(at + "negative total_bytes");
+          } else if (chunk.total_bytes() != 0 && chunk.total_bytes() != out->total_bytes) {
+            bad = DataLoss(at + "total_bytes changed from " + std::to_string(out->total_bytes) + " to " +
+                           std::to_string(chunk.total_bytes()));
+          } else if (chunk.policy_version() != 0 && chunk.policy_version() != out->policy_version) {
+            bad = DataLoss(at + "policy_version changed within the stream");
+          }
+          ++messages;
+          if (bad.ok() && last) bad = DataLoss(at + "a message after the last one");
+          if (bad.ok() && chunk.offset() != received) {
+            bad = DataLoss(at + "offset " + std::to_string(chunk.offset()) + ", expected " + std::to_string(received) +
+                           " (chunks not contiguous)");
+          }
+          if (bad.ok() && received + static_cast<int64_t>(chunk.data().size()) > out->total_bytes) {
+            bad = DataLoss(at + "data beyond total_bytes " + std::to_string(out->total_bytes));
+          }
+          if (bad.ok() && !sink.write(chunk.data())) {
+            bad = grpc::Status(grpc::StatusCode::INTERNAL, "ExportWeights: cannot write the weights");
+          }
+          if (!bad.ok()) {
+            ctx->TryCancel();
+            while (reader->Read(&chunk)) {
+            }
+            break;
+          }
+          sha.update(chunk.data());
+          received += static_cast<int64_t>(chunk.data().size());
+          if (progress) progress(received, out->total_bytes);
+          if (chunk.last()) {
+            last = true;
+            out->sha256 = Lower(chunk.sha256());
+            out->config_json = chunk.config_json();
+          }
+        }
+        const grpc::Status finished = reader->Finish();
+        if (!bad.ok()) return bad;
+        if (!finished.ok()) return finished;
+        if (!last) return DataLoss("the stream ended without its last message");
+        if (received != out->total_bytes) {
+          return DataLoss("received " + std::to_string(received) + " bytes, expected total_bytes " +
+                          std::to_string(out->total_bytes));
+        }
+        if (out->sha256.empty()) return DataLoss("the last message has no sha256");
+        const std::string actual = sha.hex();
+        if (actual != out->sha256) return DataLoss("sha256 mismatch: received " + actual + ", server sent " + out->sha256);
+        return grpc::Status::OK;
+      });
+}
+
+Result<ExportedWeights> Client::ExportWeights(const v1::ExportWeightsRequest& request, const CallOptions& call) const {
+  MemorySink sink;
+  auto result = Export(request, call, sink, {});
+  if (!result.ok()) return result;
+  ExportedWeights weights = std::move(result).value();
+  weights.data = std::move(sink.data);
+  return Result<ExportedWeights>(std::move(weights), result.attempts());
+}
+
+Result<ExportedWeights> Client::ExportWeightsToFile(const std::string& path, const v1::ExportWeightsRequest& request,
+                                                    const CallOptions& call,
+                                                    const std::function<void(int64_t, int64_t)>& progress) const {
+  const std::string tmp = path + ".tmp";
+  FileSink sink(tmp);
+  auto result = Export(request, call, sink, progress);
+  sink.out.close();
+  std::error_code ec;
+  if (!result.ok()) {
+    std::filesystem::remove(tmp, ec);
+    return result;
+  }
+  if (!sink.out) {
+    std::filesystem::remove(tmp, ec);
+    return Result<ExportedWeights>(grpc::Status(grpc::StatusCode::INTERNAL, "cannot write " + tmp), result.attempts());
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    return Result<ExportedWeights>(grpc::Status(grpc::StatusCode::INTERNAL, "cannot rename " + tmp + " to " + path),
+                                   result.attempts());
+  }
+  return result;
+}
+
+}  // namespace streambp::client
