@@ -9,6 +9,8 @@
 #include "streambp/memory.h"
 #include "streambp/runtime.h"
 #include "tools.h"
+#include "serve_tool.h"
+#include "train_tool.h"
 
 namespace {
 
@@ -78,12 +80,75 @@ int main(int argc, char** argv) {
   verify_cmd->add_option("--tolerance", verify.tolerance, "max relative difference (0 = dtype default)");
   AddEngineFlags(verify_cmd, verify.flags);
 
+  // --- train: a local training loop (train_tool.h) ---
+  streambp::tools::TrainArgs train;
+  auto* train_cmd = app.add_subcommand("train", "train on a JSONL file with the Trainer, one line per step");
+  AddModelFlags(train_cmd, train.model);  // --seed seeds the embedded model and the trainer
+  train_cmd->add_option("--data", train.data, "JSONL file of examples")->required();
+  train_cmd->add_option("--objective", train.objective, "loss plugin: sft | dpo | grpo");
+  train_cmd->add_option("--objective-options", train.objective_options,
+                        "the objective's options as a JSON object");
+  train_cmd->add_option("--steps", train.steps, "optimizer steps")->required()->check(CLI::PositiveNumber);
+  train_cmd->add_option("--batch-size", train.batch_size,
+                        "examples per step (a DPO pair or GRPO group is one; 0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--optimizer", train.optimizer, "adamw | sgd")->check(CLI::IsMember({"adamw", "sgd"}));
+  train_cmd->add_option("--lr", train.lr, "peak learning rate")->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--weight-decay", train.weight_decay, "adamw: decoupled; sgd: L2")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--schedule", train.schedule, "constant | linear | cosine (over --steps)")
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}));
+  train_cmd->add_option("--warmup", train.warmup, "linear warmup steps")->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--max-grad-norm", train.max_grad_norm, "clip the gradient norm (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--engine", train.engine, "full | checkpoint | stream")
+      ->check(CLI::IsMember({"full", "checkpoint", "stream"}));
+  train_cmd->add_option("--layout", train.layout, "right | left | packed")
+      ->check(CLI::IsMember({"right", "left", "packed"}));
+  AddEngineFlags(train_cmd, train.flags);
+  train_cmd->add_option("--micro-batch-tokens", train.micro_batch_tokens,
+                        "padded tokens per micro-batch (0 = the whole step at once)")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--save", train.save, "write a checkpoint folder at the end");
+  // --- end train ---
+
+  // --- serve: the gRPC training service (serve_tool.h) ---
+  streambp::tools::ServeArgs serve;
+  auto* serve_cmd = app.add_subcommand("serve", "start the gRPC training service (Ctrl-C or SIGTERM drains and stops)");
+  serve_cmd->add_option("--config", serve.config_file, "JSON config file; the flags below override it");
+  serve_cmd->add_option("--model", serve.model_dir, "Hugging Face model folder (default: the embedded preset)");
+  serve_cmd->add_option("--preset", serve.preset, "embedded model when --model is not given: tiny | small");
+  serve_cmd->add_option("--seed", serve.seed, "seed of the embedded model");
+  serve_cmd->add_option("--dtype", serve.dtype, "float32 | float64 | bfloat16");
+  serve_cmd->add_option("--device", serve.device, "cpu | cuda | cuda:N");
+  serve_cmd->add_option("--listen", serve.listen, "host:port (port 0 picks a free one, logged)");
+  serve_cmd->add_option("--port-file", serve.port_file, "write the bound port to this file");
+  serve_cmd->add_option("--engine", serve.engine, "default engine: full | checkpoint | stream");
+  serve_cmd->add_option("--chunk", serve.chunk, "default stream chunk (0 = default)");
+  serve_cmd->add_option("--logits-chunk", serve.logits_chunk, "default logits chunk (-1 = default, 0 = all)");
+  serve_cmd->add_option("--optimizer", serve.optimizer, "adamw | sgd");
+  serve_cmd->add_option("--lr", serve.lr, "learning rate");
+  serve_cmd->add_option("--micro-batch-tokens", serve.micro_batch_tokens, "padded tokens per micro-batch (0 = whole)");
+  serve_cmd->add_option("--checkpoint-dir", serve.checkpoint_dir, "folder of Save/LoadCheckpoint names");
+  serve_cmd->add_option("--token", serve.tokens, "bearer token clients must send (repeatable)");
+  serve_cmd->add_option("--queue-depth", serve.queue_depth, "requests that may wait for the device");
+  serve_cmd->add_option("--max-seq-len", serve.max_sequence_length, "longest sequence accepted");
+  serve_cmd->add_option("--memory-budget", serve.memory_budget, "refuse steps estimated above this many bytes");
+  serve_cmd->add_option("--log-format", serve.log_format, "text | json");
+  serve_cmd->add_flag("--check-config", serve.check_config, "validate the config, print it, and exit");
+  // --- end serve ---
+
   CLI11_PARSE(app, argc, argv);
   streambp::ConfigureThreads(threads);
   try {
     if (*init_cmd) return streambp::tools::InitModel(init);
     if (*grad_cmd) return streambp::tools::Grad(grad);
     if (*verify_cmd) return streambp::tools::Verify(verify);
+    if (*train_cmd) return streambp::tools::Train(train);
+    if (*serve_cmd) {
+      serve.threads = threads;
+      return streambp::tools::Serve(serve);
+    }
   } catch (const streambp::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

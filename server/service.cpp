@@ -376,7 +376,12 @@ class TrainerService final : public v1::Trainer::CallbackService {
         const auto dir = (std::filesystem::path(s_->config.checkpoint_dir) / n).string();
         if (!std::filesystem::is_directory(dir)) throw NotFound("no checkpoint named '" + n + "'");
         auto loaded = Trainer::LoadCheckpoint(dir, &s_->config.trainer);
-        if (loaded->model()->config().ToJson() != s_->model_config.ToJson()) {
+        auto shape = [](const ModelConfig& c) {
+          auto j = c.ToJson();
+          j.erase("torch_dtype");
+          return j;
+        };
+        if (shape(loaded->model()->config()) != shape(s_->model_config)) {
           throw FailedPrecondition("checkpoint '" + n + "' holds a different model (" +
                                    loaded->model()->config().architecture + ", other sizes) than this server serves");
         }
@@ -585,6 +590,8 @@ class TrainerService final : public v1::Trainer::CallbackService {
 
 std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   config.Validate();
+  RegisterBuiltinObjectives();
+  memory::InstallTrackingAllocator();
   auto state = std::make_shared<ServerState>(config);
   auto& c = state->config;
   state->dtype = ParseDtype(c.model.dtype);

@@ -20,7 +20,8 @@ std::vector<std::vector<Sequence>> SplitIntoParts(const std::vector<Sequence>& s
 }
 
 TensorMap AccumulatedGradients(Trainer& trainer, const std::vector<std::vector<Sequence>>& parts,
-                               const std::function<std::unique_ptr<Objective>()>& make_objective, double* loss) {
+                               const std::function<std::unique_ptr<Objective>()>& make_objective,
+                               double* loss) {
   trainer.zero_gradients();
   double total = 0;
   for (const auto& part : parts) {

@@ -64,14 +64,15 @@ std::vector<torch::Tensor> MakeParams(torch::Dtype dtype) {
 void SetGradients(std::vector<torch::Tensor>& params, int step) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + step);
   for (auto& p : params) {
-    p.mutable_grad() =
-        at::normal(0.0, 0.5, p.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat64)).to(p.scalar_type());
+    p.mutable_grad() = at::normal(0.0, 0.5, p.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat64))
+                           .to(p.scalar_type());
   }
 }
 
 NamedParameters Named(const std::vector<torch::Tensor>& params) {
   NamedParameters out;
-  for (size_t i = 0; i < params.size(); ++i) out.emplace_back(std::string(1, 'p').append(std::to_string(i)), params[i]);
+  for (size_t i = 0; i < params.size(); ++i)
+    out.emplace_back(std::string(1, 'p').append(std::to_string(i)), params[i]);
   return out;
 }
 
@@ -183,7 +184,8 @@ TEST(Trainer, AdamWStepsMatchLibTorchOnAModel) {
 
 TEST(Trainer, SgdLrOneStepSubtractsTheGradientExactly) {
   auto config = testing::TinyConfig("llama_bias");
-  auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), testing::ExactTrainerOptions());
+  auto trainer =
+      Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), testing::ExactTrainerOptions());
   auto before = trainer->model()->hf_tensors();
   auto sft = MakeSftObjective({});
   trainer->forward_backward(testing::RandomSequences({10, 7}, config.vocab_size, 1), *sft);
@@ -204,7 +206,8 @@ TEST(Trainer, SgdLrOneStepSubtractsTheGradientExactly) {
 
 TEST(Trainer, AccumulationAcrossCallsWithStepNormalizerIsExact) {
   auto config = testing::TinyConfig("qwen3");
-  auto trainer = Trainer::Create(testing::RandomModel(config, 7, torch::kFloat64), testing::ExactTrainerOptions());
+  auto trainer =
+      Trainer::Create(testing::RandomModel(config, 7, torch::kFloat64), testing::ExactTrainerOptions());
   const auto seqs = testing::RandomSequences({9, 14, 5, 11, 8, 13}, config.vocab_size, 4);
   int64_t targets = 0;
   for (const auto& s : seqs) targets += s.num_targets();
@@ -226,11 +229,13 @@ TEST(Trainer, MicroBatchesGiveTheGradientsOfOneBatch) {
   auto options = testing::ExactTrainerOptions();
   auto one = Trainer::Create(testing::RandomModel(config, 8, torch::kFloat64), options);
   double loss_one = 0, loss_many = 0;
-  const auto expected = testing::AccumulatedGradients(*one, {seqs}, [] { return MakeSftObjective({}); }, &loss_one);
+  const auto expected = testing::AccumulatedGradients(
+      *one, {seqs}, [] { return MakeSftObjective({}); }, &loss_one);
   options.micro_batch_tokens = 28;  // rows of 14 tokens: at most 2 per micro-batch
   ASSERT_GE(SplitMicroBatches(seqs, options.layout, options.micro_batch_tokens).size(), 3u);
   auto many = Trainer::Create(testing::RandomModel(config, 8, torch::kFloat64), options);
-  const auto got = testing::AccumulatedGradients(*many, {seqs}, [] { return MakeSftObjective({}); }, &loss_many);
+  const auto got = testing::AccumulatedGradients(
+      *many, {seqs}, [] { return MakeSftObjective({}); }, &loss_many);
   EXPECT_NEAR(loss_many, loss_one, 1e-12 * std::abs(loss_one));
   const auto diff = CompareGradients(expected, got);
   EXPECT_LE(diff.max_relative, 1e-12) << diff.worst;
@@ -242,7 +247,8 @@ TEST(Trainer, MicroBatchesGiveTheGradientsOfOneBatch) {
 double HfLambda(const std::string& type, int64_t s, int64_t warmup, int64_t total, double min_ratio) {
   if (s < warmup) return double(s) / double(std::max<int64_t>(1, warmup));
   if (type == "constant") return 1.0;
-  if (type == "linear") return std::max(0.0, double(total - s) / double(std::max<int64_t>(1, total - warmup)));
+  if (type == "linear")
+    return std::max(0.0, double(total - s) / double(std::max<int64_t>(1, total - warmup)));
   const double progress = double(s - warmup) / double(std::max<int64_t>(1, total - warmup));
   const double f = 0.5 * (1.0 + std::cos(std::numbers::pi * 0.5 * 2.0 * progress));
   return std::max(0.0, f * (1 - min_ratio) + min_ratio);
@@ -371,7 +377,8 @@ TEST(Trainer, HugeButFiniteGradientsAreClippedNotSkipped) {
 
 TEST(Trainer, BadInputIsRefusedAndChangesNothing) {
   auto config = testing::TinyConfig("qwen3");
-  auto trainer = Trainer::Create(testing::RandomModel(config, 2, torch::kFloat64), testing::ExactTrainerOptions());
+  auto trainer =
+      Trainer::Create(testing::RandomModel(config, 2, torch::kFloat64), testing::ExactTrainerOptions());
   const auto weights = trainer->model()->hf_tensors();
   auto sft = MakeSftObjective({});
 
@@ -505,7 +512,8 @@ TEST(Trainer, ReferenceLogprobsComeFromTheFrozenInitialWeights) {
 
 TEST(Trainer, NeedingReferenceWithoutAReferenceModelIsAClearError) {
   auto config = testing::TinyConfig("llama");
-  auto trainer = Trainer::Create(testing::RandomModel(config, 1, torch::kFloat64), testing::ExactTrainerOptions());
+  auto trainer =
+      Trainer::Create(testing::RandomModel(config, 1, torch::kFloat64), testing::ExactTrainerOptions());
   RecordingObjective objective;
   try {
     trainer->forward_backward(testing::RandomSequences({6, 5}, config.vocab_size, 1), objective);

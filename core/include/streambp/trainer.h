@@ -44,10 +44,10 @@ struct ReferenceOptions {
 };
 
 struct TrainerOptions {
-  OptimizerOptions optimizer;    ///< adamw | sgd and its hyper-parameters
-  ScheduleOptions schedule;      ///< learning-rate multiplier per step
-  double max_grad_norm = 1.0;    ///< clip the total L2 norm of the gradients to this; 0 = off
-  EngineOptions engine;          ///< backward engine and its chunk sizes
+  OptimizerOptions optimizer;       ///< adamw | sgd and its hyper-parameters
+  ScheduleOptions schedule;         ///< learning-rate multiplier per step
+  double max_grad_norm = 1.0;       ///< clip the total L2 norm of the gradients to this; 0 = off
+  EngineOptions engine;             ///< backward engine and its chunk sizes
   Layout layout = Layout::kPacked;  ///< how sequences are laid out in rows
   int64_t micro_batch_tokens = 0;   ///< padded tokens per micro-batch; 0 = whole batch at once
   int64_t max_sequence_length = 0;  ///< longer sequences are refused; 0 = no limit
@@ -106,7 +106,9 @@ class Trainer {
   /// metrics. Throws InvalidArgument for bad input (nothing changed), and InvalidArgument
   /// "... needs reference log-probs ..." when the objective needs reference log-probs that
   /// neither the input nor a reference model gives.
-  StepResult forward_backward(const std::vector<Sequence>& sequences, Objective& objective);
+  /// `engine` overrides options().engine for this call (null: the trainer's).
+  StepResult forward_backward(const std::vector<Sequence>& sequences, Objective& objective,
+                              const EngineOptions* engine = nullptr);
 
   /// Applies the pending gradients: norm, non-finite check, clipping, schedule, update;
   /// then clears the gradients and advances step() and policy_version() (unless skipped).
@@ -114,7 +116,8 @@ class Trainer {
   OptimResult optim_step();
 
   /// forward_backward then optim_step.
-  TrainResult train_step(const std::vector<Sequence>& sequences, Objective& objective);
+  TrainResult train_step(const std::vector<Sequence>& sequences, Objective& objective,
+                         const EngineOptions* engine = nullptr);
 
   /// Drops the pending gradients (and the non-finite loss flag).
   void zero_gradients();
@@ -144,7 +147,7 @@ class Trainer {
 
  private:
   Trainer(CausalLM model, CausalLM reference, const TrainerOptions& options);
-  std::vector<Sequence> with_reference_logprobs(const std::vector<Sequence>& sequences);
+  std::vector<Sequence> with_reference_logprobs(const std::vector<Sequence>& sequences, int64_t logits_chunk);
 
   CausalLM model_;
   CausalLM reference_;
@@ -153,8 +156,8 @@ class Trainer {
   at::Generator generator_;
   int64_t step_ = 0;
   int64_t policy_version_ = 0;
-  bool pending_ = false;          // gradients accumulated since the last optim_step
-  bool nonfinite_loss_ = false;   // a non-finite loss was seen since the last optim_step
+  bool pending_ = false;         // gradients accumulated since the last optim_step
+  bool nonfinite_loss_ = false;  // a non-finite loss was seen since the last optim_step
 };
 
 }  // namespace streambp

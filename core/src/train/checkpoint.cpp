@@ -50,11 +50,13 @@ constexpr const char* kManifest = "manifest.json";
 
 void FsyncDir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw Error(ErrorCode::kInternal, "cannot open folder " + dir.string() + ": " + std::strerror(errno));
+  if (fd < 0)
+    throw Error(ErrorCode::kInternal, "cannot open folder " + dir.string() + ": " + std::strerror(errno));
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
-  if (rc != 0) throw Error(ErrorCode::kInternal, "cannot fsync folder " + dir.string() + ": " + std::strerror(err));
+  if (rc != 0)
+    throw Error(ErrorCode::kInternal, "cannot fsync folder " + dir.string() + ": " + std::strerror(err));
 }
 
 // The folder path without a trailing separator ("ckpt/" -> "ckpt").
@@ -108,15 +110,17 @@ std::map<std::string, std::string> ReadVerified(const fs::path& dir) {
     auto bytes = ReadFileBytes(dir / name, where + name);
     const auto size = entry["size"].get<uint64_t>();
     if (bytes.size() != size) {
-      throw InvalidArgument(where + name + " has " + std::to_string(bytes.size()) + " bytes, the manifest says " +
-                            std::to_string(size) + " (truncated or modified)");
+      throw InvalidArgument(where + name + " has " + std::to_string(bytes.size()) +
+                            " bytes, the manifest says " + std::to_string(size) + " (truncated or modified)");
     }
     if (train::Sha256Hex(bytes) != entry["sha256"].get<std::string>()) {
-      throw InvalidArgument(where + name + " does not match its SHA-256 in the manifest (corrupt or modified)");
+      throw InvalidArgument(where + name +
+                            " does not match its SHA-256 in the manifest (corrupt or modified)");
     }
     files[name] = std::move(bytes);
   }
-  for (const char* required : {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json"}) {
+  for (const char* required :
+       {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json"}) {
     if (!files.count(required)) throw corrupt(std::string(required) + " is not listed");
   }
   return files;
@@ -140,7 +144,8 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   files.emplace_back("optimizer.safetensors",
                      SerializeSafetensors(optimizer_state, {{"optimizer", options_.optimizer.name}}));
   if (reference_) {
-    files.emplace_back("reference.safetensors", SerializeSafetensors(reference_->hf_tensors(), {{"format", "pt"}}));
+    files.emplace_back("reference.safetensors",
+                       SerializeSafetensors(reference_->hf_tensors(), {{"format", "pt"}}));
   }
   const json state = {{"format", kFormat},
                       {"version", kVersion},
@@ -152,7 +157,8 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   files.emplace_back("trainer_state.json", state.dump(2) + "\n");
   json manifest = {{"format", kFormat}, {"version", kVersion}, {"files", json::array()}};
   for (const auto& [name, bytes] : files) {
-    manifest["files"].push_back({{"name", name}, {"size", bytes.size()}, {"sha256", train::Sha256Hex(bytes)}});
+    manifest["files"].push_back(
+        {{"name", name}, {"size", bytes.size()}, {"sha256", train::Sha256Hex(bytes)}});
   }
 
   try {
@@ -222,20 +228,23 @@ std::unique_ptr<Trainer> Trainer::LoadCheckpoint(const std::string& dir, const T
   const auto config = ModelConfig::FromJson(ParseJson(files.at("config.json"), where + "config.json"));
   const torch::Device device = torch::kCPU;
   auto model = train::ModelFromTensors(
-      config, ParseSafetensors(files.at("model.safetensors"), where + "model.safetensors").tensors, dtype, device);
+      config, ParseSafetensors(files.at("model.safetensors"), where + "model.safetensors").tensors, dtype,
+      device);
   files.erase("model.safetensors");
   CausalLM reference{nullptr};
   if (options.reference.use_reference_model) {
     if (has_reference) {
       reference = train::ModelFromTensors(
-          config, ParseSafetensors(files.at("reference.safetensors"), where + "reference.safetensors").tensors,
-          dtype, device);
+          config,
+          ParseSafetensors(files.at("reference.safetensors"), where + "reference.safetensors").tensors, dtype,
+          device);
       train::Freeze(*reference);
     } else if (!options.reference.dir.empty()) {
       reference = train::MakeReference(*model, options.reference);
     } else {
-      throw InvalidArgument(where + "no reference weights saved: disable reference.use_reference_model or give "
-                                    "reference.dir");
+      throw InvalidArgument(where +
+                            "no reference weights saved: disable reference.use_reference_model or give "
+                            "reference.dir");
     }
   }
   auto optimizer = ParseSafetensors(files.at("optimizer.safetensors"), where + "optimizer.safetensors");

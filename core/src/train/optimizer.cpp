@@ -53,7 +53,8 @@ void ScheduleOptions::Validate() const {
   if (type != "constant" && total_steps == 0) {
     throw InvalidArgument("schedule.total_steps must be > 0 for the " + type + " schedule");
   }
-  if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1)) throw InvalidArgument("schedule.min_lr_ratio must be in [0, 1]");
+  if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
+    throw InvalidArgument("schedule.min_lr_ratio must be in [0, 1]");
 }
 
 double LrMultiplier(const ScheduleOptions& schedule, int64_t step) {
@@ -150,7 +151,8 @@ TensorMap Optimizer::state() const {
     out["step/" + name] = torch::tensor({s.step}, torch::kInt64);
     if (s.exp_avg.defined()) out["exp_avg/" + name] = s.exp_avg.detach().cpu().clone();
     if (s.exp_avg_sq.defined()) out["exp_avg_sq/" + name] = s.exp_avg_sq.detach().cpu().clone();
-    if (s.momentum_buffer.defined()) out["momentum_buffer/" + name] = s.momentum_buffer.detach().cpu().clone();
+    if (s.momentum_buffer.defined())
+      out["momentum_buffer/" + name] = s.momentum_buffer.detach().cpu().clone();
     if (s.master.defined()) out["master/" + name] = s.master.detach().cpu().clone();
   }
   return out;

@@ -22,8 +22,9 @@ void ForEachKey(const json& j, const std::string& prefix,
                 const std::map<std::string, std::function<void(const json&, const std::string&)>>& handlers) {
   if (j.is_null()) return;
   if (!j.is_object()) {
-    throw InvalidArgument("trainer options: " + (prefix.empty() ? std::string("options") : "'" + prefix + "'") +
-                          " must be a JSON object");
+    throw InvalidArgument(
+        "trainer options: " + (prefix.empty() ? std::string("options") : "'" + prefix + "'") +
+        " must be a JSON object");
   }
   for (const auto& [key, value] : j.items()) {
     auto it = handlers.find(key);
@@ -109,14 +110,20 @@ EngineOptions ReadEngine(const json& j, const std::string& prefix) {
 OptimizerOptions OptimizerOptions::FromJson(const json& j) { return ReadOptimizer(j, "optimizer"); }
 
 json OptimizerOptions::ToJson() const {
-  return {{"name", name}, {"lr", lr}, {"betas", {betas[0], betas[1]}}, {"eps", eps},
-          {"weight_decay", weight_decay}, {"momentum", momentum}};
+  return {{"name", name},
+          {"lr", lr},
+          {"betas", {betas[0], betas[1]}},
+          {"eps", eps},
+          {"weight_decay", weight_decay},
+          {"momentum", momentum}};
 }
 
 ScheduleOptions ScheduleOptions::FromJson(const json& j) { return ReadSchedule(j, "schedule"); }
 
 json ScheduleOptions::ToJson() const {
-  return {{"type", type}, {"warmup_steps", warmup_steps}, {"total_steps", total_steps},
+  return {{"type", type},
+          {"warmup_steps", warmup_steps},
+          {"total_steps", total_steps},
           {"min_lr_ratio", min_lr_ratio}};
 }
 
@@ -127,7 +134,9 @@ json ReferenceOptions::ToJson() const { return {{"use_reference_model", use_refe
 EngineOptions EngineOptionsFromJson(const json& j) { return ReadEngine(j, "engine"); }
 
 json EngineOptionsToJson(const EngineOptions& o) {
-  return {{"kind", EngineName(o.kind)}, {"chunk", o.chunk}, {"logits_chunk", o.logits_chunk},
+  return {{"kind", EngineName(o.kind)},
+          {"chunk", o.chunk},
+          {"logits_chunk", o.logits_chunk},
           {"recompute_kv_per_chunk", o.recompute_kv_per_chunk}};
 }
 
@@ -145,22 +154,22 @@ void TrainerOptions::Validate() const {
 
 TrainerOptions TrainerOptions::FromJson(const json& j) {
   TrainerOptions o;
-  ForEachKey(
-      j, "",
-      {{"optimizer", [&](const json& v, const std::string& k) { o.optimizer = ReadOptimizer(v, k); }},
-       {"schedule", [&](const json& v, const std::string& k) { o.schedule = ReadSchedule(v, k); }},
-       {"max_grad_norm", [&](const json& v, const std::string& k) { o.max_grad_norm = Number(v, k); }},
-       {"engine", [&](const json& v, const std::string& k) { o.engine = ReadEngine(v, k); }},
-       {"layout", [&](const json& v, const std::string& k) { o.layout = ParseLayout(String(v, k)); }},
-       {"micro_batch_tokens",
-        [&](const json& v, const std::string& k) { o.micro_batch_tokens = Integer(v, k); }},
-       {"max_sequence_length",
-        [&](const json& v, const std::string& k) { o.max_sequence_length = Integer(v, k); }},
-       {"reference", [&](const json& v, const std::string& k) { o.reference = ReadReference(v, k); }},
-       {"seed", [&](const json& v, const std::string& k) {
-          if (!v.is_number_unsigned()) throw InvalidArgument("trainer options: '" + k + "' must be an integer >= 0");
-          o.seed = v.get<uint64_t>();
-        }}});
+  ForEachKey(j, "",
+             {{"optimizer", [&](const json& v, const std::string& k) { o.optimizer = ReadOptimizer(v, k); }},
+              {"schedule", [&](const json& v, const std::string& k) { o.schedule = ReadSchedule(v, k); }},
+              {"max_grad_norm", [&](const json& v, const std::string& k) { o.max_grad_norm = Number(v, k); }},
+              {"engine", [&](const json& v, const std::string& k) { o.engine = ReadEngine(v, k); }},
+              {"layout", [&](const json& v, const std::string& k) { o.layout = ParseLayout(String(v, k)); }},
+              {"micro_batch_tokens",
+               [&](const json& v, const std::string& k) { o.micro_batch_tokens = Integer(v, k); }},
+              {"max_sequence_length",
+               [&](const json& v, const std::string& k) { o.max_sequence_length = Integer(v, k); }},
+              {"reference", [&](const json& v, const std::string& k) { o.reference = ReadReference(v, k); }},
+              {"seed", [&](const json& v, const std::string& k) {
+                 if (!v.is_number_unsigned())
+                   throw InvalidArgument("trainer options: '" + k + "' must be an integer >= 0");
+                 o.seed = v.get<uint64_t>();
+               }}});
   return o;
 }
 

@@ -84,10 +84,10 @@ void Trainer::zero_gradients() {
   nonfinite_loss_ = false;
 }
 
-std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequence>& sequences) {
+std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequence>& sequences,
+                                                       int64_t logits_chunk) {
   std::vector<Sequence> out = sequences;
-  const int64_t logits_chunk =
-      options_.engine.logits_chunk > 0 ? options_.engine.logits_chunk : kDefaultLogitsChunk;
+  if (logits_chunk <= 0) logits_chunk = kDefaultLogitsChunk;  // never T x V logits at once
   for (const auto& indices : SplitMicroBatches(sequences, options_.layout, options_.micro_batch_tokens)) {
     std::vector<Sequence> part;
     part.reserve(indices.size());
@@ -96,7 +96,9 @@ std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequenc
     const auto logprobs = TokenLogprobs(reference_, batch, logits_chunk).cpu().contiguous();
     const auto seq_ids = batch.sequence_ids.cpu().contiguous();
     const auto positions = batch.position_ids.cpu().contiguous();
-    for (size_t k = 0; k < indices.size(); ++k) out[indices[k]].ref_logprobs.assign(part[k].tokens.size(), 0.0);
+    for (size_t k = 0; k < indices.size(); ++k) {
+      out[indices[k]].ref_logprobs.assign(part[k].tokens.size(), 0.0);
+    }
     const auto lp = logprobs.accessor<double, 2>();
     const auto sid = seq_ids.accessor<int64_t, 2>();
     const auto pos = positions.accessor<int64_t, 2>();
@@ -114,9 +116,13 @@ std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequenc
   return out;
 }
 
-StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Objective& objective) {
+StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Objective& objective,
+                                     const EngineOptions* engine) {
   // Everything that can be refused is refused before any computation.
   ValidateSequences(sequences, model_->config().vocab_size, options_.max_sequence_length);
+  const EngineOptions& engine_options = engine ? *engine : options_.engine;
+  if (engine_options.chunk < 0) throw InvalidArgument("engine.chunk must be >= 0 (0 = default)");
+  if (engine_options.logits_chunk < -1) throw InvalidArgument("engine.logits_chunk must be >= -1 (-1 = default)");
   std::vector<Sequence> filled;
   const std::vector<Sequence>* step = &sequences;
   if (objective.needs_reference(sequences)) {
@@ -125,7 +131,7 @@ StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Obj
                             ": the objective needs reference log-probs: give them in the input or "
                             "enable the reference model");
     }
-    filled = with_reference_logprobs(sequences);
+    filled = with_reference_logprobs(sequences, engine_options.logits_chunk);
     step = &filled;
   }
   objective.prepare(*step);
@@ -144,7 +150,7 @@ StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Obj
         batch = MakeBatch(part, options_.layout);
       }
       pending_ = true;  // from here on the model may carry gradients of this step
-      const auto r = ForwardBackward(model_, batch, objective, options_.engine);
+      const auto r = ForwardBackward(model_, batch, objective, engine_options);
       total.loss += r.loss;
       total.targets += r.targets;
       total.tokens += r.tokens;
@@ -200,9 +206,10 @@ OptimResult Trainer::optim_step() {
   return result;
 }
 
-TrainResult Trainer::train_step(const std::vector<Sequence>& sequences, Objective& objective) {
+TrainResult Trainer::train_step(const std::vector<Sequence>& sequences, Objective& objective,
+                                const EngineOptions* engine) {
   TrainResult r;
-  r.forward = forward_backward(sequences, objective);
+  r.forward = forward_backward(sequences, objective, engine);
   r.optim = optim_step();
   return r;
 }

@@ -1,0 +1,34 @@
+#pragma once
+// `streambp-server train`: a local training loop over a JSONL file with the Trainer.
+#include <cstdint>
+#include <string>
+
+#include "tools.h"
+
+namespace streambp::tools {
+
+struct TrainArgs {
+  ModelSource model;              ///< --model DIR or the embedded preset; --seed also seeds the trainer
+  std::string data;               ///< JSONL file in the objective's format
+  std::string objective = "sft";  ///< sft | dpo | grpo
+  std::string objective_options = "{}";  ///< JSON object of the objective's options
+  int64_t steps = 0;                     ///< optimizer steps to run
+  int64_t batch_size = 0;                ///< examples per step (a DPO pair, a GRPO group = one); 0 = all
+  std::string optimizer = "adamw";       ///< adamw | sgd
+  double lr = 1e-5;                      ///< peak learning rate
+  double weight_decay = 0.0;             ///< adamw: decoupled; sgd: L2
+  std::string schedule = "constant";     ///< constant | linear | cosine, over `steps`
+  int64_t warmup = 0;                    ///< linear warmup steps
+  double max_grad_norm = 1.0;            ///< 0 = no clipping
+  std::string engine = "stream";         ///< full | checkpoint | stream
+  std::string layout = "packed";         ///< right | left | packed
+  EngineFlags flags;                     ///< stream chunk sizes
+  int64_t micro_batch_tokens = 0;        ///< padded tokens per micro-batch; 0 = whole step at once
+  std::string save;                      ///< checkpoint folder written at the end; empty = none
+};
+
+/// Cycles through the data in order, `batch_size` examples per step, printing one line per
+/// step and a summary (first loss, last loss, relative fall). Returns the exit status.
+int Train(const TrainArgs& args);
+
+}  // namespace streambp::tools
