@@ -629,8 +629,10 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   info.set_dtype(DtypeName(state->dtype));
   info.set_device(c.model.device);
   info.set_engine(EngineName(c.trainer.engine.kind));
-  info.set_chunk(c.trainer.engine.chunk);
-  info.set_logits_chunk(c.trainer.engine.logits_chunk);
+  // The defaults as they resolve for a long sequence (0 = the whole sequence at once).
+  const auto defaults = ResolveChunks(c.trainer.engine, int64_t{1} << 40);
+  info.set_chunk(c.trainer.engine.kind == EngineKind::kStream ? defaults.chunk : 0);
+  info.set_logits_chunk(defaults.logits_chunk == (int64_t{1} << 40) ? 0 : defaults.logits_chunk);
   info.set_world_size(1);
   info.set_optimizer(c.trainer.optimizer.name);
   info.set_learning_rate(c.trainer.optimizer.lr);

@@ -38,7 +38,8 @@ TensorMap ExportedTensors(const client::Client& c) {
 }
 
 std::string WriteFile(const std::string& name, const std::string& text) {
-  auto path = std::filesystem::path(TempDir("integration")) / name;
+  static const std::string dir = TempDir("integration");  // made once per process
+  auto path = std::filesystem::path(dir) / name;
   std::ofstream(path) << text;
   return path.string();
 }
