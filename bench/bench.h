@@ -1,0 +1,122 @@
+#pragma once
+// streambp-bench internals: the engines side by side on one model and one batch — peak
+// memory, step time, FLOPs, max sequence length under a budget (DESIGN §9, issue 6).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "streambp/batch.h"
+#include "streambp/config.h"
+#include "streambp/engine.h"
+#include "streambp/model.h"
+
+namespace streambp::bench {
+
+/// One engine configuration as the bench reports it.
+struct Variant {
+  std::string engine;          ///< full | checkpoint | stream
+  bool logits_chunked = false;  ///< the lm_head + loss runs chunk by chunk
+  EngineOptions options;        ///< what ForwardBackward gets
+  std::string label() const;    ///< e.g. "checkpoint+chunked-logits"
+};
+
+/// What the step needs besides the model: the objective and its options.
+struct Workload {
+  std::string objective = "sft";  ///< sft | dpo | grpo
+  int64_t batch = 1;              ///< sft: sequences; dpo: pairs; grpo: completions of one group
+  uint64_t data_seed = 1;
+};
+
+/// Synthetic sequences of exactly `seq_len` tokens (rows of a right-padded batch are all
+/// seq_len long): sft sequences with a prompt quarter masked out; dpo pairs (same prompt,
+/// chosen role 0 / rejected role 1); one grpo group with spread rewards.
+std::vector<Sequence> SyntheticSequences(const Workload& w, int64_t seq_len, int64_t vocab);
+
+/// The sizes that stay alive across steps.
+struct StaticBytes {
+  int64_t weights = 0;
+  int64_t grads = 0;
+  int64_t optimizer = 0;
+};
+
+/// One measured point.
+struct Run {
+  Variant variant;
+  int64_t seq_len = 0;
+  int64_t batch = 0;   ///< rows of the batch
+  bool oom = false;    ///< the budgeted allocator refused an allocation (or the estimate did)
+  bool oom_predicted = false;  ///< skipped: the estimate is far past the limit
+  std::string oom_message;
+  int64_t peak_bytes = 0;
+  int64_t activation_bytes = 0;
+  StaticBytes statics;
+  int64_t predicted_peak_bytes = 0;
+  int64_t predicted_activation_bytes = 0;
+  double step_seconds = 0;               ///< median of the timed repeats
+  std::vector<double> samples;           ///< every timed repeat
+  double tokens_per_second = 0;
+  double flops = 0;        ///< executed by this engine (analytic, recompute included)
+  double model_flops = 0;  ///< 3 x forward with causal attention (the same for every engine)
+  double gflops = 0;       ///< flops / step_seconds / 1e9
+  double loss = 0;
+  int64_t chunk = 0, logits_chunk = 0;
+};
+
+/// Analytic FLOPs of one training step of `variant` (GEMMs and attention matmuls only).
+struct StepFlops {
+  double executed = 0;
+  double model = 0;
+};
+StepFlops AnalyticFlops(const ModelConfig& c, int64_t rows, int64_t seq_len, const Variant& v,
+                        bool sequence_pass);
+
+/// Measured throughput of an n x n x n GEMM in `dtype` (best of a few), GFLOP/s.
+double MeasureGemmGflops(torch::Dtype dtype, int64_t n);
+
+/// Everything the runner needs; the model is owned by the caller.
+struct Context {
+  CausalLM model{nullptr};
+  ModelConfig config;
+  torch::Dtype dtype = torch::kFloat32;
+  std::string optimizer = "adamw";
+  StaticBytes statics;
+  Workload workload;
+  int64_t mem_limit = 0;  ///< activation bytes past which a sweep point counts as OOM (0 = none)
+};
+
+/// Creates gradients and optimizer state (so they are counted as live, not as activation).
+void PrepareStatics(Context& ctx);
+
+/// Runs `warmup` + `repeat` steps of one point under an activation budget (0 = none).
+/// Out of memory is caught and reported in the Run; gradients are zeroed before each step.
+Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup, int64_t repeat,
+                 int64_t activation_budget);
+
+/// Max sequence length under an activation budget: doubling from `start`, then bisection
+/// until (hi - lo) <= tol * lo. Every probe is one step under the budgeted allocator.
+struct SearchResult {
+  Variant variant;
+  int64_t budget_bytes = 0;
+  int64_t max_seq_len = 0;  ///< 0 when not even `start` fits
+  int64_t first_oom = 0;    ///< the smallest length seen to fail
+  int64_t probes = 0;
+  double seconds = 0;
+  int64_t chunk = 0, logits_chunk = 0;  ///< stream: chunks used at max_seq_len
+  bool capped = false;                  ///< reached `max_len` without failing
+};
+SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int64_t start, int64_t max_len,
+                             double tol, bool auto_chunks, int64_t align);
+
+/// Output.
+nlohmann::json RunJson(const Run& r);
+std::string HumanBytes(int64_t bytes);
+void WritePlot(const std::string& png, const std::vector<Run>& runs, int64_t budget,
+               const std::string& title);
+/// Checks a written report: complete fields, and at every length where all three ran,
+/// activation memory stream < checkpoint < full. Returns the problems (empty = fine).
+std::vector<std::string> CheckReport(const nlohmann::json& report);
+
+}  // namespace streambp::bench

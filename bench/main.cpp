@@ -1,0 +1,387 @@
+// streambp-bench: the engines side by side on the same model and data (issue 6, DESIGN §9).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include "bench.h"
+#include "streambp/error.h"
+#include "streambp/estimate.h"
+#include "streambp/memory.h"
+#include "streambp/objective.h"
+#include "streambp/runtime.h"
+
+using namespace streambp;
+using namespace streambp::bench;
+
+namespace {
+
+struct Args {
+  std::string model_dir, preset = "small", dtype = "float32", objective = "sft", optimizer = "adamw";
+  uint64_t seed = 0;
+  std::vector<std::string> engines{"full", "checkpoint", "stream"};
+  std::vector<int64_t> seq_lens{1024, 2048, 4096, 8192, 16384};
+  int64_t batch = 1, repeat = 3, warmup = 1, chunk = 0, logits_chunk = kDefaultLogitsChunk;
+  std::string budget = "1GiB", mem_limit = "auto";
+  bool no_search = false, no_sweep = false, quick = false, check = false;
+  std::string search_chunks = "auto";
+  double search_tol = 0.01;
+  int64_t search_start = 512, search_max = int64_t{1} << 20, search_align = 8;
+  int64_t ablation_seq_len = 8192, gemm_n = 2048;
+  std::string json_path, plot_path;
+  int threads = 0;
+};
+
+int64_t ParseBytes(const std::string& text) {
+  size_t pos = 0;
+  double value = std::stod(text, &pos);
+  std::string unit = text.substr(pos);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  std::transform(unit.begin(), unit.end(), unit.begin(), ::tolower);
+  const std::map<std::string, double> units{{"", 1},      {"b", 1},        {"k", 1e3},    {"kb", 1e3},
+                                            {"kib", 1024}, {"m", 1e6},       {"mb", 1e6},   {"mib", 1 << 20},
+                                            {"g", 1e9},    {"gb", 1e9},      {"gib", 1 << 30}};
+  auto it = units.find(unit);
+  if (it == units.end()) throw InvalidArgument("bad byte size '" + text + "' (e.g. 1GiB, 512MiB, 2e9)");
+  return static_cast<int64_t>(value * it->second);
+}
+
+int64_t MemAvailable() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+std::string CpuModel() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      return c == std::string::npos ? line : line.substr(c + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+double Mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+std::vector<Variant> MakeVariants(const Args& a) {
+  std::vector<Variant> out;
+  for (const auto& e : a.engines) {
+    const auto kind = ParseEngine(e);
+    if (kind == EngineKind::kFull) {
+      out.push_back({"full", false, {kind, 0, 0}});
+    } else if (kind == EngineKind::kCheckpoint) {
+      out.push_back({"checkpoint", false, {kind, 0, 0}});
+      out.push_back({"checkpoint", true, {kind, 0, a.logits_chunk}});
+    } else {
+      out.push_back({"stream", true, {kind, a.chunk, a.logits_chunk}});
+    }
+  }
+  return out;
+}
+
+const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t T) {
+  for (const auto& r : runs) {
+    if (r.variant.label() == label && r.seq_len == T && !r.oom) return &r;
+  }
+  return nullptr;
+}
+
+void PrintRunHeader() {
+  std::printf("%-28s %6s %3s %6s %6s %10s %10s %10s %6s %9s %9s %8s %7s\n", "engine", "T", "B", "chunk", "logits",
+              "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s", "GFLOP/s", "%GEMM");
+}
+
+void PrintRun(const Run& r, double gemm) {
+  if (r.oom) {
+    std::printf("%-28s %6lld %3lld %6lld %6lld  OOM%s\n", r.variant.label().c_str(), (long long)r.seq_len,
+                (long long)r.batch, (long long)r.chunk, (long long)r.logits_chunk,
+                r.oom_predicted ? " (predicted by the estimate; not run)" : " (budgeted allocator refused)");
+  } else {
+    std::printf("%-28s %6lld %3lld %6lld %6lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%%\n",
+                r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,
+                (long long)r.logits_chunk, Mib(r.peak_bytes), Mib(r.activation_bytes),
+                Mib(r.predicted_activation_bytes),
+                static_cast<double>(r.predicted_activation_bytes) / std::max<int64_t>(1, r.activation_bytes),
+                r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm);
+  }
+  std::fflush(stdout);
+}
+
+std::string Verdict(bool met) { return met ? "MET" : "MISSED"; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  memory::InstallTrackingAllocator();
+  Args a;
+  CLI::App app{"streambp-bench: memory, time and max sequence length of the engines, side by side"};
+  app.add_option("--model", a.model_dir, "Hugging Face model folder (default: the embedded preset)");
+  app.add_option("--preset", a.preset, "embedded model")->check(CLI::IsMember({"tiny", "small"}));
+  app.add_option("--seed", a.seed, "seed of the embedded model");
+  app.add_option("--dtype", a.dtype, "float32 | float64 | bfloat16");
+  app.add_option("--objective", a.objective, "sft | dpo | grpo")->check(CLI::IsMember({"sft", "dpo", "grpo"}));
+  app.add_option("--engines", a.engines, "engines, comma separated (checkpoint runs materialized and chunked logits)")
+      ->delimiter(',');
+  app.add_option("--seq-lens", a.seq_lens, "sequence lengths of the sweep, comma separated")->delimiter(',');
+  app.add_option("--batch", a.batch, "sft: sequences; dpo: pairs; grpo: completions of one group")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--budget", a.budget, "activation budget of the max-length search (e.g. 1GiB)");
+  app.add_option("--repeat", a.repeat, "timed steps per point (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", a.warmup, "untimed steps per point before the timed ones")->check(CLI::NonNegativeNumber);
+  app.add_option("--chunk", a.chunk, "stream: query positions per chunk (0 = default 512)");
+  app.add_option("--logits-chunk", a.logits_chunk, "positions per logits chunk of the chunked-logits variants");
+  app.add_option("--optimizer", a.optimizer, "optimizer whose state is counted: adamw | sgd | none")
+      ->check(CLI::IsMember({"adamw", "sgd", "none"}));
+  app.add_option("--mem-limit", a.mem_limit,
+                 "activation bytes past which a sweep point is OOM (auto = 80% of available memory)");
+  app.add_flag("--no-search", a.no_search, "skip the max-length search");
+  app.add_flag("--no-sweep", a.no_sweep, "skip the sequence-length sweep");
+  app.add_option("--search-chunks", a.search_chunks,
+                 "stream chunks in the search: auto (largest fitting the budget, as the server) | fixed")
+      ->check(CLI::IsMember({"auto", "fixed"}));
+  app.add_option("--search-tol", a.search_tol, "bisection stops at (hi - lo) <= tol * lo");
+  app.add_option("--search-start", a.search_start, "first length of the doubling");
+  app.add_option("--search-max", a.search_max, "longest length tried");
+  app.add_option("--ablation-seq-len", a.ablation_seq_len, "length of the K/V-once vs prefix-recompute ablation (0 = off)");
+  app.add_option("--gemm-n", a.gemm_n, "size of the reference GEMM");
+  app.add_option("--json", a.json_path, "write the report as JSON");
+  app.add_option("--plot", a.plot_path, "write the plots as PNG (gnuplot)");
+  app.add_flag("--quick", a.quick, "CI smoke test: tiny model, short lengths, one repeat");
+  app.add_flag("--check", a.check, "assert the report is complete and memory is ordered stream < checkpoint < full");
+  app.add_option("--threads", a.threads, "LibTorch threads (0 = number of cores)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (a.quick) {
+      a.preset = "tiny";
+      a.model_dir.clear();
+      if (app.count("--seq-lens") == 0) a.seq_lens = {256, 512};
+      if (app.count("--budget") == 0) a.budget = "8MiB";
+      if (app.count("--repeat") == 0) a.repeat = 1;
+      if (app.count("--warmup") == 0) a.warmup = 0;
+      if (app.count("--ablation-seq-len") == 0) a.ablation_seq_len = 512;
+      if (app.count("--chunk") == 0) a.chunk = 64;
+      if (app.count("--logits-chunk") == 0) a.logits_chunk = 128;
+      if (app.count("--search-start") == 0) a.search_start = 128;
+      if (app.count("--search-tol") == 0) a.search_tol = 0.05;
+      if (app.count("--gemm-n") == 0) a.gemm_n = 512;
+    }
+    ConfigureThreads(a.threads);
+    RegisterBuiltinObjectives();
+    Context ctx;
+    ctx.dtype = ParseDtype(a.dtype);
+    CheckDtypeOnDevice(ctx.dtype, torch::kCPU);
+    ctx.model = a.model_dir.empty() ? InitModel(PresetConfig(a.preset), a.seed, ctx.dtype)
+                                    : LoadModel(a.model_dir, ctx.dtype);
+    ctx.config = ctx.model->config();
+    ctx.optimizer = a.optimizer;
+    ctx.workload = {a.objective, a.batch, 1};
+    PrepareStatics(ctx);
+    const int64_t budget = a.no_search ? 0 : ParseBytes(a.budget);
+    const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
+    ctx.mem_limit = a.mem_limit == "auto" ? std::max<int64_t>(0, MemAvailable() * 8 / 10 - statics)
+                                          : ParseBytes(a.mem_limit);
+
+    // The machine, and the GEMM throughput that makes GFLOP/s comparable across machines.
+    const auto runtime = GetRuntimeInfo();
+    const double gemm = MeasureGemmGflops(ctx.dtype, a.gemm_n);
+    std::ostringstream machine_line;
+    machine_line << CpuModel() << ", " << std::thread::hardware_concurrency() << " cores, "
+                 << HumanBytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE)) << " RAM; "
+                 << runtime.describe() << "; GEMM " << a.gemm_n << "^3 " << a.dtype << ": "
+                 << static_cast<int>(std::lround(gemm)) << " GFLOP/s";
+    std::printf("machine:   %s\n", machine_line.str().c_str());
+    const auto& c = ctx.config;
+    int64_t params = 0;
+    for (const auto& p : ctx.model->parameters()) params += p.numel();
+    std::printf("model:     %s, %lld layers, d=%lld, d_ff=%lld, heads %lld/%lld x %lld, vocab %lld, %.1fM parameters, %s\n",
+                a.model_dir.empty() ? ("preset " + a.preset).c_str() : a.model_dir.c_str(),
+                (long long)c.num_hidden_layers, (long long)c.hidden_size, (long long)c.intermediate_size,
+                (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.head_dim,
+                (long long)c.vocab_size, params / 1e6, a.dtype.c_str());
+    std::printf("objective: %s, batch %lld; weights %s, gradients %s, %s state %s; sweep limit %s of activations\n\n",
+                a.objective.c_str(), (long long)a.batch, HumanBytes(ctx.statics.weights).c_str(),
+                HumanBytes(ctx.statics.grads).c_str(), a.optimizer.c_str(), HumanBytes(ctx.statics.optimizer).c_str(),
+                HumanBytes(ctx.mem_limit).c_str());
+
+    nlohmann::json report;
+    report["machine"] = {{"description", machine_line.str()},
+                         {"cpu", CpuModel()},
+                         {"cores", std::thread::hardware_concurrency()},
+                         {"torch", runtime.torch_version},
+                         {"blas", runtime.blas},
+                         {"threads", runtime.threads},
+                         {"gemm_n", a.gemm_n},
+                         {"gemm_gflops", gemm}};
+    report["model"] = {{"source", a.model_dir.empty() ? "preset:" + a.preset : a.model_dir},
+                       {"config", c.ToJson()},
+                       {"parameters", params},
+                       {"dtype", a.dtype}};
+    report["objective"] = a.objective;
+    report["batch"] = a.batch;
+    report["command"] = [&] {
+      std::string s;
+      for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+      return s;
+    }();
+
+    const auto variants = MakeVariants(a);
+    std::vector<Run> runs;
+    if (!a.no_sweep) {
+      std::printf("== sweep: %lld warm-up + %lld timed step(s) per point\n", (long long)a.warmup, (long long)a.repeat);
+      PrintRunHeader();
+      for (int64_t T : a.seq_lens) {
+        for (const auto& v : variants) {
+          runs.push_back(MeasurePoint(ctx, v, T, a.warmup, a.repeat, 0));
+          PrintRun(runs.back(), gemm);
+        }
+      }
+    }
+    report["runs"] = nlohmann::json::array();
+    for (const auto& r : runs) report["runs"].push_back(RunJson(r));
+
+    // Ablation: K/V once per layer vs recomputed over the prefix for every chunk.
+    std::vector<Run> ablation;
+    const bool has_stream = std::find(a.engines.begin(), a.engines.end(), "stream") != a.engines.end();
+    if (a.ablation_seq_len > 0 && has_stream) {
+      std::printf("\n== ablation: K/V once per layer vs prefix recompute per chunk, T=%lld\n",
+                  (long long)a.ablation_seq_len);
+      PrintRunHeader();
+      Variant once{"stream", true, {EngineKind::kStream, a.chunk, a.logits_chunk}};
+      Variant prefix = once;
+      prefix.options.recompute_kv_per_chunk = true;
+      for (const auto& v : {once, prefix}) {
+        const Run* same = Find(runs, v.label(), a.ablation_seq_len);
+        ablation.push_back(same ? *same : MeasurePoint(ctx, v, a.ablation_seq_len, a.warmup, a.repeat, 0));
+        PrintRun(ablation.back(), gemm);
+      }
+      if (!ablation[0].oom && !ablation[1].oom) {
+        std::printf("K/V once: %.2fx the time, %.2fx the activation memory of prefix recompute\n",
+                    ablation[0].step_seconds / ablation[1].step_seconds,
+                    static_cast<double>(ablation[0].activation_bytes) / ablation[1].activation_bytes);
+      }
+    }
+    report["ablation"] = nlohmann::json::array();
+    for (const auto& r : ablation) report["ablation"].push_back(RunJson(r));
+
+    // Max sequence length under the activation budget.
+    report["max_seq_len"] = nlohmann::json::array();
+    std::vector<SearchResult> searches;
+    if (budget > 0) {
+      std::printf("\n== max sequence length under an activation budget of %s (doubling from %lld, then bisection to %.0f%%)\n",
+                  HumanBytes(budget).c_str(), (long long)a.search_start, 100 * a.search_tol);
+      for (const auto& v : variants) {
+        searches.push_back(SearchMaxLength(ctx, v, budget, a.search_start, a.search_max, a.search_tol,
+                                           a.search_chunks == "auto", a.search_align));
+        const auto& s = searches.back();
+        std::printf("%-28s max T = %lld%s (first OOM at %lld; %lld probes, %.0f s)\n", v.label().c_str(),
+                    (long long)s.max_seq_len, s.capped ? " (search cap reached)" : "", (long long)s.first_oom,
+                    (long long)s.probes, s.seconds);
+        std::fflush(stdout);
+        report["max_seq_len"].push_back({{"engine", v.engine},
+                                         {"logits_chunked", v.logits_chunked},
+                                         {"label", v.label()},
+                                         {"budget_bytes", budget},
+                                         {"max_seq_len", s.max_seq_len},
+                                         {"first_oom_seq_len", s.first_oom},
+                                         {"chunk", s.chunk},
+                                         {"logits_chunk", s.logits_chunk},
+                                         {"capped", s.capped},
+                                         {"probes", s.probes},
+                                         {"seconds", s.seconds},
+                                         {"batch", a.batch},
+                                         {"objective", a.objective}});
+      }
+    }
+
+    // Ratios and the issue's targets, from this run.
+    std::printf("\n== ratios (this run)\n");
+    nlohmann::json targets = nlohmann::json::array();
+    auto target = [&](const std::string& name, double value, double limit, bool at_most) {
+      const bool met = at_most ? value <= limit : value >= limit;
+      std::printf("  %-62s %7.3f  (target %s %.2f)  %s\n", name.c_str(), value, at_most ? "<=" : ">=", limit,
+                  Verdict(met).c_str());
+      targets.push_back({{"target", name}, {"value", value}, {"limit", limit}, {"at_most", at_most}, {"met", met}});
+    };
+    const int64_t e = c10::elementSize(ctx.dtype);
+    for (int64_t T : a.seq_lens) {
+      const Run* s = Find(runs, "stream", T);
+      const Run* ck = Find(runs, "checkpoint", T);
+      const Run* cc = Find(runs, "checkpoint+chunked-logits", T);
+      if (!s) continue;
+      const double floor = static_cast<double>(e) * a.batch * T *
+                           (c.num_hidden_layers * c.hidden_size + 2 * c.hidden_size + 4 * c.kv_dim());
+      std::printf("T=%-6lld stream activation: %.3fx the floor", (long long)T, s->activation_bytes / floor);
+      if (cc) std::printf(", %.3fx checkpoint+chunked-logits", static_cast<double>(s->activation_bytes) / cc->activation_bytes);
+      if (ck) std::printf(", %.3fx checkpoint", static_cast<double>(s->activation_bytes) / ck->activation_bytes);
+      if (ck) std::printf("; time %.3fx checkpoint", s->step_seconds / ck->step_seconds);
+      if (cc) std::printf(", %.3fx checkpoint+chunked-logits", s->step_seconds / cc->step_seconds);
+      std::printf("; %.0f%% of GEMM\n", 100 * s->gflops / gemm);
+      if (a.objective != "sft") continue;
+      if (T == 8192 && cc) target("activation stream / checkpoint+chunked-logits at T=8192",
+                                  static_cast<double>(s->activation_bytes) / cc->activation_bytes, 0.15, true);
+      if (T == 16384) target("activation stream / floor at T=16384", s->activation_bytes / floor, 1.3, true);
+      if (T == 2048 && ck) target("time stream / checkpoint at T=2048", s->step_seconds / ck->step_seconds, 1.05, true);
+      if (T >= 8192 && ck) target("time stream / checkpoint at T=" + std::to_string(T), s->step_seconds / ck->step_seconds, 0.9, true);
+      if (T == 4096) target("stream GFLOP/s / GEMM GFLOP/s at T=4096", s->gflops / gemm, 0.5, false);
+    }
+    if (ablation.size() == 2 && !ablation[0].oom && !ablation[1].oom) {
+      target("ablation: prefix-recompute time / K/V-once time - 1 at T=" + std::to_string(a.ablation_seq_len),
+             ablation[1].step_seconds / ablation[0].step_seconds - 1, 0.10, false);
+    }
+    const SearchResult* ms = nullptr;
+    const SearchResult* mc = nullptr;
+    for (const auto& s : searches) {
+      if (s.variant.label() == "stream") ms = &s;
+      if (s.variant.label() == "checkpoint") mc = &s;
+    }
+    if (ms && mc && mc->max_seq_len > 0) {
+      target("max length stream / checkpoint (" + a.objective + ", " + HumanBytes(budget) + ")",
+             static_cast<double>(ms->max_seq_len) / mc->max_seq_len, a.objective == "sft" ? 6.0 : 3.0, false);
+    }
+    report["targets"] = targets;
+
+    if (!a.json_path.empty()) {
+      std::ofstream out(a.json_path);
+      out << report.dump(2) << "\n";
+      std::printf("\njson: %s\n", a.json_path.c_str());
+    }
+    if (!a.plot_path.empty()) {
+      WritePlot(a.plot_path, runs, budget,
+                "streambp-bench: " + a.objective + ", " + (a.model_dir.empty() ? a.preset : a.model_dir) + ", " + a.dtype);
+      std::printf("plot: %s\n", a.plot_path.c_str());
+    }
+    if (a.check) {
+      nlohmann::json written = report;
+      if (!a.json_path.empty()) {
+        std::ifstream in(a.json_path);
+        written = nlohmann::json::parse(in);
+      }
+      auto problems = CheckReport(written);
+      if (!a.plot_path.empty() && !std::ifstream(a.plot_path).good()) problems.push_back("no plot written");
+      for (const auto& p : problems) std::printf("check: FAIL: %s\n", p.c_str());
+      if (!problems.empty()) return 1;
+      std::printf("check: PASS (report complete; activation memory stream < checkpoint < full)\n");
+    }
+    return 0;
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "streambp-bench: %s\n", ex.what());
+    return 1;
+  }
+}

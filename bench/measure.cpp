@@ -1,0 +1,303 @@
+// Measuring one point, the max-length search, analytic FLOPs and the GEMM reference.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+#include "bench.h"
+#include "streambp/estimate.h"
+#include "streambp/memory.h"
+#include "streambp/objective.h"
+#include "streambp/optimizer.h"
+
+namespace streambp::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+void ZeroGradients(CausalLMImpl& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+std::string Variant::label() const {
+  std::string s = engine;
+  if (engine == "checkpoint") s += logits_chunked ? "+chunked-logits" : "";
+  if (options.recompute_kv_per_chunk) s += "+prefix-kv";
+  return s;
+}
+
+std::vector<Sequence> SyntheticSequences(const Workload& w, int64_t seq_len, int64_t vocab) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(w.data_seed + 7919 * static_cast<uint64_t>(seq_len));
+  auto random_tokens = [&](int64_t n) {
+    auto ids = at::randint(0, vocab, {n}, gen, torch::kInt64);
+    return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n);
+  };
+  const int64_t T = std::max<int64_t>(seq_len, 4);
+  const int64_t prompt_len = T / 4;
+  std::vector<Sequence> out;
+  if (w.objective == "sft") {
+    for (int64_t i = 0; i < w.batch; ++i) {
+      Sequence s;
+      s.tokens = random_tokens(T);
+      s.loss_mask.assign(T, 1);
+      std::fill(s.loss_mask.begin(), s.loss_mask.begin() + prompt_len, 0);
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+  // dpo: `batch` pairs; grpo: one group of max(batch, 2) completions. Every sequence is a
+  // shared prompt (a quarter) + its own completion, T tokens in all.
+  const bool dpo = w.objective == "dpo";
+  const int64_t units = dpo ? w.batch : 1;
+  const int64_t per_unit = dpo ? 2 : std::max<int64_t>(w.batch, 2);
+  for (int64_t u = 0; u < units; ++u) {
+    const auto prompt = random_tokens(prompt_len);
+    for (int64_t k = 0; k < per_unit; ++k) {
+      Sequence s;
+      s.tokens = prompt;
+      const auto completion = random_tokens(T - prompt_len);
+      s.tokens.insert(s.tokens.end(), completion.begin(), completion.end());
+      s.loss_mask.assign(prompt.size(), 0);
+      s.loss_mask.resize(s.tokens.size(), 1);
+      s.group = u;
+      s.role = dpo ? static_cast<int>(k) : 0;
+      s.reward = static_cast<double>(k) / per_unit;
+      // DPO's reference log-prob: the reference model's cost is not part of the backward
+      // step, so a fixed value stands in for it (uniform prediction, shifted by role).
+      if (dpo) s.ref_logp = -static_cast<double>(s.num_targets()) * std::log(static_cast<double>(vocab)) - k;
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+StepFlops AnalyticFlops(const ModelConfig& c, int64_t B, int64_t T, const Variant& v, bool sequence_pass) {
+  const double d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), F = c.intermediate_size;
+  const double V = c.vocab_size, L = c.num_hidden_layers, H = c.num_attention_heads, hd = c.head_dim;
+  const double kv_params = 2 * d * kvd;
+  const double layer_params = d * qd + kv_params + qd * d + 3 * d * F;
+  const double q_params = layer_params - kv_params;
+  const double rows = static_cast<double>(B), n = static_cast<double>(B) * T;
+  const double head = 2 * n * d * V;
+  auto attention = [&](double pairs) { return 4 * rows * H * hd * pairs; };  // QK^T and PV
+  const double causal_pairs = static_cast<double>(T) * (T + 1) / 2;
+  StepFlops f;
+  f.model = 3 * (L * (2 * n * layer_params + attention(causal_pairs)) + head);
+  const double square = attention(static_cast<double>(T) * T);
+  const double seq_head = sequence_pass ? head : 0;
+  if (v.engine == "full") {
+    f.executed = 3 * (L * (2 * n * layer_params + square) + head);
+  } else if (v.engine == "checkpoint") {
+    f.executed = 4 * L * (2 * n * layer_params + square) + 3 * head + seq_head;
+  } else {
+    const auto chunks = ResolveChunks(v.options, T);
+    double pairs = 0, prefix_rows = 0;
+    for (int64_t s = 0; s < T; s += chunks.chunk) {
+      const double e = static_cast<double>(std::min<int64_t>(T, s + chunks.chunk));
+      pairs += (e - s) * e;
+      prefix_rows += e;
+    }
+    const double forward = 2 * n * layer_params + attention(pairs);
+    const double kv_backward = v.options.recompute_kv_per_chunk ? 3 * 2 * rows * prefix_rows * kv_params
+                                                                : 3 * 2 * n * kv_params;
+    const double backward = kv_backward + 3 * (2 * n * q_params + attention(pairs));
+    f.executed = L * (forward + backward) + 3 * head + seq_head;
+  }
+  return f;
+}
+
+double MeasureGemmGflops(torch::Dtype dtype, int64_t n) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  auto a = at::randn({n, n}, gen, torch::TensorOptions().dtype(torch::kFloat32)).to(dtype);
+  auto b = at::randn({n, n}, gen, torch::TensorOptions().dtype(torch::kFloat32)).to(dtype);
+  auto c = torch::mm(a, b);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    torch::mm_out(c, a, b);
+    best = std::min(best, Seconds(t0));
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+void PrepareStatics(Context& ctx) {
+  torch::NoGradGuard no_grad;
+  auto params = ctx.model->parameters();
+  ctx.statics = {};
+  for (const auto& p : params) ctx.statics.weights += p.numel() * p.element_size();
+  const int64_t before = memory::LiveBytes();
+  for (auto& p : params) p.mutable_grad() = torch::zeros_like(p);
+  ctx.statics.grads = memory::LiveBytes() - before;
+  if (ctx.optimizer != "none") {
+    // The optimizer's state exists from its first step on: make one with lr 0 (no change).
+    static std::unique_ptr<Optimizer> optimizer;
+    OptimizerOptions o;
+    o.name = ctx.optimizer;
+    if (o.name == "sgd") o.momentum = 0.9;
+    const int64_t live = memory::LiveBytes();
+    optimizer = std::make_unique<Optimizer>(o, ctx.model->named_hf_parameters());
+    optimizer->step(0.0);
+    ctx.statics.optimizer = memory::LiveBytes() - live;
+  }
+}
+
+Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup, int64_t repeat,
+                 int64_t activation_budget) {
+  const auto sequences = SyntheticSequences(ctx.workload, seq_len, ctx.config.vocab_size);
+  const auto batch = MakeBatch(sequences, Layout::kRightPad);
+  const int64_t T = batch.length(), rows = batch.rows();
+  Run r;
+  r.variant = v;
+  r.seq_len = T;
+  r.batch = rows;
+  r.statics = ctx.statics;
+  const auto chunks = ResolveChunks(v.options, T);
+  r.chunk = chunks.chunk;
+  r.logits_chunk = chunks.logits_chunk;
+  const auto estimate = EstimateStepMemory(ctx.config, ctx.dtype, rows, T, v.options, ctx.optimizer);
+  r.predicted_activation_bytes = estimate.activation_bytes;
+  r.predicted_peak_bytes = estimate.total();
+  auto probe = CreateObjective(ctx.workload.objective, nlohmann::json::object());
+  const auto flops = AnalyticFlops(ctx.config, rows, T, v, probe->needs_sequence_pass());
+  r.flops = flops.executed;
+  r.model_flops = flops.model;
+  const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
+  const int64_t budget = activation_budget > 0 ? activation_budget : ctx.mem_limit;
+  // A sweep point far past the machine limit is not run (it would take minutes to fail).
+  if (activation_budget == 0 && ctx.mem_limit > 0 && estimate.activation_bytes > 2 * ctx.mem_limit) {
+    r.oom = r.oom_predicted = true;
+    r.oom_message = "estimated " + HumanBytes(estimate.activation_bytes) + " of activations, past 2x the limit " +
+                    HumanBytes(ctx.mem_limit);
+    return r;
+  }
+  int64_t peak = 0;
+  for (int64_t i = 0; i < warmup + repeat; ++i) {
+    ZeroGradients(*ctx.model);
+    auto objective = CreateObjective(ctx.workload.objective, nlohmann::json::object());
+    memory::ResetPeak();
+    try {
+      memory::ScopedBudget scoped(budget > 0 ? statics + budget : 0);
+      const auto t0 = Clock::now();
+      auto result = ForwardBackward(ctx.model, batch, *objective, v.options);
+      objective->finish();
+      const double secs = Seconds(t0);
+      r.loss = result.loss;
+      if (i >= warmup) r.samples.push_back(secs);
+    } catch (const c10::OutOfMemoryError& e) {
+      r.oom = true;
+      r.oom_message = e.what_without_backtrace();
+      break;
+    } catch (const std::bad_alloc&) {
+      r.oom = true;
+      r.oom_message = "std::bad_alloc";
+      break;
+    }
+    peak = std::max(peak, memory::PeakBytes());
+  }
+  ZeroGradients(*ctx.model);
+  if (r.oom) return r;
+  r.peak_bytes = peak;
+  r.activation_bytes = peak - statics;
+  r.step_seconds = Median(r.samples);
+  if (r.step_seconds > 0) {
+    r.tokens_per_second = static_cast<double>(rows * T) / r.step_seconds;
+    r.gflops = r.flops / r.step_seconds / 1e9;
+  }
+  return r;
+}
+
+SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int64_t start, int64_t max_len,
+                             double tol, bool auto_chunks, int64_t align) {
+  SearchResult s;
+  s.variant = v;
+  s.budget_bytes = budget;
+  const auto t0 = Clock::now();
+  const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
+  auto options_for = [&](int64_t T) {
+    Variant x = v;
+    if (auto_chunks && v.engine == "stream") {
+      // As the server does: the largest chunks whose estimate fits the budget.
+      const int64_t rows = MakeBatch(SyntheticSequences(ctx.workload, 8, ctx.config.vocab_size),
+                                     Layout::kRightPad).rows();
+      auto chosen = ChooseChunks(ctx.config, ctx.dtype, rows, T, statics + budget, ctx.optimizer);
+      x.options.chunk = chosen.chunk;
+      x.options.logits_chunk = chosen.logits_chunk;
+    }
+    return x;
+  };
+  auto fits = [&](int64_t T) {
+    ++s.probes;
+    const auto x = options_for(T);
+    const auto r = MeasurePoint(ctx, x, T, 0, 1, budget);
+    std::printf("  search %-28s T=%-7lld %s (chunk %lld, logits %lld, %.1f s)\n", v.label().c_str(),
+                static_cast<long long>(T), r.oom ? "OOM" : ("fits, " + HumanBytes(r.activation_bytes)).c_str(),
+                static_cast<long long>(r.chunk), static_cast<long long>(r.logits_chunk),
+                r.samples.empty() ? 0.0 : r.samples[0]);
+    std::fflush(stdout);
+    if (!r.oom) {
+      s.chunk = r.chunk;
+      s.logits_chunk = r.logits_chunk;
+    }
+    return !r.oom;
+  };
+  auto round = [&](int64_t T) { return std::max<int64_t>(align, T / align * align); };
+  int64_t lo = 0, hi = 0;
+  for (int64_t T = round(start);; T = round(2 * T)) {
+    if (T > max_len) {
+      s.capped = true;
+      break;
+    }
+    if (fits(T)) {
+      lo = T;
+    } else {
+      hi = T;
+      break;
+    }
+  }
+  if (hi == 0 && lo > 0) {
+    s.max_seq_len = lo;
+  } else if (lo == 0) {
+    s.first_oom = hi;
+  } else {
+    int64_t chunk = s.chunk, logits_chunk = s.logits_chunk;
+    while (hi - lo > std::max<int64_t>(align, static_cast<int64_t>(tol * static_cast<double>(lo)))) {
+      const int64_t mid = round(lo + (hi - lo) / 2);
+      if (mid <= lo || mid >= hi) break;
+      if (fits(mid)) {
+        lo = mid;
+        chunk = s.chunk;
+        logits_chunk = s.logits_chunk;
+      } else {
+        hi = mid;
+      }
+    }
+    s.max_seq_len = lo;
+    s.first_oom = hi;
+    s.chunk = chunk;
+    s.logits_chunk = logits_chunk;
+  }
+  s.seconds = Seconds(t0);
+  return s;
+}
+
+}  // namespace streambp::bench

@@ -1,0 +1,159 @@
+// JSON, plots (gnuplot) and the consistency check of a report.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "bench.h"
+
+namespace streambp::bench {
+
+std::string HumanBytes(int64_t bytes) {
+  char buf[64];
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024) {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
+  }
+  return buf;
+}
+
+nlohmann::json RunJson(const Run& r) {
+  nlohmann::json j{{"engine", r.variant.engine},
+                   {"logits_chunked", r.variant.logits_chunked},
+                   {"recompute_kv_per_chunk", r.variant.options.recompute_kv_per_chunk},
+                   {"label", r.variant.label()},
+                   {"seq_len", r.seq_len},
+                   {"batch", r.batch},
+                   {"chunk", r.chunk},
+                   {"logits_chunk", r.logits_chunk},
+                   {"oom", r.oom},
+                   {"weights_bytes", r.statics.weights},
+                   {"grad_bytes", r.statics.grads},
+                   {"optimizer_bytes", r.statics.optimizer},
+                   {"predicted_peak_bytes", r.predicted_peak_bytes},
+                   {"predicted_activation_bytes", r.predicted_activation_bytes},
+                   {"flops", r.flops},
+                   {"model_flops", r.model_flops}};
+  if (r.oom) {
+    j["oom_predicted"] = r.oom_predicted;
+    j["oom_message"] = r.oom_message;
+    for (const char* k : {"peak_bytes", "activation_bytes", "step_seconds", "tokens_per_second", "gflops"}) {
+      j[k] = nullptr;
+    }
+    return j;
+  }
+  j["peak_bytes"] = r.peak_bytes;
+  j["activation_bytes"] = r.activation_bytes;
+  j["step_seconds"] = r.step_seconds;
+  j["step_seconds_samples"] = r.samples;
+  j["tokens_per_second"] = r.tokens_per_second;
+  j["gflops"] = r.gflops;
+  j["loss"] = r.loss;
+  return j;
+}
+
+void WritePlot(const std::string& png, const std::vector<Run>& runs, int64_t budget, const std::string& title) {
+  namespace fs = std::filesystem;
+  std::map<std::string, std::vector<const Run*>> series;
+  for (const auto& r : runs) {
+    if (!r.oom) series[r.variant.label()].push_back(&r);
+  }
+  if (series.empty()) return;
+  const fs::path dir = fs::temp_directory_path() / ("streambp-bench-plot-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string mem_plot, time_plot;
+  int index = 0;
+  for (const auto& [label, points] : series) {
+    const auto file = dir / ("series" + std::to_string(index++) + ".dat");
+    std::ofstream out(file);
+    for (const Run* r : points) {
+      out << r->seq_len << " " << r->activation_bytes / (1024.0 * 1024.0) << " " << r->step_seconds << "\n";
+    }
+    const std::string sep = mem_plot.empty() ? "" : ", ";
+    mem_plot += sep + "'" + file.string() + "' using 1:2 with linespoints lw 2 title '" + label + "'";
+    time_plot += sep + "'" + file.string() + "' using 1:3 with linespoints lw 2 title '" + label + "'";
+  }
+  if (budget > 0) {
+    mem_plot += ", " + std::to_string(budget / (1024.0 * 1024.0)) + " with lines dt 2 lc rgb 'red' lw 2 title 'budget " +
+                HumanBytes(budget) + "'";
+  }
+  const auto script = dir / "plot.gp";
+  {
+    std::ofstream gp(script);
+    gp << "set terminal pngcairo size 1400,560 font 'sans,10'\n"
+       << "set output '" << png << "'\n"
+       << "set multiplot layout 1,2 title '" << title << "'\n"
+       << "set logscale x 2\nset logscale y\nset grid\nset key top left\n"
+       << "set xlabel 'sequence length (tokens)'\n"
+       << "set ylabel 'activation memory (MiB)'\nset title 'peak activation memory (peak - weights - grads - optimizer)'\n"
+       << "plot " << mem_plot << "\n"
+       << "set ylabel 'step time (s)'\nset title 'forward + backward time (median)'\n"
+       << "plot " << time_plot << "\n"
+       << "unset multiplot\n";
+  }
+  const std::string cmd = "gnuplot '" + script.string() + "'";
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "warning: gnuplot failed or is missing (apt-get install gnuplot-nox); no plot written\n");
+  }
+  fs::remove_all(dir);
+}
+
+std::vector<std::string> CheckReport(const nlohmann::json& report) {
+  std::vector<std::string> problems;
+  for (const char* k : {"machine", "model", "objective", "runs", "max_seq_len"}) {
+    if (!report.contains(k)) problems.push_back(std::string("missing top-level key '") + k + "'");
+  }
+  if (!problems.empty()) return problems;
+  for (const char* k : {"description", "blas", "threads", "gemm_gflops"}) {
+    if (!report["machine"].contains(k)) problems.push_back(std::string("machine: missing '") + k + "'");
+  }
+  const char* fields[] = {"engine", "logits_chunked", "seq_len", "batch", "peak_bytes", "activation_bytes",
+                          "weights_bytes", "grad_bytes", "optimizer_bytes", "step_seconds",
+                          "tokens_per_second", "gflops"};
+  // activation bytes per (seq_len, label)
+  std::map<int64_t, std::map<std::string, int64_t>> act;
+  if (report["runs"].empty()) problems.push_back("no runs");
+  for (const auto& r : report["runs"]) {
+    for (const char* k : fields) {
+      if (!r.contains(k)) problems.push_back("run: missing '" + std::string(k) + "'");
+    }
+    if (r.value("oom", false)) continue;
+    for (const char* k : {"peak_bytes", "activation_bytes", "weights_bytes", "grad_bytes", "step_seconds",
+                          "tokens_per_second", "gflops"}) {
+      if (!r.contains(k) || !r[k].is_number() || !(r[k].get<double>() > 0)) {
+        problems.push_back("run " + r.value("label", std::string("?")) + " T=" + std::to_string(r.value("seq_len", 0)) +
+                           ": '" + k + "' is not a positive number");
+      }
+    }
+    if (r.contains("activation_bytes") && r["activation_bytes"].is_number()) {
+      act[r["seq_len"].get<int64_t>()][r["label"].get<std::string>()] = r["activation_bytes"].get<int64_t>();
+    }
+  }
+  int ordered = 0;
+  for (const auto& [T, by] : act) {
+    auto has = [&](const char* l) { return by.count(l) > 0; };
+    if (!has("stream") || !has("checkpoint") || !has("full")) continue;
+    ++ordered;
+    const int64_t s = by.at("stream"), c = by.at("checkpoint"), f = by.at("full");
+    if (!(s < c && c < f)) {
+      problems.push_back("T=" + std::to_string(T) + ": activation memory not ordered stream < checkpoint < full (" +
+                         std::to_string(s) + ", " + std::to_string(c) + ", " + std::to_string(f) + ")");
+    }
+    if (has("checkpoint+chunked-logits") && !(s < by.at("checkpoint+chunked-logits"))) {
+      problems.push_back("T=" + std::to_string(T) + ": stream not below checkpoint with chunked logits");
+    }
+  }
+  if (ordered == 0) problems.push_back("no sequence length where stream, checkpoint and full all ran");
+  for (const auto& m : report["max_seq_len"]) {
+    for (const char* k : {"engine", "logits_chunked", "budget_bytes", "max_seq_len"}) {
+      if (!m.contains(k)) problems.push_back("max_seq_len: missing '" + std::string(k) + "'");
+    }
+  }
+  return problems;
+}
+
+}  // namespace streambp::bench
