@@ -115,6 +115,22 @@ ServerConfig ServerConfig::FromJson(const json& j) {
     s.get("timeout_ms", c.keepalive.timeout_ms);
     s.done();
   }
+  if (const json* m = top.sub("metrics")) {
+    Section s(*m, "metrics");
+    s.get("listen", c.metrics.listen);
+    s.done();
+  }
+  if (const json* r = top.sub("rollouts")) {
+    Section s(*r, "rollouts");
+    s.get("groups_per_step", c.rollouts.groups_per_step);
+    s.get("max_staleness", c.rollouts.max_staleness);
+    s.get("max_queue", c.rollouts.max_queue);
+    s.get("log", c.rollouts.log);
+    s.get("grpo", c.rollouts.grpo);
+    s.get("checkpoint_every", c.rollouts.checkpoint_every);
+    s.done();
+  }
+  top.get("resume", c.resume);
   top.done();
   c.Validate();
   return c;
@@ -153,6 +169,16 @@ void ServerConfig::Validate() const {
   if (!tls.client_ca.empty() && tls.cert.empty()) fail("tls.client_ca (mutual TLS) needs tls.cert and tls.key");
   if (log.format != "text" && log.format != "json") fail("log.format must be text or json");
   if (shutdown.grace_seconds < 0) fail("shutdown.grace_seconds must be >= 0");
+  if (!metrics.listen.empty() && metrics.listen.find(':') == std::string::npos) {
+    fail("metrics.listen must be host:port or empty (off), got '" + metrics.listen + "'");
+  }
+  if (rollouts.groups_per_step <= 0) fail("rollouts.groups_per_step must be > 0");
+  if (rollouts.max_staleness < 0) fail("rollouts.max_staleness must be >= 0");
+  if (rollouts.max_queue <= 0) fail("rollouts.max_queue must be > 0");
+  if (!rollouts.grpo.is_object()) fail("rollouts.grpo must be an object of grpo options");
+  if (rollouts.checkpoint_every < 0) fail("rollouts.checkpoint_every must be >= 0");
+  if (rollouts.checkpoint_every > 0 && checkpoint_dir.empty()) fail("rollouts.checkpoint_every needs checkpoint_dir");
+  if (resume && checkpoint_dir.empty()) fail("resume needs checkpoint_dir");
   trainer.Validate();
 }
 
@@ -173,7 +199,8 @@ json ServerConfig::ToJson() const {
               {"checkpoint_dir", checkpoint_dir},
               {"shutdown", {{"grace_seconds", shutdown.grace_seconds}, {"checkpoint_on_exit", shutdown.checkpoint_on_exit}}},
               {"log", {{"format", log.format}, {"level", log.level}}},
-              {"keepalive", {{"time_ms", keepalive.time_ms}, {"timeout_ms", keepalive.timeout_ms}}}};
+              {"keepalive", {{"time_ms", keepalive.time_ms}, {"timeout_ms", keepalive.timeout_ms}}},
+              {"metrics", {{"listen", metrics.listen}}}};
 }
 
 }  // namespace streambp::server

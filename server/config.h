@@ -55,6 +55,19 @@ struct KeepaliveSection {
   int64_t timeout_ms = 20000;  ///< close it when the ping is not answered within this
 };
 
+struct MetricsSection {
+  std::string listen;  ///< host:port of the Prometheus /metrics HTTP endpoint; port 0 picks one; "" = off
+};
+
+struct RolloutSection {
+  int64_t groups_per_step = 8;    ///< queued GRPO groups that trigger a server-side step
+  int64_t max_staleness = 4;      ///< drop groups sampled by a version older than current - this
+  int64_t max_queue = 4096;       ///< queued groups at most (pushes beyond are refused)
+  std::string log;                ///< rollout log file; acknowledged groups survive a restart
+  nlohmann::json grpo = nlohmann::json::object();  ///< grpo objective options of server-side steps
+  int64_t checkpoint_every = 0;   ///< save "policy-v<version>" into checkpoint_dir every N versions
+};
+
 struct ServerConfig {
   ModelSection model;
   TrainerOptions trainer;        ///< optimizer, schedule, clipping, engine, micro-batches, reference
@@ -67,6 +80,9 @@ struct ServerConfig {
   ShutdownSection shutdown;
   LogSection log;
   KeepaliveSection keepalive;
+  RolloutSection rollouts;
+  bool resume = false;           ///< at start, load the newest complete checkpoint in checkpoint_dir
+  MetricsSection metrics;
 
   /// Throws InvalidArgument naming the first unknown key or bad value ("config: ...").
   static ServerConfig FromJson(const nlohmann::json& j);

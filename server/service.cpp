@@ -5,7 +5,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <deque>
 #include <mutex>
+#include <random>
+#include <set>
 #include <sstream>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -17,7 +20,9 @@
 #include <torch/torch.h>
 
 #include "convert.h"
+#include "metrics.h"
 #include "request_cache.h"
+#include "rollouts.h"
 #include "server.h"
 #include "status.h"
 #include "streambp/error.h"
@@ -27,6 +32,7 @@
 #include "streambp/objective.h"
 #include "streambp/runtime.h"
 #include "streambp/safetensors.h"
+#include "streambp/sampler.h"
 #include "streambp/trainer.h"
 #include "streambp/v1/trainer.grpc.pb.h"
 #include "worker.h"
@@ -72,6 +78,110 @@ enum class Access { kRead, kWrite };
 
 }  // namespace
 
+class PolicyWatcher;
+
+// Policy versions for WatchPolicy: a short history (so a watcher that asks for versions
+// since N gets the ones it missed) and the live watchers.
+class PolicyHub {
+ public:
+  void publish(const v1::PolicyUpdate& update);
+  /// Registers `w` and hands it the updates after `since` (at least the latest one).
+  void subscribe(PolicyWatcher* w, int64_t since);
+  void unsubscribe(PolicyWatcher* w);
+  /// Ends every stream (shutdown).
+  void close_all();
+
+ private:
+  std::mutex mutex_;
+  std::deque<v1::PolicyUpdate> history_;
+  std::set<PolicyWatcher*> watchers_;
+  bool closed_ = false;
+};
+
+// One WatchPolicy stream: writes queued updates one at a time.
+class PolicyWatcher final : public grpc::ServerWriteReactor<v1::PolicyUpdate> {
+ public:
+  explicit PolicyWatcher(PolicyHub* hub) : hub_(hub) {}
+  void push(const v1::PolicyUpdate& u) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;
+    pending_.push_back(u);
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&pending_.front());
+    }
+  }
+  void finish(const grpc::Status& status) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.pop_front();
+    if (!ok || finished_) {
+      writing_ = false;
+      return;
+    }
+    if (!pending_.empty()) {
+      StartWrite(&pending_.front());
+    } else {
+      writing_ = false;
+    }
+  }
+  void OnCancel() override { finish(grpc::Status::CANCELLED); }
+  void OnDone() override {
+    if (hub_) hub_->unsubscribe(this);
+    delete this;
+  }
+
+ private:
+  PolicyHub* hub_;
+  std::mutex mutex_;
+  std::deque<v1::PolicyUpdate> pending_;
+  bool writing_ = false, finished_ = false;
+};
+
+void PolicyHub::publish(const v1::PolicyUpdate& update) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  history_.push_back(update);
+  while (history_.size() > 256) history_.pop_front();
+  for (auto* w : watchers_) w->push(update);
+}
+
+void PolicyHub::subscribe(PolicyWatcher* w, int64_t since) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_) {
+    w->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+    return;
+  }
+  watchers_.insert(w);
+  bool sent = false;
+  for (const auto& u : history_) {
+    if (u.policy_version() > since) {
+      w->push(u);
+      sent = true;
+    }
+  }
+  if (!sent && !history_.empty() && history_.back().policy_version() >= since) w->push(history_.back());
+}
+
+void PolicyHub::unsubscribe(PolicyWatcher* w) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  watchers_.erase(w);
+}
+
+void PolicyHub::close_all() {
+  std::set<PolicyWatcher*> all;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    all = watchers_;
+  }
+  for (auto* w : all) w->finish(grpc::Status::OK);
+}
+
 struct ServerState {
   ServerConfig config;
   torch::Dtype dtype = torch::kFloat32;
@@ -90,6 +200,31 @@ struct ServerState {
   bool shut_down = false;
   std::string shutdown_checkpoint;
   std::string bound_address;
+  std::unique_ptr<Metrics> metrics;  // null when config.metrics.listen is empty
+  std::unique_ptr<RolloutQueue> rollouts;
+  PolicyHub hub;
+  std::atomic<bool> rollout_step_scheduled{false};
+  std::atomic<int64_t> invalid_groups{0}, dropped_since_update{0};
+
+  // A new policy version for the watchers (on the device thread).
+  void announce(const std::string& source, const StepResult* forward, int64_t groups_consumed) {
+    v1::PolicyUpdate u;
+    u.set_policy_version(trainer->policy_version());
+    u.set_step(trainer->step());
+    u.set_source(source);
+    if (forward) {
+      u.set_loss(forward->loss);
+      u.set_tokens(forward->tokens);
+      auto get = [&](const char* k) { auto it = forward->metrics.find(k); return it == forward->metrics.end() ? 0.0 : it->second; };
+      u.set_reward_mean(get("reward_mean"));
+      u.set_kl(get("kl"));
+      u.set_clip_fraction(get("clip_ratio/region_mean"));
+      for (const auto& [k, v] : forward->metrics) (*u.mutable_metrics())[k] = v;
+    }
+    u.set_groups_consumed(groups_consumed);
+    u.set_groups_dropped(dropped_since_update.exchange(0));
+    hub.publish(u);
+  }
 
   explicit ServerState(const ServerConfig& c) : config(c), cache(static_cast<size_t>(c.limits.request_id_cache)) {}
 
@@ -101,6 +236,7 @@ struct ServerState {
 
   void log_request(const std::string& method, const std::string& request_id, int64_t tokens, double seconds,
                    const grpc::Status& status) {
+    if (metrics) metrics->ObserveRequest(method, CodeName(status.error_code()), seconds);
     const auto level = status.ok() ? spdlog::level::info : spdlog::level::warn;
     if (config.log.format == "json") {
       nlohmann::json j{{"event", "request"}, {"method", method}, {"request_id", request_id}, {"tokens", tokens},
@@ -149,6 +285,7 @@ struct ServerState {
     const int64_t rows = std::max<int64_t>(1, (std::min(mb, in.tokens) + longest - 1) / longest);
     const auto est = EstimateStepMemory(trainer_config(), dtype, rows, longest, in.engine, config.trainer.optimizer.name);
     if (est.total() > budget) {
+      if (metrics) metrics->CountOomRefusal("estimate");
       throw ResourceExhausted("the step is estimated at " + std::to_string(est.total()) + " bytes (activations " +
                               std::to_string(est.activation_bytes) + ") but the memory budget is " +
                               std::to_string(budget) + " bytes; use the stream engine, smaller chunks, smaller "
@@ -177,6 +314,7 @@ class WeightsWriter final : public grpc::ServerWriteReactor<v1::WeightsChunk> {
     next();
   }
   void fail(const grpc::Status& status) { finish(status); }
+  void set_note(std::string note) { note_ = std::move(note); }
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
@@ -200,6 +338,7 @@ class WeightsWriter final : public grpc::ServerWriteReactor<v1::WeightsChunk> {
     chunk_.set_total_bytes(total);
     chunk_.set_offset(offset_);
     chunk_.set_data(bytes_->data() + offset_, n);
+    if (offset_ == 0) chunk_.set_note(note_);
     offset_ += n;
     if (offset_ >= total) {
       chunk_.set_sha256(sha_);
@@ -220,7 +359,7 @@ class WeightsWriter final : public grpc::ServerWriteReactor<v1::WeightsChunk> {
   std::shared_ptr<const std::string> bytes_;
   int64_t version_ = 0, offset_ = 0;
   bool done_ = false;
-  std::string sha_, config_json_;
+  std::string sha_, config_json_, note_;
   v1::WeightsChunk chunk_;
 };
 
@@ -293,8 +432,9 @@ class TrainerService final : public v1::Trainer::CallbackService {
                                            [this, req](int64_t& tokens) {
       auto step = PrepareStep(*req, tokens);
       return [this, step](v1::TrainStepResponse* r) {
-        RunForwardBackward(*step, r->mutable_stats());
+        const auto forward = RunForwardBackward(*step, r->mutable_stats());
         RunOptimStep(r->mutable_optim());
+        if (!r->optim().skipped()) s_->announce("train", &forward, 0);
       };
     });
   }
@@ -303,7 +443,10 @@ class TrainerService final : public v1::Trainer::CallbackService {
                                       v1::OptimStepResponse* resp) override {
     return Dispatch<v1::OptimStepResponse>(ctx, "OptimStep", Access::kWrite, req->request_id(), resp,
                                            [this](int64_t&) {
-      return [this](v1::OptimStepResponse* r) { RunOptimStep(r); };
+      return [this](v1::OptimStepResponse* r) {
+        RunOptimStep(r);
+        if (!r->skipped()) s_->announce("train", nullptr, 0);
+      };
     });
   }
 
@@ -386,12 +529,277 @@ class TrainerService final : public v1::Trainer::CallbackService {
                                    loaded->model()->config().architecture + ", other sizes) than this server serves");
         }
         s_->trainer = std::move(loaded);
+        s_->announce("load", nullptr, 0);
         r->set_name(n);
         r->set_step(s_->trainer->step());
         r->set_policy_version(s_->trainer->policy_version());
       };
     });
   }
+
+  grpc::ServerUnaryReactor* Sample(grpc::CallbackServerContext* ctx, const v1::SampleRequest* req,
+                                   v1::SampleResponse* resp) override {
+    return Dispatch<v1::SampleResponse>(ctx, "Sample", Access::kRead, "", resp, [this, req](int64_t& tokens) {
+      if (req->prompts().empty()) throw InvalidArgument("prompts is empty");
+      if (req->max_tokens() <= 0) throw InvalidArgument("max_tokens must be > 0");
+      if (req->n() < 0 || req->n() > 256) throw InvalidArgument("n must be in [1, 256] (0 = 1)");
+      auto prompts = std::make_shared<std::vector<std::vector<int64_t>>>();
+      auto seqs = ConvertSequences(req->prompts(), s_->limits);
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        if (static_cast<int64_t>(seqs[i].tokens.size()) + req->max_tokens() > s_->limits.max_sequence_length) {
+          throw InvalidArgument("prompts[" + std::to_string(i) + "]: prompt + max_tokens exceed the maximum sequence length " +
+                                std::to_string(s_->limits.max_sequence_length));
+        }
+        tokens += static_cast<int64_t>(seqs[i].tokens.size());
+        prompts->push_back(std::move(seqs[i].tokens));
+      }
+      SampleOptions o;
+      o.n = req->n() > 0 ? req->n() : 1;
+      o.temperature = req->has_temperature() ? req->temperature() : 1.0;
+      o.top_p = req->has_top_p() ? req->top_p() : 1.0;
+      o.max_tokens = req->max_tokens();
+      o.stop_tokens.assign(req->stop_tokens().begin(), req->stop_tokens().end());
+      for (int64_t t : o.stop_tokens) {
+        if (t < 0 || t >= s_->limits.vocab_size) throw InvalidArgument("stop token " + std::to_string(t) + " is outside the vocabulary");
+      }
+      if (!(o.temperature >= 0)) throw InvalidArgument("temperature must be >= 0");
+      if (!(o.top_p > 0 && o.top_p <= 1)) throw InvalidArgument("top_p must be in (0, 1]");
+      o.seed = req->has_seed() ? req->seed() : std::random_device{}();
+      return [this, prompts, o](v1::SampleResponse* r) {
+        for (const auto& c : SampleCompletions(s_->trainer->model(), *prompts, o)) {
+          auto* out = r->add_completions();
+          out->set_prompt_index(static_cast<int32_t>(c.prompt_index));
+          out->mutable_tokens()->Add(c.tokens.begin(), c.tokens.end());
+          for (double lp : c.logprobs) out->add_logprobs(static_cast<float>(lp));
+          out->set_finish_reason(c.finish_reason);
+        }
+        r->set_policy_version(s_->trainer->policy_version());
+      };
+    });
+  }
+
+  grpc::ServerUnaryReactor* PushRollouts(grpc::CallbackServerContext* ctx, const v1::PushRolloutsRequest* req,
+                                         v1::PushRolloutsResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    const auto start = Clock::now();
+    auto status = s_->authorize(ctx, Access::kWrite);
+    if (status.ok() && s_->draining) status = Unavailable();
+    int64_t tokens = 0;
+    if (status.ok()) {
+      if (req->groups().empty()) {
+        status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "groups is empty");
+      } else {
+        for (int i = 0; i < req->groups_size(); ++i) {
+          *resp->add_acks() = PushOne(req->groups(i), i);
+          for (const auto& c : req->groups(i).completions()) tokens += req->groups(i).prompt_size() + c.tokens_size();
+        }
+        ScheduleRolloutStep();
+      }
+    }
+    s_->log_request("PushRollouts", "", tokens, Seconds(start), status);
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  grpc::ServerBidiReactor<v1::RolloutGroup, v1::RolloutAck>* PushRolloutsStream(
+      grpc::CallbackServerContext* ctx) override {
+    auto status = s_->authorize(ctx, Access::kWrite);
+    if (status.ok() && s_->draining) status = Unavailable();
+    return new PushStream(this, status);
+  }
+
+  grpc::ServerWriteReactor<v1::PolicyUpdate>* WatchPolicy(grpc::CallbackServerContext* ctx,
+                                                         const v1::WatchPolicyRequest* req) override {
+    auto* watcher = new PolicyWatcher(&s_->hub);
+    auto status = s_->authorize(ctx, Access::kRead);
+    if (status.ok() && s_->draining) status = Unavailable();
+    if (!status.ok()) {
+      watcher->finish(status);
+      return watcher;
+    }
+    s_->hub.subscribe(watcher, req->since_version());
+    return watcher;
+  }
+
+  grpc::ServerUnaryReactor* GetRolloutStats(grpc::CallbackServerContext* ctx, const v1::GetRolloutStatsRequest*,
+                                            v1::RolloutStats* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    auto status = s_->authorize(ctx, Access::kRead);
+    if (status.ok()) {
+      *resp = s_->rollouts->stats();
+      resp->set_invalid(s_->invalid_groups);
+      resp->set_policy_version(s_->version);
+    }
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  // Validates one pushed group and queues it; the ack says what happened to it.
+  v1::RolloutAck PushOne(const v1::RolloutGroup& group, int index) {
+    v1::RolloutAck ack;
+    ack.set_index(index);
+    ack.set_group_id(group.group_id());
+    const int64_t current = s_->version;
+    try {
+      if (group.policy_version() > current) {
+        throw InvalidArgument("policy_version " + std::to_string(group.policy_version()) +
+                              " is from the future (the current version is " + std::to_string(current) + ")");
+      }
+      v1::Batch batch;
+      auto* g = batch.mutable_grpo()->add_groups();
+      *g->mutable_prompt() = group.prompt();
+      *g->mutable_completions() = group.completions();
+      auto input = ConvertStep(batch, "grpo", nullptr, nullptr, nullptr, v1::EngineOptions(), s_->default_engine, s_->limits);
+      CreateObjective("grpo", s_->config.rollouts.grpo)->prepare(input.sequences);  // e.g. a group of one
+      std::string id;
+      const auto outcome = s_->rollouts->push(group, current, &id);
+      ack.set_group_id(id);
+      ack.set_status(outcome == "full" ? "invalid" : outcome);
+      if (outcome == "stale") {
+        s_->dropped_since_update++;
+        ack.set_message("sampled by version " + std::to_string(group.policy_version()) + ", older than current " +
+                        std::to_string(current) + " - max_staleness " + std::to_string(s_->config.rollouts.max_staleness));
+      } else if (outcome == "duplicate") {
+        ack.set_message("group_id '" + id + "' was pushed before; it is not trained twice");
+      } else if (outcome == "full") {
+        ack.set_message("the rollout queue is full (rollouts.max_queue); push again later");
+      }
+    } catch (const std::exception& e) {
+      s_->invalid_groups++;
+      ack.set_status("invalid");
+      ack.set_message(ToStatus(std::current_exception()).error_message());
+    }
+    ack.set_queue_depth(s_->rollouts->stats().queue_depth());
+    ack.set_policy_version(current);
+    return ack;
+  }
+
+  // One server-side GRPO step on the device thread whenever enough groups are queued.
+  void ScheduleRolloutStep() {
+    if (!s_->rollouts->ready()) return;
+    bool expected = false;
+    if (!s_->rollout_step_scheduled.compare_exchange_strong(expected, true)) return;
+    DeviceWorker::Job job;
+    job.method = "RolloutStep";
+    job.run = [this] {
+      try {
+        RunRolloutStep();
+      } catch (const std::exception& e) {
+        spdlog::error("rollout step failed: {}", e.what());
+      }
+      s_->publish();
+      s_->rollout_step_scheduled = false;
+      ScheduleRolloutStep();
+    };
+    job.drop = [this](const grpc::Status&) { s_->rollout_step_scheduled = false; };
+    if (!s_->worker->submit(std::move(job))) s_->rollout_step_scheduled = false;  // retried on the next push
+  }
+
+  void RunRolloutStep() {
+    const auto start = Clock::now();
+    int64_t dropped = 0;
+    auto groups = s_->rollouts->take(s_->trainer->policy_version(), &dropped);
+    s_->dropped_since_update += dropped;
+    if (groups.empty()) return;
+    v1::Batch batch;
+    int64_t tokens = 0;
+    for (const auto& q : groups) {
+      auto* g = batch.mutable_grpo()->add_groups();
+      *g->mutable_prompt() = q.group.prompt();
+      *g->mutable_completions() = q.group.completions();
+      g->set_group_id(q.id);
+      for (const auto& c : q.group.completions()) tokens += q.group.prompt_size() + c.tokens_size();
+    }
+    grpc::Status status;
+    try {
+      auto input = ConvertStep(batch, "grpo", nullptr, nullptr, nullptr, v1::EngineOptions(), s_->default_engine, s_->limits);
+      auto objective = CreateObjective("grpo", s_->config.rollouts.grpo);
+      const auto result = s_->trainer->train_step(input.sequences, *objective);
+      s_->rollouts->consumed(groups, s_->trainer->policy_version());
+      if (!result.optim.skipped) {
+        s_->announce("rollouts", &result.forward, static_cast<int64_t>(groups.size()));
+        const int64_t every = s_->config.rollouts.checkpoint_every;
+        if (every > 0 && s_->trainer->policy_version() % every == 0) {
+          s_->trainer->save_checkpoint((std::filesystem::path(s_->config.checkpoint_dir) /
+                                        ("policy-v" + std::to_string(s_->trainer->policy_version()))).string());
+        }
+      } else {
+        spdlog::warn("rollout step skipped: {}", result.optim.reason);
+      }
+    } catch (...) {
+      status = ToStatus(std::current_exception());
+      // Groups that cannot be trained are dropped (counted), never retried forever.
+      s_->invalid_groups += static_cast<int64_t>(groups.size());
+      s_->rollouts->consumed(groups, s_->trainer->policy_version());
+    }
+    s_->rollouts->set_last_step_seconds(Seconds(start));
+    s_->log_request("RolloutStep", "", tokens, Seconds(start), status);
+  }
+
+  // PushRolloutsStream: one ack per group read, written in order, one write at a time.
+  class PushStream final : public grpc::ServerBidiReactor<v1::RolloutGroup, v1::RolloutAck> {
+   public:
+    PushStream(TrainerService* service, const grpc::Status& status) : service_(service) {
+      if (!status.ok()) {
+        finished_ = true;
+        Finish(status);
+        return;
+      }
+      StartRead(&in_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        reads_done_ = true;
+        maybe_finish();
+        return;
+      }
+      auto ack = service_->PushOne(in_, index_++);
+      service_->ScheduleRolloutStep();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        acks_.push_back(std::move(ack));
+        if (!writing_) {
+          writing_ = true;
+          StartWrite(&acks_.front());
+        }
+      }
+      StartRead(&in_);
+    }
+    void OnWriteDone(bool ok) override {
+      std::lock_guard<std::mutex> lock(mutex_);
+      acks_.pop_front();
+      if (!ok) {
+        writing_ = false;
+        if (!finished_) {
+          finished_ = true;
+          Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+        }
+        return;
+      }
+      if (!acks_.empty()) {
+        StartWrite(&acks_.front());
+      } else {
+        writing_ = false;
+        maybe_finish();
+      }
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    void maybe_finish() {
+      if (reads_done_ && !writing_ && !finished_) {
+        finished_ = true;
+        Finish(grpc::Status::OK);
+      }
+    }
+    TrainerService* service_;
+    v1::RolloutGroup in_;
+    int index_ = 0;
+    std::mutex mutex_;
+    std::deque<v1::RolloutAck> acks_;
+    bool writing_ = false, reads_done_ = false, finished_ = false;
+  };
 
   grpc::ServerWriteReactor<v1::WeightsChunk>* ExportWeights(grpc::CallbackServerContext* ctx,
                                                             const v1::ExportWeightsRequest* req) override {
@@ -409,8 +817,13 @@ class TrainerService final : public v1::Trainer::CallbackService {
     job.method = "ExportWeights";
     job.deadline = ctx->deadline();
     job.cancelled = [ctx] { return ctx->IsCancelled(); };
-    job.run = [this, writer] {
+    const int64_t wanted = req->version();
+    job.run = [this, writer, wanted] {
       try {
+        if (wanted != 0 && wanted != s_->trainer->policy_version()) {
+          writer->set_note("version " + std::to_string(wanted) + " is not available; serving the current version " +
+                           std::to_string(s_->trainer->policy_version()));
+        }
         auto model = s_->trainer->model();
         auto bytes = std::make_shared<std::string>(SerializeSafetensors(model->hf_tensors(), {{"format", "pt"}}));
         auto config = model->config();
@@ -513,14 +926,19 @@ class TrainerService final : public v1::Trainer::CallbackService {
     return step;
   }
 
-  void RunForwardBackward(const PreparedStep& step, v1::StepStats* stats) {
+  StepResult RunForwardBackward(const PreparedStep& step, v1::StepStats* stats) {
     const auto start = Clock::now();
     memory::ResetPeak();
     const int64_t live_before = memory::LiveBytes();
     StepResult result;
     {
       memory::ScopedBudget budget(s_->config.limits.memory_budget_bytes);
-      result = s_->trainer->forward_backward(step.input.sequences, *step.objective, &step.input.engine);
+      try {
+        result = s_->trainer->forward_backward(step.input.sequences, *step.objective, &step.input.engine);
+      } catch (const c10::OutOfMemoryError&) {
+        if (s_->metrics) s_->metrics->CountOomRefusal("out_of_memory");
+        throw;
+      }
     }
     int64_t longest = 0;
     for (const auto& s : step.input.sequences) longest = std::max<int64_t>(longest, s.tokens.size());
@@ -537,10 +955,14 @@ class TrainerService final : public v1::Trainer::CallbackService {
     stats->set_logits_chunk(chunks.logits_chunk);
     stats->set_peak_memory_bytes(memory::PeakBytes() - live_before);
     stats->set_seconds(Seconds(start));
+    if (s_->metrics) s_->metrics->ObserveForwardBackward(result.tokens, stats->seconds(), stats->peak_memory_bytes());
+    return result;
   }
 
   void RunOptimStep(v1::OptimStepResponse* r) {
+    const auto start = Clock::now();
     const auto o = s_->trainer->optim_step();
+    if (s_->metrics) s_->metrics->ObserveOptimStep(o.skipped, Seconds(start));
     r->set_policy_version(s_->trainer->policy_version());
     r->set_step(s_->trainer->step());
     r->set_learning_rate(o.lr);
@@ -586,6 +1008,27 @@ class TrainerService final : public v1::Trainer::CallbackService {
   ServerState* s_;
 };
 
+// The Prometheus endpoint (config.metrics); its gauges read the state at scrape time.
+void StartMetrics(ServerState* s) {
+  s->metrics = Metrics::Create(s->config.metrics.listen);
+  auto& m = *s->metrics;
+  m.AddGaugeCallback("streambp_queue_depth", "Jobs waiting for the device (the running one not counted)",
+                     [s] { return static_cast<double>(s->worker->depth()); });
+  m.AddGaugeCallback("streambp_queue_capacity", "Jobs that may wait (limits.queue_depth)",
+                     [s] { return static_cast<double>(s->worker->capacity()); });
+  m.AddGaugeCallback("streambp_policy_version", "Version of the policy (+1 per applied optimizer step)",
+                     [s] { return static_cast<double>(s->version.load()); });
+  m.AddGaugeCallback("streambp_optimizer_step", "The trainer's optimizer step (restored by LoadCheckpoint)",
+                     [s] { return static_cast<double>(s->step.load()); });
+  m.AddGaugeCallback("streambp_tracked_memory_bytes", "Tracked tensor memory alive now (weights, optimizer, gradients)",
+                     [] { return static_cast<double>(memory::LiveBytes()); });
+  const auto rt = GetRuntimeInfo();
+  m.SetBuildInfo({{"version", kServerVersion}, {"libtorch", rt.torch_version}, {"blas", rt.blas},
+                  {"cuda", rt.cuda ? "true" : "false"}});
+  spdlog::info("metrics on http://{}:{}/metrics", s->config.metrics.listen.substr(0, s->config.metrics.listen.rfind(':')),
+               m.port());
+}
+
 }  // namespace
 
 std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
@@ -608,10 +1051,42 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   TrainerOptions topts = c.trainer;
   topts.max_sequence_length = c.limits.max_sequence_length;
   state->trainer = Trainer::Create(model, topts);
+  if (c.resume) {
+    // The newest complete checkpoint, if any (a fresh directory starts from the model).
+    std::string best;
+    int64_t best_step = -1;
+    if (std::filesystem::is_directory(c.checkpoint_dir)) {
+      for (const auto& entry : std::filesystem::directory_iterator(c.checkpoint_dir)) {
+        if (!entry.is_directory() || !std::filesystem::exists(entry.path() / "manifest.json")) continue;
+        try {
+          auto st = nlohmann::json::parse(ReadFile((entry.path() / "trainer_state.json").string(), "state"));
+          if (st.value("step", int64_t{0}) > best_step) {
+            best_step = st.value("step", int64_t{0});
+            best = entry.path().string();
+          }
+        } catch (...) {
+        }
+      }
+    }
+    if (!best.empty()) {
+      state->trainer = Trainer::LoadCheckpoint(best, &topts);
+      spdlog::info("resumed from checkpoint {} (step {}, policy version {})", best, state->trainer->step(),
+                   state->trainer->policy_version());
+    }
+  }
+  RolloutOptions ro;
+  ro.groups_per_step = c.rollouts.groups_per_step;
+  ro.max_staleness = c.rollouts.max_staleness;
+  ro.max_queue = c.rollouts.max_queue;
+  ro.log_path = c.rollouts.log;
+  state->rollouts = std::make_unique<RolloutQueue>(ro, state->trainer->policy_version());
+  CreateObjective("grpo", c.rollouts.grpo);  // bad rollout options fail at start, not at the first step
   state->default_engine = c.trainer.engine;
   state->limits = Limits{state->model_config.vocab_size, c.limits.max_sequence_length, c.limits.max_tokens_per_request};
   state->worker = std::make_unique<DeviceWorker>(static_cast<size_t>(c.limits.queue_depth));
   state->publish();
+  state->announce("start", nullptr, 0);
+  if (!c.metrics.listen.empty()) StartMetrics(state.get());
 
   // What GetInfo reports and never changes.
   auto& info = state->info;
@@ -669,6 +1144,7 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
     state->worker->stop();
     throw Error(ErrorCode::kInternal, "could not listen on " + c.listen + " (address in use, or not a local address?)");
   }
+  static_cast<TrainerService*>(state->service.get())->ScheduleRolloutStep();  // groups replayed from the log
   auto* health = state->grpc_server->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
@@ -693,6 +1169,7 @@ std::string Server::address() const { return state_->bound_address; }
 DeviceWorker& Server::worker() { return *state_->worker; }
 int64_t Server::step() const { return state_->step; }
 int64_t Server::policy_version() const { return state_->version; }
+int Server::metrics_port() const { return state_->metrics ? state_->metrics->port() : 0; }
 
 std::string Server::Shutdown() {
   std::unique_lock<std::mutex> lock(state_->shutdown_mutex);
@@ -705,6 +1182,7 @@ std::string Server::Shutdown() {
     health->SetServingStatus(kServiceName, false);
   }
   s.worker->stop();
+  s.hub.close_all();
   if (s.config.shutdown.checkpoint_on_exit && !s.config.checkpoint_dir.empty()) {
     try {
       if (s.trainer->has_pending_gradients()) s.trainer->zero_gradients();

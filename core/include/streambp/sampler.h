@@ -1,0 +1,36 @@
+#pragma once
+/// Sampling completions from a causal LM with a KV cache (the RL loop's rollouts, DESIGN
+/// §6 Sample). Prompts are prefilled once (left-padded, batched) and their caches repeated
+/// for the n completions of each; each new token is one batched decode step.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "streambp/model.h"
+
+namespace streambp {
+
+struct SampleOptions {
+  int64_t n = 1;                     ///< completions per prompt
+  double temperature = 1.0;          ///< logits / temperature; 0 = greedy
+  double top_p = 1.0;                ///< nucleus: smallest set of tokens with mass >= top_p
+  int64_t max_tokens = 16;           ///< new tokens per completion
+  std::vector<int64_t> stop_tokens;  ///< a completion ends after producing one of these
+  uint64_t seed = 0;                 ///< the same seed, model and prompts give the same samples
+};
+
+struct SampledCompletion {
+  int64_t prompt_index = 0;
+  std::vector<int64_t> tokens;
+  /// log p(token) under log_softmax(logits / temperature) (before top-p truncation;
+  /// temperature 1 when greedy): what TokenLogprobs gives at that temperature.
+  std::vector<double> logprobs;
+  std::string finish_reason;  ///< "stop" | "length"
+};
+
+/// Throws InvalidArgument for an empty prompt list, an empty prompt, a token outside the
+/// vocabulary, n < 1, max_tokens < 1, temperature < 0 or top_p outside (0, 1].
+std::vector<SampledCompletion> SampleCompletions(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                                 const SampleOptions& options);
+
+}  // namespace streambp
