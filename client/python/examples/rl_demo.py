@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The RL demo: streambp-server on the embedded tiny model + 2 Python rollout workers.
+
+Reward = share of even token ids in a completion (about 0.5 at random init). The server
+runs a GRPO step whenever 4 groups are queued; the mean reward per policy version rises.
+
+    PYTHONPATH=build/python:client/python /usr/bin/python3 client/python/examples/rl_demo.py \
+        --server-bin build/server/streambp-server [--versions 40] [--check 0.8]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from streambp_client import Client
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--server-bin", required=True, help="path to streambp-server")
+    ap.add_argument("--versions", type=int, default=40, help="policy versions to train")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--check", type=float, default=0.0,
+                    help="exit 1 unless the mean reward of the last 5 versions reaches this")
+    args = ap.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="streambp-rl-demo-")
+    config = {
+        "model": {"preset": "tiny", "seed": 0, "dtype": "float32"},
+        "trainer": {"optimizer": {"name": "adamw", "lr": args.lr}, "max_grad_norm": 1.0,
+                    "reference": {"use_reference_model": False}},
+        "rollouts": {"groups_per_step": 4, "max_staleness": 2, "log": os.path.join(tmp, "rollouts.jsonl"),
+                     "grpo": {"loss_type": "dapo", "scale_rewards": "group"}},
+        "log": {"level": "warn"},
+    }
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(config, f)
+    port_file = os.path.join(tmp, "port")
+    server = subprocess.Popen([args.server_bin, "serve", "--config", os.path.join(tmp, "config.json"),
+                               "--listen", "127.0.0.1:0", "--port-file", port_file])
+    workers = []
+    try:
+        for _ in range(1200):  # up to 2 minutes on a loaded machine
+            if os.path.exists(port_file) and open(port_file).read().strip():
+                break
+            if server.poll() is not None:
+                raise SystemExit("the server did not start")
+            time.sleep(0.1)
+        target = "127.0.0.1:" + open(port_file).read().strip()
+        print(f"server on {target}; {args.workers} rollout workers; reward = share of even token ids", flush=True)
+        env = dict(os.environ)
+        for w in range(args.workers):
+            workers.append(subprocess.Popen([sys.executable, os.path.join(HERE, "rollout_worker.py"),
+                                             "--server", target, "--versions", str(args.versions),
+                                             "--worker", str(w), "--quiet"], env=env))
+        client = Client(target)
+        rewards = []
+        start = time.time()
+        for update in client.watch_policy(since_version=0, timeout=900):
+            if update.source != "rollouts":
+                continue
+            rewards.append(update.reward_mean)
+            print(f"policy v{update.policy_version:3d}  mean reward {update.reward_mean:.3f}  "
+                  f"loss {update.loss:+.4f}  clip {update.clip_fraction:.3f}  "
+                  f"groups {update.groups_consumed} (+{update.groups_dropped} stale dropped)  "
+                  f"{time.time() - start:6.1f}s", flush=True)
+            if update.policy_version >= args.versions:
+                break
+        stats = client.rollout_stats()
+        first = sum(rewards[:5]) / max(1, len(rewards[:5]))
+        last = sum(rewards[-5:]) / max(1, len(rewards[-5:]))
+        print(f"mean reward: first 5 versions {first:.3f} -> last 5 versions {last:.3f}; "
+              f"{stats.consumed} groups trained in {stats.steps_run} steps, {stats.dropped_stale} stale dropped",
+              flush=True)
+        for w in workers:
+            w.wait(timeout=120)
+        if args.check and last < args.check:
+            print(f"FAIL: the mean reward {last:.3f} did not reach {args.check}", flush=True)
+            return 1
+        return 0
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+        server.terminate()
+        server.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
