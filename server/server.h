@@ -26,6 +26,7 @@ class Server {
 
   int port() const { return port_; }  ///< the bound port (useful with listen "host:0")
   std::string address() const;       ///< host:port actually bound
+  int metrics_port() const;          ///< the bound Prometheus port; 0 when metrics are off
 
   /// Graceful shutdown: health NOT_SERVING, no new calls, the running step finishes (up to
   /// the configured grace), waiting jobs are answered UNAVAILABLE, then (if configured) a
