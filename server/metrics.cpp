@@ -25,11 +25,12 @@
 
 namespace streambp::server {
 
-// Gauges computed at scrape time from the server's own state.
+// Gauges and counters computed at scrape time from the server's own state.
 class CallbackGauges final : public prometheus::Collectable {
  public:
   struct Entry {
     std::string name, help;
+    prometheus::MetricType type;
     std::function<double()> value;
   };
   void add(Entry e) {
@@ -43,9 +44,9 @@ class CallbackGauges final : public prometheus::Collectable {
       prometheus::MetricFamily f;
       f.name = e.name;
       f.help = e.help;
-      f.type = prometheus::MetricType::Gauge;
+      f.type = e.type;
       prometheus::ClientMetric m;
-      m.gauge.value = e.value();
+      (e.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value) = e.value();
       f.metric.push_back(std::move(m));
       out.push_back(std::move(f));
     }
@@ -224,10 +225,12 @@ std::unique_ptr<Metrics> Metrics::Create(const std::string& listen) {
                              .Register(r);
   m->step_seconds_ = &BuildHistogram()
                           .Name("streambp_step_seconds")
-                          .Help("Device time of a training step, by phase (forward_backward, optim_step)")
+                          .Help("Device time of a training step, by phase: forward_backward, optim_step, or train_step "
+                                "(both, run by the server on pushed rollouts)")
                           .Register(r);
   m->forward_backward_seconds_ = &m->step_seconds_->Add({{"phase", "forward_backward"}}, StepBuckets());
   m->optim_seconds_ = &m->step_seconds_->Add({{"phase", "optim_step"}}, StepBuckets());
+  m->train_step_seconds_ = &m->step_seconds_->Add({{"phase", "train_step"}}, StepBuckets());
   m->steps_ = &BuildCounter()
                    .Name("streambp_steps_total")
                    .Help("Optimizer steps applied (each one increments the policy version)")
@@ -255,16 +258,6 @@ std::unique_ptr<Metrics> Metrics::Create(const std::string& listen) {
                           .Register(r);
   m->oom_refusals_->Add({{"reason", "estimate"}});
   m->oom_refusals_->Add({{"reason", "out_of_memory"}});
-  m->rollouts_consumed_ = &BuildCounter()
-                               .Name("streambp_rollouts_consumed_total")
-                               .Help("Pushed rollouts (GRPO completions) taken into a training step")
-                               .Register(r)
-                               .Add({});
-  m->rollouts_dropped_ = &BuildCounter()
-                              .Name("streambp_rollouts_dropped_total")
-                              .Help("Pushed rollouts dropped without training on them, by reason")
-                              .Register(r);
-  m->rollouts_dropped_->Add({{"reason", "stale"}});
   m->step_peak_memory_ = &BuildGauge()
                               .Name("streambp_step_peak_memory_bytes")
                               .Help("Peak tracked memory above the resident state during the last forward-backward")
@@ -315,14 +308,19 @@ void Metrics::ObserveOptimStep(bool skipped, double seconds) {
 
 void Metrics::CountOomRefusal(const std::string& reason) { oom_refusals_->Add({{"reason", reason}}).Increment(); }
 
-void Metrics::CountRolloutsConsumed(int64_t n) { rollouts_consumed_->Increment(static_cast<double>(n)); }
-
-void Metrics::CountRolloutsDropped(const std::string& reason, int64_t n) {
-  rollouts_dropped_->Add({{"reason", reason}}).Increment(static_cast<double>(n));
+void Metrics::ObserveTrainStep(int64_t tokens, double seconds, bool skipped) {
+  forward_backwards_->Increment();
+  tokens_->Increment(static_cast<double>(tokens));
+  (skipped ? skipped_steps_ : steps_)->Increment();
+  train_step_seconds_->Observe(seconds);
 }
 
 void Metrics::AddGaugeCallback(const std::string& name, const std::string& help, std::function<double()> value) {
-  callbacks_->add({name, help, std::move(value)});
+  callbacks_->add({name, help, prometheus::MetricType::Gauge, std::move(value)});
+}
+
+void Metrics::AddCounterCallback(const std::string& name, const std::string& help, std::function<double()> value) {
+  callbacks_->add({name, help, prometheus::MetricType::Counter, std::move(value)});
 }
 
 void Metrics::SetBuildInfo(const std::vector<std::pair<std::string, std::string>>& labels) {

@@ -58,12 +58,15 @@ class Metrics {
   /// A step refused for memory: reason "estimate" (over limits.memory_budget_bytes before
   /// starting) or "out_of_memory" (an allocation failed during the step; rolled back).
   void CountOomRefusal(const std::string& reason);
-  /// Rollouts (GRPO completions) taken into a step, or dropped (reason e.g. "stale").
-  void CountRolloutsConsumed(int64_t n);
-  void CountRolloutsDropped(const std::string& reason, int64_t n);
+  /// A whole step run by the server itself (a GRPO step on pushed rollouts): tokens,
+  /// streambp_step_seconds{phase="train_step"}, and applied or skipped.
+  void ObserveTrainStep(int64_t tokens, double seconds, bool skipped);
 
   /// A gauge whose value is read at scrape time (queue depth, policy version, live memory).
   void AddGaugeCallback(const std::string& name, const std::string& help, std::function<double()> value);
+  /// A counter kept elsewhere (e.g. the rollout queue's), read at scrape time; `value`
+  /// must never decrease while the process lives.
+  void AddCounterCallback(const std::string& name, const std::string& help, std::function<double()> value);
   /// streambp_build_info{labels...} 1 (version, LibTorch, BLAS, CUDA).
   void SetBuildInfo(const std::vector<std::pair<std::string, std::string>>& labels);
 
@@ -77,17 +80,16 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* request_seconds_ = nullptr;
   prometheus::Family<prometheus::Histogram>* step_seconds_ = nullptr;
   prometheus::Family<prometheus::Counter>* oom_refusals_ = nullptr;
-  prometheus::Family<prometheus::Counter>* rollouts_dropped_ = nullptr;
   prometheus::Family<prometheus::Gauge>* build_info_ = nullptr;
   prometheus::Counter* steps_ = nullptr;
   prometheus::Counter* skipped_steps_ = nullptr;
   prometheus::Counter* forward_backwards_ = nullptr;
   prometheus::Counter* tokens_ = nullptr;
-  prometheus::Counter* rollouts_consumed_ = nullptr;
   prometheus::Gauge* step_peak_memory_ = nullptr;
   prometheus::Gauge* max_peak_memory_ = nullptr;
   prometheus::Histogram* forward_backward_seconds_ = nullptr;
   prometheus::Histogram* optim_seconds_ = nullptr;
+  prometheus::Histogram* train_step_seconds_ = nullptr;
   int port_ = 0;
   // Last: destroyed first, so no scrape runs while the metrics above go away.
   std::unique_ptr<HttpEndpoint> http_;

@@ -177,7 +177,8 @@ TEST(Metrics, ScrapeCountsTheStepsTokensAndRequests) {
   EXPECT_EQ(first.value("streambp_queue_depth"), 0);
   EXPECT_EQ(first.value("streambp_queue_capacity"), 64);
   EXPECT_EQ(first.value("streambp_rollouts_consumed_total"), 0);
-  EXPECT_EQ(first.value("streambp_rollouts_dropped_total", {{"reason", "stale"}}), 0);
+  EXPECT_EQ(first.value("streambp_rollouts_dropped_total"), 0);
+  EXPECT_EQ(first.value("streambp_rollout_queue_depth"), 0);
   EXPECT_EQ(first.value("streambp_oom_refusals_total", {{"reason", "estimate"}}), 0);
   EXPECT_EQ(first.value("streambp_skipped_steps_total"), 0);
   EXPECT_GT(first.value("streambp_tracked_memory_bytes"), 0);
