@@ -715,6 +715,7 @@ class TrainerService final : public v1::Trainer::CallbackService {
       auto input = ConvertStep(batch, "grpo", nullptr, nullptr, nullptr, v1::EngineOptions(), s_->default_engine, s_->limits);
       auto objective = CreateObjective("grpo", s_->config.rollouts.grpo);
       const auto result = s_->trainer->train_step(input.sequences, *objective);
+      if (s_->metrics) s_->metrics->ObserveTrainStep(result.forward.tokens, Seconds(start), result.optim.skipped);
       s_->rollouts->consumed(groups, s_->trainer->policy_version());
       if (!result.optim.skipped) {
         s_->announce("rollouts", &result.forward, static_cast<int64_t>(groups.size()));
@@ -1020,6 +1021,22 @@ void StartMetrics(ServerState* s) {
                      [s] { return static_cast<double>(s->version.load()); });
   m.AddGaugeCallback("streambp_optimizer_step", "The trainer's optimizer step (restored by LoadCheckpoint)",
                      [s] { return static_cast<double>(s->step.load()); });
+  auto rollouts = [s](int64_t (v1::RolloutStats::*field)() const) {
+    return [s, field] { return s->rollouts ? static_cast<double>((s->rollouts->stats().*field)()) : 0.0; };
+  };
+  m.AddCounterCallback("streambp_rollouts_accepted_total", "Rollout groups pushed and queued",
+                       rollouts(&v1::RolloutStats::accepted));
+  m.AddCounterCallback("streambp_rollouts_consumed_total", "Rollout groups taken into a training step",
+                       rollouts(&v1::RolloutStats::consumed));
+  m.AddCounterCallback("streambp_rollouts_dropped_total",
+                       "Rollout groups dropped as stale (older than current version - rollouts.max_staleness)",
+                       rollouts(&v1::RolloutStats::dropped_stale));
+  m.AddCounterCallback("streambp_rollouts_duplicates_total", "Rollout groups pushed again under a known group_id",
+                       rollouts(&v1::RolloutStats::duplicates));
+  m.AddCounterCallback("streambp_rollouts_invalid_total", "Rollout groups refused or dropped as untrainable",
+                       [s] { return static_cast<double>(s->invalid_groups.load()); });
+  m.AddGaugeCallback("streambp_rollout_queue_depth", "Rollout groups waiting for a step",
+                     rollouts(&v1::RolloutStats::queue_depth));
   m.AddGaugeCallback("streambp_tracked_memory_bytes", "Tracked tensor memory alive now (weights, optimizer, gradients)",
                      [] { return static_cast<double>(memory::LiveBytes()); });
   const auto rt = GetRuntimeInfo();
