@@ -18,6 +18,7 @@
 /// norm changes no weight and no optimizer state, clears the gradients and reports the step
 /// as skipped; skipped steps do not advance step() or policy_version().
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "streambp/batch.h"
+#include "streambp/dist.h"
 #include "streambp/engine.h"
 #include "streambp/model.h"
 #include "streambp/objective.h"
@@ -133,6 +135,21 @@ class Trainer {
   /// Pending gradients are not saved (save between steps).
   void save_checkpoint(const std::string& dir) const;
 
+  /// Data parallelism (DESIGN §1 dist). With a communicator of N ranks every rank holds
+  /// the whole model and is given the whole step by every call (the same sequences on
+  /// every rank); each computes the groups of its shard, normalized as the whole step, and
+  /// the gradients are summed once per step in optim_step (buckets, one all-reduce —
+  /// independent of the number of chunks and micro-batches). ZeRO stage 1: each rank keeps
+  /// the optimizer state of its share of the parameters and updates only those, then every
+  /// parameter is broadcast from its owner; stage 2: gradients are reduced to their owner
+  /// only. N ranks give the update of one process on the whole batch. Every call of
+  /// forward_backward, optim_step and save_checkpoint is then a collective: all ranks make
+  /// it in the same order. Set once, before the first step.
+  void set_communicator(std::shared_ptr<Communicator> communicator);
+  Communicator* communicator() const { return comm_.get(); }
+  /// Bytes of optimizer state this rank holds (1/N of the total with ZeRO).
+  int64_t optimizer_state_bytes() const;
+
   CausalLM& model() { return model_; }
   const CausalLM& model() const { return model_; }
   /// The frozen reference model; null when there is none.
@@ -158,6 +175,10 @@ class Trainer {
   int64_t policy_version_ = 0;
   bool pending_ = false;         // gradients accumulated since the last optim_step
   bool nonfinite_loss_ = false;  // a non-finite loss was seen since the last optim_step
+  std::shared_ptr<Communicator> comm_;
+  std::map<std::string, int> owner_;  // ZeRO: the rank that owns each parameter
+  std::vector<size_t> local_shard(const std::vector<Sequence>& sequences) const;
+  void reduce_gradients();
 };
 
 }  // namespace streambp

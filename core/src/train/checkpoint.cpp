@@ -140,6 +140,18 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   files.emplace_back("config.json", config.ToJson().dump(2) + "\n");
   files.emplace_back("model.safetensors", SerializeSafetensors(model_->hf_tensors(), {{"format", "pt"}}));
   auto optimizer_state = optimizer_->state();
+  if (comm_ && comm_->world_size() > 1 && comm_->options().zero_stage >= 1) {
+    // ZeRO: each rank holds the state of its own parameters; gather it (collective), so the
+    // checkpoint is the state of one process and loads anywhere.
+    for (int r = 0; r < comm_->world_size(); ++r) {
+      const auto bytes = comm_->broadcast_bytes(r == comm_->rank() ? SerializeSafetensors(optimizer_->state()) : "", r);
+      for (auto& [key, t] : ParseSafetensors(bytes, "optimizer state of rank " + std::to_string(r)).tensors) {
+        const std::string param = key.substr(key.find('/') + 1);
+        if (owner_.count(param) && owner_.at(param) == r) optimizer_state[key] = t;
+      }
+    }
+  }
+  if (comm_ && comm_->rank() != 0) return;  // rank 0 writes the (identical) checkpoint
   optimizer_state["rng_state"] = generator_.get_state().clone();
   files.emplace_back("optimizer.safetensors",
                      SerializeSafetensors(optimizer_state, {{"optimizer", options_.optimizer.name}}));

@@ -2,6 +2,7 @@
 // gradient norm, non-finite check, clipping, schedule and the optimizer update.
 #include "streambp/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -136,9 +137,18 @@ StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Obj
   }
   objective.prepare(*step);
 
+  // Data parallel: this rank computes its shard of the step (normalized as the whole step).
+  std::vector<Sequence> shard;
+  if (comm_ && comm_->world_size() > 1) {
+    for (size_t i : local_shard(*step)) shard.push_back((*step)[i]);
+    step = &shard;
+  }
+
   StepResult total;
   try {
-    const auto micro_batches = SplitMicroBatches(*step, options_.layout, options_.micro_batch_tokens);
+    const auto micro_batches = step->empty() ? std::vector<std::vector<size_t>>{}
+                                             : SplitMicroBatches(*step, options_.layout, options_.micro_batch_tokens);
+    pending_ = true;
     for (const auto& indices : micro_batches) {
       Batch batch;
       if (micro_batches.size() == 1) {
@@ -157,6 +167,11 @@ StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Obj
       if (!std::isfinite(r.loss)) nonfinite_loss_ = true;
     }
     total.metrics = objective.finish();
+    if (comm_ && comm_->world_size() > 1) {
+      total.loss = comm_->all_reduce_scalar(total.loss);
+      total.targets = static_cast<int64_t>(comm_->all_reduce_scalar(static_cast<double>(total.targets)));
+      total.tokens = static_cast<int64_t>(comm_->all_reduce_scalar(static_cast<double>(total.tokens)));
+    }
   } catch (...) {
     zero_gradients();
     try {
@@ -174,13 +189,24 @@ OptimResult Trainer::optim_step() {
   }
   OptimResult result;
   result.lr = current_lr();
+  const bool distributed = comm_ && comm_->world_size() > 1;
+  if (distributed) {
+    nonfinite_loss_ = comm_->all_reduce_scalar(nonfinite_loss_ ? 1.0 : 0.0, /*max=*/true) > 0;
+    reduce_gradients();
+  }
   // Total L2 norm as torch.nn.utils.clip_grad_norm_ computes it (norm of the per-tensor
-  // norms), in float64.
+  // norms), in float64. With ZeRO-2 each rank holds only its owned gradients: the squares
+  // are summed over the ranks.
   std::vector<torch::Tensor> norms;
   for (const auto& [name, p] : model_->named_hf_parameters()) {
     if (p.grad().defined()) norms.push_back(p.grad().detach().to(torch::kFloat64).norm().cpu());
   }
-  result.grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
+  if (distributed && comm_->options().zero_stage >= 2) {
+    const double squares = norms.empty() ? 0.0 : torch::stack(norms).pow(2).sum().item<double>();
+    result.grad_norm = std::sqrt(comm_->all_reduce_scalar(squares));
+  } else {
+    result.grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
+  }
   if (nonfinite_loss_ || !std::isfinite(result.grad_norm)) {
     result.skipped = true;
     result.reason = nonfinite_loss_ ? "non-finite loss" : "non-finite gradient norm";
@@ -194,7 +220,19 @@ OptimResult Trainer::optim_step() {
     if (coef < 1.0) scale = coef;
   }
   try {
+    if (distributed && comm_->options().zero_stage >= 1) {
+      // Only the owned parameters are updated here (the optimizer skips parameters
+      // without a gradient, so it keeps state for this rank's share only).
+      for (auto& [name, p] : model_->named_hf_parameters()) {
+        if (owner_.at(name) != comm_->rank()) p.mutable_grad() = torch::Tensor();
+      }
+    }
     optimizer_->step(result.lr, scale);
+    if (distributed && comm_->options().zero_stage >= 1) {
+      std::vector<std::vector<torch::Tensor>> by_owner(comm_->world_size());
+      for (auto& [name, p] : model_->named_hf_parameters()) by_owner[owner_.at(name)].push_back(p.detach());
+      for (int r = 0; r < comm_->world_size(); ++r) comm_->broadcast(by_owner[r], r);
+    }
   } catch (...) {
     zero_gradients();
     throw;
@@ -204,6 +242,83 @@ OptimResult Trainer::optim_step() {
   policy_version_ += 1;
   result.step = step_;
   return result;
+}
+
+void Trainer::set_communicator(std::shared_ptr<Communicator> communicator) {
+  comm_ = std::move(communicator);
+  owner_.clear();
+  if (!comm_) return;
+  // Parameters are dealt to ranks greedily by size, largest first, so shares are even.
+  const auto params = model_->named_hf_parameters();
+  std::vector<size_t> order(params.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return params[a].second.numel() > params[b].second.numel(); });
+  std::vector<int64_t> load(comm_->world_size(), 0);
+  for (size_t i : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner_[params[i].first] = r;
+    load[r] += params[i].second.numel();
+  }
+  // Every rank starts from rank 0's weights.
+  std::vector<torch::Tensor> all;
+  for (auto& [name, p] : model_->named_hf_parameters()) all.push_back(p.detach());
+  comm_->broadcast(all, 0);
+}
+
+int64_t Trainer::optimizer_state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, t] : optimizer_->state()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  return bytes;
+}
+
+// Whole groups (a DPO pair, a GRPO group) in contiguous blocks of about equal tokens.
+std::vector<size_t> Trainer::local_shard(const std::vector<Sequence>& sequences) const {
+  std::vector<std::vector<size_t>> units;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const int64_t g = sequences[i].group;
+    if (!units.empty() && g >= 0 && sequences[units.back().back()].group == g) {
+      units.back().push_back(i);
+    } else {
+      units.push_back({i});
+    }
+  }
+  int64_t total = 0;
+  for (const auto& s : sequences) total += static_cast<int64_t>(s.tokens.size());
+  const int n = comm_->world_size(), me = comm_->rank();
+  std::vector<size_t> mine;
+  int64_t before = 0;
+  for (const auto& unit : units) {
+    int64_t tokens = 0;
+    for (size_t i : unit) tokens += static_cast<int64_t>(sequences[i].tokens.size());
+    // The rank whose share of the tokens contains this unit's midpoint computes it.
+    const int64_t mid2 = 2 * before + tokens;  // twice the midpoint, to stay in integers
+    const int r = std::min<int>(n - 1, static_cast<int>(mid2 * n / (2 * std::max<int64_t>(total, 1))));
+    if (r == me) mine.insert(mine.end(), unit.begin(), unit.end());
+    before += tokens;
+  }
+  return mine;
+}
+
+// Sums the step's gradients over the ranks: one all-reduce per bucket (ZeRO-2: a reduce
+// to each parameter's owner, the others drop theirs). Missing gradients count as zeros.
+void Trainer::reduce_gradients() {
+  auto params = model_->named_hf_parameters();
+  for (auto& [name, p] : params) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  }
+  if (comm_->options().zero_stage >= 2) {
+    std::vector<std::vector<torch::Tensor>> by_owner(comm_->world_size());
+    for (auto& [name, p] : params) by_owner[owner_.at(name)].push_back(p.grad());
+    for (int r = 0; r < comm_->world_size(); ++r) comm_->reduce_sum(by_owner[r], r);
+    for (auto& [name, p] : params) {
+      if (owner_.at(name) != comm_->rank()) p.mutable_grad() = torch::Tensor();
+    }
+    return;
+  }
+  std::vector<torch::Tensor> grads;
+  for (auto& [name, p] : params) grads.push_back(p.grad());
+  comm_->all_reduce_sum(grads);
 }
 
 TrainResult Trainer::train_step(const std::vector<Sequence>& sequences, Objective& objective,

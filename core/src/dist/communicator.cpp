@@ -1,0 +1,211 @@
+// c10d process group (Gloo) and the collectives data parallelism needs.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include "streambp/dist.h"
+#include "streambp/error.h"
+
+namespace streambp {
+namespace {
+
+constexpr int64_t kBucketBytes = 32 << 20;
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != 0) throw InvalidArgument(std::string("environment variable ") + name + "='" + v + "' is not an integer");
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+DistOptions DistOptions::FromEnv() {
+  DistOptions o;
+  o.world_size = EnvInt("WORLD_SIZE", 1);
+  o.rank = EnvInt("RANK", 0);
+  o.local_rank = EnvInt("LOCAL_RANK", o.rank);
+  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) o.master_addr = a;
+  o.master_port = EnvInt("MASTER_PORT", 29500);
+  if (const char* t = std::getenv("STREAMBP_DIST_TIMEOUT"); t && *t) o.timeout_seconds = std::atof(t);
+  o.zero_stage = EnvInt("STREAMBP_ZERO_STAGE", 0);
+  if (o.world_size < 1) throw InvalidArgument("WORLD_SIZE must be >= 1");
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    throw InvalidArgument("RANK=" + std::to_string(o.rank) + " is outside [0, WORLD_SIZE=" + std::to_string(o.world_size) + ")");
+  }
+  if (o.master_port <= 0 || o.master_port > 65535) throw InvalidArgument("MASTER_PORT must be a port number");
+  if (!(o.timeout_seconds > 0)) throw InvalidArgument("STREAMBP_DIST_TIMEOUT must be > 0 seconds");
+  if (o.zero_stage < 0 || o.zero_stage > 2) throw InvalidArgument("STREAMBP_ZERO_STAGE must be 0, 1 or 2");
+  return o;
+}
+
+std::shared_ptr<Communicator> Communicator::Create(const DistOptions& o) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000));
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(o.master_port);
+  store_options.isServer = o.rank == 0;
+  store_options.numWorkers = o.world_size;
+  store_options.waitWorkers = true;
+  store_options.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, store_options);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInternal, "rendezvous at " + o.master_addr + ":" + std::to_string(o.master_port) +
+                                          " failed (rank " + std::to_string(o.rank) + " of " +
+                                          std::to_string(o.world_size) + ", waited " + std::to_string(o.timeout_seconds) +
+                                          " s for every peer): " + e.what());
+  }
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  // On one machine the ranks talk over loopback; across machines each binds to its own
+  // hostname's address (Gloo's default device).
+  const bool loopback = o.master_addr == "127.0.0.1" || o.master_addr == "localhost";
+  options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                      : c10d::ProcessGroupGloo::createDefaultDevice());
+  options->threads = 2;
+  std::shared_ptr<c10d::ProcessGroup> group;
+  try {
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, options);
+    group = std::shared_ptr<c10d::ProcessGroup>(pg.release(), [](c10d::ProcessGroup* p) {
+      c10::intrusive_ptr<c10d::ProcessGroup>::reclaim(p);
+    });
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInternal, std::string("creating the Gloo process group failed: ") + e.what());
+  }
+  return std::shared_ptr<Communicator>(new Communicator(o, std::move(group)));
+}
+
+Communicator::Communicator(const DistOptions& options, std::shared_ptr<c10d::ProcessGroup> group)
+    : options_(options), group_(std::move(group)) {}
+
+Communicator::~Communicator() = default;
+
+void Communicator::wait(const std::string& what, const std::function<void()>& op, int64_t bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    op();
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInternal, "collective " + what + " failed on rank " + std::to_string(rank()) +
+                                          " (a peer died or timed out after " + std::to_string(options_.timeout_seconds) +
+                                          " s): " + e.what());
+  }
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats_.bytes += bytes;
+  stats_.calls += 1;
+}
+
+namespace {
+
+// Groups tensors of one dtype into flat buckets of at most kBucketBytes.
+std::vector<std::vector<torch::Tensor>> Buckets(const std::vector<torch::Tensor>& tensors) {
+  std::map<c10::ScalarType, std::vector<std::vector<torch::Tensor>>> by_dtype;
+  std::map<c10::ScalarType, int64_t> fill;
+  for (const auto& t : tensors) {
+    auto& list = by_dtype[t.scalar_type()];
+    const int64_t b = t.numel() * static_cast<int64_t>(t.element_size());
+    if (list.empty() || fill[t.scalar_type()] + b > kBucketBytes) {
+      list.emplace_back();
+      fill[t.scalar_type()] = 0;
+    }
+    list.back().push_back(t);
+    fill[t.scalar_type()] += b;
+  }
+  std::vector<std::vector<torch::Tensor>> out;
+  for (auto& [dtype, lists] : by_dtype) {
+    for (auto& l : lists) out.push_back(std::move(l));
+  }
+  return out;
+}
+
+torch::Tensor Flatten(const std::vector<torch::Tensor>& ts) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& t : ts) flat.push_back(t.contiguous().view(-1));
+  return torch::cat(flat);
+}
+
+void Unflatten(const torch::Tensor& flat, const std::vector<torch::Tensor>& ts) {
+  int64_t offset = 0;
+  for (const auto& t : ts) {
+    t.copy_(flat.slice(0, offset, offset + t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+}  // namespace
+
+void Communicator::all_reduce_sum(const std::vector<torch::Tensor>& tensors) {
+  if (world_size() == 1) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& bucket : Buckets(tensors)) {
+    auto flat = Flatten(bucket);
+    std::vector<at::Tensor> io{flat};
+    wait("all_reduce", [&] { group_->allreduce(io)->wait(); }, flat.numel() * flat.element_size());
+    Unflatten(flat, bucket);
+  }
+}
+
+void Communicator::reduce_sum(const std::vector<torch::Tensor>& tensors, int root) {
+  if (world_size() == 1) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& bucket : Buckets(tensors)) {
+    auto flat = Flatten(bucket);
+    std::vector<at::Tensor> io{flat};
+    c10d::ReduceOptions ro;
+    ro.rootRank = root;
+    wait("reduce", [&] { group_->reduce(io, ro)->wait(); }, flat.numel() * flat.element_size());
+    if (rank() == root) Unflatten(flat, bucket);
+  }
+}
+
+void Communicator::broadcast(const std::vector<torch::Tensor>& tensors, int root) {
+  if (world_size() == 1) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& bucket : Buckets(tensors)) {
+    auto flat = Flatten(bucket);
+    std::vector<at::Tensor> io{flat};
+    c10d::BroadcastOptions bo;
+    bo.rootRank = root;
+    wait("broadcast", [&] { group_->broadcast(io, bo)->wait(); }, flat.numel() * flat.element_size());
+    if (rank() != root) Unflatten(flat, bucket);
+  }
+}
+
+double Communicator::all_reduce_scalar(double value, bool max) {
+  if (world_size() == 1) return value;
+  auto t = torch::tensor({value}, torch::kFloat64);
+  std::vector<at::Tensor> io{t};
+  c10d::AllreduceOptions ao;
+  ao.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+  wait("all_reduce_scalar", [&] { group_->allreduce(io, ao)->wait(); }, 8);
+  return t.item<double>();
+}
+
+std::string Communicator::broadcast_bytes(const std::string& bytes, int root) {
+  if (world_size() == 1) return bytes;
+  auto len = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);
+  std::vector<at::Tensor> io{len};
+  c10d::BroadcastOptions bo;
+  bo.rootRank = root;
+  wait("broadcast_bytes(length)", [&] { group_->broadcast(io, bo)->wait(); }, 8);
+  const int64_t n = len.item<int64_t>();
+  auto buf = torch::empty({std::max<int64_t>(n, 1)}, torch::kUInt8);
+  if (rank() == root && n > 0) std::memcpy(buf.data_ptr<uint8_t>(), bytes.data(), n);
+  std::vector<at::Tensor> data{buf};
+  wait("broadcast_bytes", [&] { group_->broadcast(data, bo)->wait(); }, n);
+  return std::string(reinterpret_cast<const char*>(buf.data_ptr<uint8_t>()), n);
+}
+
+void Communicator::barrier() {
+  if (world_size() == 1) return;
+  wait("barrier", [&] { group_->barrier()->wait(); }, 0);
+}
+
+}  // namespace streambp
