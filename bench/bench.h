@@ -85,6 +85,7 @@ struct Context {
   StaticBytes statics;
   Workload workload;
   int64_t mem_limit = 0;  ///< activation bytes past which a sweep point counts as OOM (0 = none)
+  int threads = 1;        ///< LibTorch intra-op threads of the measuring thread
 };
 
 /// Creates gradients and optimizer state (so they are counted as live, not as activation).
@@ -106,6 +107,7 @@ struct SearchResult {
   double seconds = 0;
   int64_t chunk = 0, logits_chunk = 0;  ///< stream: chunks used at max_seq_len
   bool capped = false;                  ///< reached `max_len` without failing
+  std::vector<Run> runs;                ///< every probe, in order
 };
 SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int64_t start, int64_t max_len,
                              double tol, bool auto_chunks, int64_t align);

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
+#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
@@ -197,10 +199,26 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
     memory::ResetPeak();
     try {
       memory::ScopedBudget scoped(budget > 0 ? statics + budget : 0);
-      const auto t0 = Clock::now();
-      auto result = ForwardBackward(ctx.model, batch, *objective, v.options);
-      objective->finish();
-      const double secs = Seconds(t0);
+      // Each step runs on a fresh thread: after a backward fails (out of memory), LibTorch's
+      // autograd engine keeps the failed graph's pending gradient buffers in its
+      // thread-local ready queue until a later backward on that thread drains it; a thread
+      // of its own takes them away with it, so one OOM never inflates the next point.
+      std::exception_ptr error;
+      double secs = 0;
+      StepResult result;
+      std::thread worker([&] {
+        try {
+          torch::set_num_threads(ctx.threads);
+          const auto t0 = Clock::now();
+          result = ForwardBackward(ctx.model, batch, *objective, v.options);
+          objective->finish();
+          secs = Seconds(t0);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      });
+      worker.join();
+      if (error) std::rethrow_exception(error);
       r.loss = result.loss;
       if (i >= warmup) r.samples.push_back(secs);
     } catch (const c10::OutOfMemoryError& e) {
@@ -249,6 +267,7 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
     ++s.probes;
     const auto x = options_for(T);
     const auto r = MeasurePoint(ctx, x, T, 0, 1, budget);
+    s.runs.push_back(r);
     std::printf("  search %-28s T=%-7lld %s (chunk %lld, logits %lld, %.1f s)\n", v.label().c_str(),
                 static_cast<long long>(T), r.oom ? "OOM" : ("fits, " + HumanBytes(r.activation_bytes)).c_str(),
                 static_cast<long long>(r.chunk), static_cast<long long>(r.logits_chunk),
