@@ -168,6 +168,10 @@ void ServerConfig::Validate() const {
   if (tls.cert.empty() != tls.key.empty()) fail("tls.cert and tls.key go together");
   if (!tls.client_ca.empty() && tls.cert.empty()) fail("tls.client_ca (mutual TLS) needs tls.cert and tls.key");
   if (log.format != "text" && log.format != "json") fail("log.format must be text or json");
+  if (log.level != "trace" && log.level != "debug" && log.level != "info" && log.level != "warn" &&
+      log.level != "error" && log.level != "off") {
+    fail("log.level must be trace, debug, info, warn, error or off, got '" + log.level + "'");
+  }
   if (shutdown.grace_seconds < 0) fail("shutdown.grace_seconds must be >= 0");
   if (!metrics.listen.empty() && metrics.listen.find(':') == std::string::npos) {
     fail("metrics.listen must be host:port or empty (off), got '" + metrics.listen + "'");

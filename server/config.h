@@ -47,7 +47,7 @@ struct ShutdownSection {
 
 struct LogSection {
   std::string format = "text";  ///< text | json (one JSON object per line)
-  std::string level = "info";   ///< trace | debug | info | warn | error
+  std::string level = "info";   ///< trace | debug | info | warn | error | off; SIGHUP re-reads it from --config
 };
 
 struct KeepaliveSection {

@@ -32,6 +32,23 @@ void AddEngineFlags(CLI::App* cmd, streambp::tools::EngineFlags& f) {
       ->check(CLI::Range(-1, 1 << 30));
 }
 
+// `--version`: what was built and what it runs on (DESIGN §2: speed depends on the BLAS).
+std::string BuildInfo() {
+  const auto rt = streambp::GetRuntimeInfo();
+#if defined(STREAMBP_WITH_CUDA)
+  const std::string cuda = std::string("built with CUDA; device ") + (rt.cuda ? "available" : "not available");
+#else
+  const std::string cuda = "CPU-only build (no CUDA)";
+#endif
+#if defined(__clang__)
+  const std::string compiler = "clang " __clang_version__;
+#else
+  const std::string compiler = "GCC " __VERSION__;
+#endif
+  return "streambp-server " STREAMBP_VERSION "\nLibTorch " + rt.torch_version + "\nBLAS " + rt.blas + "\n" + cuda +
+         "\ncompiler " + compiler + ", C++" + std::to_string(__cplusplus / 100 % 100);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -40,6 +57,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int threads = 0;
   app.add_option("--threads", threads, "LibTorch threads (0 = number of cores)");
+  app.set_version_flag("--version", BuildInfo, "print version and build info (LibTorch, BLAS, CUDA) and exit");
 
   streambp::tools::InitModelArgs init;
   auto* init_cmd = app.add_subcommand("init-model", "write a deterministic random-init model in HF format");

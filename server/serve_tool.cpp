@@ -12,7 +12,9 @@
 #include <spdlog/spdlog.h>
 
 #include "config.h"
+#include "replica.h"
 #include "server.h"
+#include "streambp/dist.h"
 #include "streambp/runtime.h"
 
 namespace streambp::tools {
@@ -68,6 +70,25 @@ void ConfigureLogging(const server::ServerConfig& c) {
   }
 }
 
+// SIGHUP: the log level at runtime. With --config, re-read the file and apply its
+// log.level (a file that does not parse keeps the current level); without one, toggle
+// between the configured level and debug. Nothing else is reloaded.
+void OnSighup(const std::string& config_file, const std::string& configured_level) {
+  std::string level;
+  if (!config_file.empty()) {
+    try {
+      level = server::ServerConfig::FromFile(config_file).log.level;
+    } catch (const std::exception& e) {
+      spdlog::warn("SIGHUP: kept log level {}: {}", spdlog::level::to_string_view(spdlog::get_level()), e.what());
+      return;
+    }
+  } else {
+    level = spdlog::get_level() == spdlog::level::debug ? configured_level : "debug";
+  }
+  spdlog::set_level(spdlog::level::from_str(level));
+  spdlog::log(spdlog::level::warn, "SIGHUP: log level {}{}", level, config_file.empty() ? " (toggled)" : " from " + config_file);
+}
+
 }  // namespace
 
 int Serve(const ServeArgs& args) {
@@ -77,23 +98,30 @@ int Serve(const ServeArgs& args) {
     std::fprintf(stderr, "config OK\n");
     return 0;
   }
-  // SIGTERM and SIGINT are handled by one thread with sigwait; block them everywhere
-  // before any other thread exists.
+  // SIGTERM, SIGINT (shutdown) and SIGHUP (log level) are handled by one thread with
+  // sigwait; block them everywhere before any other thread exists.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   ConfigureLogging(config);
   ConfigureThreads(config.threads);
+  // Ranks > 0 of a data-parallel server follow rank 0 (which serves gRPC).
+  const auto dist = DistOptions::FromEnv();
+  if (dist.enabled() && dist.rank > 0) {
+    pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+    return server::RunFollower(config, dist);
+  }
   auto server = server::Server::Create(config);
   if (!args.port_file.empty()) {
     std::ofstream(args.port_file) << server->port() << "\n";
   }
-  std::thread([&server, signals] {
+  std::thread([&server, signals, file = args.config_file, level = config.log.level] {
     int sig = 0;
-    sigwait(&signals, &sig);
+    while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) OnSighup(file, level);
     spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     server->Shutdown();
   }).detach();
