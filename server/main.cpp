@@ -9,6 +9,7 @@
 #include "streambp/memory.h"
 #include "streambp/runtime.h"
 #include "tools.h"
+#include "health_tool.h"
 #include "serve_tool.h"
 #include "train_tool.h"
 
@@ -156,6 +157,14 @@ int main(int argc, char** argv) {
   serve_cmd->add_flag("--check-config", serve.check_config, "validate the config, print it, and exit");
   // --- end serve ---
 
+  streambp::tools::HealthArgs health;
+  auto* health_cmd = app.add_subcommand("health", "grpc.health.v1 check of a running server (exit 0 = SERVING)");
+  health_cmd->add_option("--server", health.target, "host:port");
+  health_cmd->add_option("--service", health.service, "service name (\"\" = the whole server)");
+  health_cmd->add_option("--ca", health.ca, "PEM roots: connect with TLS");
+  health_cmd->add_option("--server-name", health.server_name, "name expected in the server certificate");
+  health_cmd->add_option("--timeout", health.timeout_seconds, "seconds")->check(CLI::PositiveNumber);
+
   CLI11_PARSE(app, argc, argv);
   streambp::ConfigureThreads(threads);
   try {
@@ -163,6 +172,7 @@ int main(int argc, char** argv) {
     if (*grad_cmd) return streambp::tools::Grad(grad);
     if (*verify_cmd) return streambp::tools::Verify(verify);
     if (*train_cmd) return streambp::tools::Train(train);
+    if (*health_cmd) return streambp::tools::Health(health);
     if (*serve_cmd) {
       serve.threads = threads;
       return streambp::tools::Serve(serve);

@@ -66,9 +66,15 @@ wait_for "$dir/main.log" "GetInfo"
 echo '{"log": ' > "$dir/config.json"
 kill -HUP "$server_pid"
 wait_for "$dir/main.log" "SIGHUP: kept log level info"
+# The health subcommand (container HEALTHCHECK / exec probe): SERVING, then down.
+"$server" health --server "127.0.0.1:$port" > "$dir/health.out" 2>&1 || fail "health: $(cat "$dir/health.out")"
+grep -q "SERVING" "$dir/health.out" || fail "health output: $(cat "$dir/health.out")"
 kill -TERM "$server_pid"
 wait "$server_pid"; rc=$?
 [ "$rc" -eq 0 ] || fail "server exited $rc after SIGTERM"
+if "$server" health --server "127.0.0.1:$port" --timeout 1 > "$dir/health2.out" 2>&1; then
+  fail "health passed on a stopped server"
+fi
 
 # Without --config, SIGHUP toggles debug.
 "$server" serve --listen 127.0.0.1:0 --port-file "$dir/port2" > "$dir/toggle.log" 2>&1 &
@@ -81,4 +87,4 @@ kill -HUP "$server_pid"
 wait_for "$dir/toggle.log" "SIGHUP: log level info (toggled)"
 kill -TERM "$server_pid"
 wait "$server_pid" || fail "server exited non-zero"
-echo "PASS: --version, metrics port, SIGHUP log level (file and toggle), SIGTERM"
+echo "PASS: --version, metrics port, SIGHUP log level (file and toggle), health, SIGTERM"
