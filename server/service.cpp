@@ -21,6 +21,7 @@
 
 #include "convert.h"
 #include "metrics.h"
+#include "replica.h"
 #include "request_cache.h"
 #include "rollouts.h"
 #include "server.h"
@@ -203,6 +204,28 @@ struct ServerState {
   std::unique_ptr<Metrics> metrics;  // null when config.metrics.listen is empty
   std::unique_ptr<RolloutQueue> rollouts;
   PolicyHub hub;
+  std::shared_ptr<Communicator> comm;  // data parallel: rank 0's process group (null: one process)
+  std::atomic<bool> broken{false};     // a rank is gone: every call answers UNAVAILABLE
+  std::string broken_reason;
+  std::thread heartbeat;
+  std::mutex heartbeat_mutex;
+  std::condition_variable heartbeat_cv;
+
+  // Rank 0: the other ranks run the same Trainer call (see replica.h).
+  void send(const nlohmann::json& command) { SendCommand(comm.get(), command); }
+  nlohmann::json step_command(const char* op, const std::vector<Sequence>& seqs, const std::string& objective,
+                              const nlohmann::json& options, const EngineOptions& engine) const {
+    return {{"op", op}, {"sequences", SequencesToJson(seqs)}, {"objective", objective}, {"options", options},
+            {"engine", EngineOptionsToJson(engine)}};
+  }
+  void mark_broken(const std::string& reason) {
+    if (broken.exchange(true)) return;
+    broken_reason = reason;
+    spdlog::error("the process group is broken; answering UNAVAILABLE from now on: {}", reason);
+    if (grpc_server) {
+      if (auto* health = grpc_server->GetHealthCheckService()) health->SetServingStatus(false);
+    }
+  }
   std::atomic<bool> rollout_step_scheduled{false};
   std::atomic<int64_t> invalid_groups{0}, dropped_since_update{0};
 
@@ -494,6 +517,7 @@ class TrainerService final : public v1::Trainer::CallbackService {
         }
         const std::string n = name.empty() ? "step-" + std::to_string(s_->trainer->step()) : name;
         const auto dir = std::filesystem::path(s_->config.checkpoint_dir) / n;
+        s_->send({{"op", "save"}, {"dir", dir.string()}});
         s_->trainer->save_checkpoint(dir.string());
         int64_t bytes = 0;
         for (const auto& f : std::filesystem::directory_iterator(dir)) {
@@ -528,6 +552,8 @@ class TrainerService final : public v1::Trainer::CallbackService {
           throw FailedPrecondition("checkpoint '" + n + "' holds a different model (" +
                                    loaded->model()->config().architecture + ", other sizes) than this server serves");
         }
+        s_->send({{"op", "load"}, {"dir", dir}});
+        if (s_->comm) loaded->set_communicator(s_->comm);
         s_->trainer = std::move(loaded);
         s_->announce("load", nullptr, 0);
         r->set_name(n);
@@ -714,15 +740,18 @@ class TrainerService final : public v1::Trainer::CallbackService {
     try {
       auto input = ConvertStep(batch, "grpo", nullptr, nullptr, nullptr, v1::EngineOptions(), s_->default_engine, s_->limits);
       auto objective = CreateObjective("grpo", s_->config.rollouts.grpo);
-      const auto result = s_->trainer->train_step(input.sequences, *objective);
+      s_->send(s_->step_command("train_step", input.sequences, "grpo", s_->config.rollouts.grpo, s_->default_engine));
+      const auto result = s_->trainer->train_step(input.sequences, *objective, &s_->default_engine);
       if (s_->metrics) s_->metrics->ObserveTrainStep(result.forward.tokens, Seconds(start), result.optim.skipped);
       s_->rollouts->consumed(groups, s_->trainer->policy_version());
       if (!result.optim.skipped) {
         s_->announce("rollouts", &result.forward, static_cast<int64_t>(groups.size()));
         const int64_t every = s_->config.rollouts.checkpoint_every;
         if (every > 0 && s_->trainer->policy_version() % every == 0) {
-          s_->trainer->save_checkpoint((std::filesystem::path(s_->config.checkpoint_dir) /
-                                        ("policy-v" + std::to_string(s_->trainer->policy_version()))).string());
+          const auto dir = (std::filesystem::path(s_->config.checkpoint_dir) /
+                            ("policy-v" + std::to_string(s_->trainer->policy_version()))).string();
+          s_->send({{"op", "save"}, {"dir", dir}});
+          s_->trainer->save_checkpoint(dir);
         }
       } else {
         spdlog::warn("rollout step skipped: {}", result.optim.reason);
@@ -866,6 +895,9 @@ class TrainerService final : public v1::Trainer::CallbackService {
     };
     auto status = s_->authorize(ctx, access);
     if (status.ok() && s_->draining) status = Unavailable();
+    if (status.ok() && s_->broken) {
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "a rank of this server is gone: " + s_->broken_reason);
+    }
     if (!status.ok()) {
       finish(status);
       return reactor;
@@ -895,6 +927,7 @@ class TrainerService final : public v1::Trainer::CallbackService {
         work(resp);
       } catch (...) {
         st = ToStatus(std::current_exception());
+        if (st.error_code() == grpc::StatusCode::UNAVAILABLE && s_->comm) s_->mark_broken(st.error_message());
       }
       s_->publish();
       if (!key.empty()) s_->cache.complete(key, st, st.ok() ? resp->SerializeAsString() : "", true);
@@ -935,6 +968,8 @@ class TrainerService final : public v1::Trainer::CallbackService {
     {
       memory::ScopedBudget budget(s_->config.limits.memory_budget_bytes);
       try {
+        s_->send(s_->step_command("forward_backward", step.input.sequences, step.input.objective,
+                                  step.input.objective_options, step.input.engine));
         result = s_->trainer->forward_backward(step.input.sequences, *step.objective, &step.input.engine);
       } catch (const c10::OutOfMemoryError&) {
         if (s_->metrics) s_->metrics->CountOomRefusal("out_of_memory");
@@ -962,6 +997,7 @@ class TrainerService final : public v1::Trainer::CallbackService {
 
   void RunOptimStep(v1::OptimStepResponse* r) {
     const auto start = Clock::now();
+    s_->send({{"op", "optim_step"}});
     const auto o = s_->trainer->optim_step();
     if (s_->metrics) s_->metrics->ObserveOptimStep(o.skipped, Seconds(start));
     r->set_policy_version(s_->trainer->policy_version());
@@ -1068,6 +1104,12 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   TrainerOptions topts = c.trainer;
   topts.max_sequence_length = c.limits.max_sequence_length;
   state->trainer = Trainer::Create(model, topts);
+  const auto dist = DistOptions::FromEnv();
+  if (dist.enabled()) {
+    state->comm = Communicator::Create(dist);  // the other ranks run RunFollower (replica.h)
+    state->trainer->set_communicator(state->comm);
+    spdlog::info("rank 0 of {}: data parallel over Gloo, ZeRO stage {}", dist.world_size, dist.zero_stage);
+  }
   if (c.resume) {
     // The newest complete checkpoint, if any (a fresh directory starts from the model).
     std::string best;
@@ -1086,7 +1128,9 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
       }
     }
     if (!best.empty()) {
+      state->send({{"op", "load"}, {"dir", best}});
       state->trainer = Trainer::LoadCheckpoint(best, &topts);
+      if (state->comm) state->trainer->set_communicator(state->comm);
       spdlog::info("resumed from checkpoint {} (step {}, policy version {})", best, state->trainer->step(),
                    state->trainer->policy_version());
     }
@@ -1125,7 +1169,7 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   const auto defaults = ResolveChunks(c.trainer.engine, int64_t{1} << 40);
   info.set_chunk(c.trainer.engine.kind == EngineKind::kStream ? defaults.chunk : 0);
   info.set_logits_chunk(defaults.logits_chunk == (int64_t{1} << 40) ? 0 : defaults.logits_chunk);
-  info.set_world_size(1);
+  info.set_world_size(state->comm ? state->comm->world_size() : 1);
   info.set_optimizer(c.trainer.optimizer.name);
   info.set_learning_rate(c.trainer.optimizer.lr);
   info.set_max_sequence_length(c.limits.max_sequence_length);
@@ -1162,6 +1206,28 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
     throw Error(ErrorCode::kInternal, "could not listen on " + c.listen + " (address in use, or not a local address?)");
   }
   static_cast<TrainerService*>(state->service.get())->ScheduleRolloutStep();  // groups replayed from the log
+  if (state->comm) {
+    // Idle ranks wait in a collective; a ping every quarter of the timeout keeps them
+    // there, and finds a dead rank within the timeout even when no request comes.
+    ServerState* raw = state.get();
+    state->heartbeat = std::thread([raw] {
+      const auto period = std::chrono::duration<double>(raw->comm->options().timeout_seconds / 4);
+      std::unique_lock<std::mutex> lock(raw->heartbeat_mutex);
+      while (!raw->heartbeat_cv.wait_for(lock, period, [raw] { return raw->draining.load(); })) {
+        DeviceWorker::Job job;
+        job.method = "Heartbeat";
+        job.run = [raw] {
+          try {
+            raw->send({{"op", "ping"}});
+          } catch (const std::exception& e) {
+            raw->mark_broken(e.what());
+          }
+        };
+        job.drop = [](const grpc::Status&) {};
+        raw->worker->submit(std::move(job));
+      }
+    });
+  }
   auto* health = state->grpc_server->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
@@ -1198,13 +1264,23 @@ std::string Server::Shutdown() {
     health->SetServingStatus(false);
     health->SetServingStatus(kServiceName, false);
   }
+  {
+    std::lock_guard<std::mutex> hb(s.heartbeat_mutex);
+  }
+  s.heartbeat_cv.notify_all();
+  if (s.heartbeat.joinable()) s.heartbeat.join();
   s.worker->stop();
   s.hub.close_all();
   if (s.config.shutdown.checkpoint_on_exit && !s.config.checkpoint_dir.empty()) {
     try {
-      if (s.trainer->has_pending_gradients()) s.trainer->zero_gradients();
+      if (s.trainer->has_pending_gradients()) {
+        s.send({{"op", "zero_gradients"}});
+        s.trainer->zero_gradients();
+      }
       const std::string name = "shutdown-" + std::to_string(s.trainer->step());
-      s.trainer->save_checkpoint((std::filesystem::path(s.config.checkpoint_dir) / name).string());
+      const auto dir = (std::filesystem::path(s.config.checkpoint_dir) / name).string();
+      s.send({{"op", "save"}, {"dir", dir}});
+      s.trainer->save_checkpoint(dir);
       s.shutdown_checkpoint = name;
       spdlog::info("wrote checkpoint {} on shutdown", name);
     } catch (const std::exception& e) {
@@ -1213,6 +1289,13 @@ std::string Server::Shutdown() {
   }
   const auto grace = std::chrono::duration_cast<std::chrono::system_clock::duration>(
       std::chrono::duration<double>(s.config.shutdown.grace_seconds));
+  if (s.comm && !s.broken) {
+    try {
+      s.send({{"op", "stop"}});  // the other ranks finish too
+    } catch (const std::exception& e) {
+      spdlog::warn("could not tell the other ranks to stop: {}", e.what());
+    }
+  }
   s.grpc_server->Shutdown(std::chrono::system_clock::now() + grace);
   s.shut_down = true;
   s.shutdown_cv.notify_all();

@@ -25,6 +25,7 @@ grpc::Status ToStatus(std::exception_ptr error) {
       case ErrorCode::kNotFound: return Make(grpc::StatusCode::NOT_FOUND, e.what());
       case ErrorCode::kFailedPrecondition: return Make(grpc::StatusCode::FAILED_PRECONDITION, e.what());
       case ErrorCode::kResourceExhausted: return Make(grpc::StatusCode::RESOURCE_EXHAUSTED, e.what());
+      case ErrorCode::kUnavailable: return Make(grpc::StatusCode::UNAVAILABLE, e.what());
       case ErrorCode::kInternal: return Make(grpc::StatusCode::INTERNAL, e.what());
     }
     return Make(grpc::StatusCode::INTERNAL, e.what());

@@ -13,6 +13,7 @@ enum class ErrorCode {
   kNotFound,            ///< a named thing does not exist (file, tensor, objective)
   kFailedPrecondition,  ///< the state does not allow this now (no model, wrong step state)
   kResourceExhausted,   ///< too large for the configured limits or memory budget
+  kUnavailable,         ///< a peer (another rank) is gone; retry against a restarted server
   kInternal,            ///< a bug or an unexpected failure
 };
 

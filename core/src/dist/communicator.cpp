@@ -93,7 +93,7 @@ void Communicator::wait(const std::string& what, const std::function<void()>& op
   try {
     op();
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::kInternal, "collective " + what + " failed on rank " + std::to_string(rank()) +
+    throw Error(ErrorCode::kUnavailable, "collective " + what + " failed on rank " + std::to_string(rank()) +
                                           " (a peer died or timed out after " + std::to_string(options_.timeout_seconds) +
                                           " s): " + e.what());
   }

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# A 2-process data-parallel server on loopback (Gloo): a client trains through rank 0;
+# both ranks end with identical weights; killing rank 1 makes rank 0 answer UNAVAILABLE
+# within the timeout instead of hanging.
+set -uo pipefail
+server="$1"; cli="$2"
+dir="$(mktemp -d)"; pids=()
+trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -15 "$f"; done; exit 1; }
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+launch() {  # launch NAME ZERO_STAGE TIMEOUT ; starts rank 1 then rank 0, sets port, pid0, pid1
+  local name="$1" zero="$2" timeout="$3" master; master="$(free_port)"
+  cat > "$dir/$name.json" <<JSON
+{"model": {"dtype": "float64"}, "checkpoint_dir": "$dir/$name-ckpt", "shutdown": {"checkpoint_on_exit": true},
+ "trainer": {"optimizer": {"name": "adamw", "lr": 0.01}}, "log": {"level": "info"}}
+JSON
+  local common=(MASTER_ADDR=127.0.0.1 MASTER_PORT="$master" WORLD_SIZE=2 STREAMBP_ZERO_STAGE="$zero" STREAMBP_DIST_TIMEOUT="$timeout")
+  env "${common[@]}" RANK=1 "$server" serve --config "$dir/$name.json" --listen 127.0.0.1:0 > "$dir/$name-rank1.log" 2>&1 &
+  pid1=$!; pids+=("$pid1")
+  env "${common[@]}" RANK=0 "$server" serve --config "$dir/$name.json" --listen 127.0.0.1:0 \
+    --port-file "$dir/$name.port" > "$dir/$name-rank0.log" 2>&1 &
+  pid0=$!; pids+=("$pid0")
+  for _ in $(seq 1 600); do [ -s "$dir/$name.port" ] && break; sleep 0.1; done
+  [ -s "$dir/$name.port" ] || fail "rank 0 of $name did not start"
+  port="$(cat "$dir/$name.port")"
+}
+
+printf '{"tokens":[1,5,9,13,17,21,25,29]}\n{"prompt":[2,4,6],"completion":[8,10,12,14]}\n{"tokens":[3,6,9,12,15]}\n{"tokens":[7,14,21,28,35,42]}\n' > "$dir/sft.jsonl"
+for zero in 0 1; do
+  launch "z$zero" "$zero" 30
+  "$cli" info --server "127.0.0.1:$port" > "$dir/info.out" || fail "info"
+  grep -q "world size 2" "$dir/info.out" || fail "GetInfo does not report world size 2: $(cat "$dir/info.out")"
+  "$cli" train --server "127.0.0.1:$port" --objective sft --data "$dir/sft.jsonl" --steps 4 --batch-size 4 \
+    > "$dir/z$zero-train.log" 2>&1 || fail "training through rank 0 (zero $zero)"
+  kill -TERM "$pid0"
+  wait "$pid0" || fail "rank 0 did not exit 0"
+  wait "$pid1" || fail "rank 1 did not exit 0 after rank 0 stopped"
+  cmp -s "$dir/z$zero-ckpt/shutdown-4/model.safetensors" "$dir/z$zero-ckpt/replica-1.safetensors" \
+    || fail "the ranks' weights differ (zero $zero)"
+  echo "zero stage $zero: 4 steps through rank 0; both ranks hold identical weights"
+done
+
+launch dead 0 4
+kill -9 "$pid1"
+start=$(date +%s)
+"$cli" train --server "127.0.0.1:$port" --objective sft --data "$dir/sft.jsonl" --steps 1 > "$dir/dead.out" 2>&1 && fail "a step succeeded with a dead rank"
+grep -q "UNAVAILABLE" "$dir/dead.out" || fail "expected UNAVAILABLE, got: $(cat "$dir/dead.out")"
+elapsed=$(( $(date +%s) - start ))
+[ "$elapsed" -lt 60 ] || fail "took ${elapsed}s to notice the dead rank"
+echo "dead rank: rank 0 answered UNAVAILABLE after ${elapsed}s: $(grep -o 'UNAVAILABLE.*' "$dir/dead.out" | head -c 160)"
+kill -TERM "$pid0"; wait "$pid0"
+echo "distributed serve tests: all passed"
