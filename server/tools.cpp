@@ -122,7 +122,7 @@ std::vector<Sequence> SyntheticSequences(const std::string& objective, int64_t c
 void FillReferenceFromModel(CausalLM& model, Objective& objective, std::vector<Sequence>& sequences) {
   if (!objective.needs_reference(sequences)) return;
   auto batch = MakeBatch(sequences, Layout::kRightPad);
-  auto logp = TokenLogprobs(model, batch);
+  auto logp = TokenLogprobs(model, batch, kDefaultLogitsChunk, objective.reference_temperature());
   for (size_t i = 0; i < sequences.size(); ++i) {
     auto where = (batch.sequence_ids == static_cast<int64_t>(i)).nonzero();
     const int64_t row = where[0][0].item<int64_t>(), start = where[0][1].item<int64_t>();

@@ -10,6 +10,7 @@
 #include "streambp/engine.h"
 #include "streambp/error.h"
 #include "streambp/gradients.h"
+#include "streambp/trainer.h"
 #include "test_util/direct.h"
 #include "test_util/fixtures.h"
 
@@ -314,6 +315,24 @@ TEST(Grpo, BadInputsAreClearErrorsAndChangeNothing) {
   EXPECT_THROW(CreateObjective("grpo", {{"loss_type", "ppo"}}), InvalidArgument);
   EXPECT_THROW(CreateObjective("grpo", {{"scale_reward", "group"}}), InvalidArgument);
   EXPECT_NO_THROW(CreateObjective("grpo", {{"loss_type", "dr_grpo"}, {"beta", 0.0}}));
+}
+
+// The reference is compared at the policy's temperature: before any update (policy ==
+// reference) the KL is exactly 0 at temperature 0.7 too.
+TEST(Grpo, ReferenceLogprobsUseTheSamplingTemperature) {
+  auto config = testing::TinyConfig("qwen3");
+  TrainerOptions options;
+  options.reference.use_reference_model = true;
+  auto trainer = Trainer::Create(testing::RandomModel(config, 2, torch::kFloat64), options);
+  auto seqs = Groups(trainer->model(), 1, false, false, false);
+  GrpoOptions o;
+  o.beta = 0.1;
+  o.temperature = 0.7;
+  auto objective = MakeGrpoObjective(o);
+  EXPECT_DOUBLE_EQ(objective->reference_temperature(), 0.7);
+  auto r = trainer->forward_backward(seqs, *objective);
+  EXPECT_NEAR(r.metrics.at("kl"), 0.0, 1e-12);
+  trainer->zero_gradients();
 }
 
 TEST(TokenLogprobs, EqualLogSoftmaxOfReferenceLogits) {

@@ -73,6 +73,9 @@ class Objective {
   /// True when the objective needs reference log-probs that the sequences do not carry
   /// (the trainer then computes them with its reference model into ref_logprobs).
   virtual bool needs_reference(const std::vector<Sequence>& step) const { return false; }
+  /// The temperature the reference log-probs are wanted at (GRPO's KL compares the policy
+  /// at its sampling temperature with the reference at the same one, as TRL does).
+  virtual double reference_temperature() const { return 1.0; }
 
   /// Metrics of the step (loss excluded) and the end of the step.
   virtual Metrics finish() = 0;

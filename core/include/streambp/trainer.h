@@ -164,7 +164,8 @@ class Trainer {
 
  private:
   Trainer(CausalLM model, CausalLM reference, const TrainerOptions& options);
-  std::vector<Sequence> with_reference_logprobs(const std::vector<Sequence>& sequences, int64_t logits_chunk);
+  std::vector<Sequence> with_reference_logprobs(const std::vector<Sequence>& sequences, int64_t logits_chunk,
+                                                double temperature);
 
   CausalLM model_;
   CausalLM reference_;

@@ -52,6 +52,8 @@ class GrpoObjective final : public Objective {
     return false;
   }
 
+  double reference_temperature() const override { return o_.temperature; }
+
   void prepare(const std::vector<Sequence>& step) override {
     if (step.empty()) throw InvalidArgument("grpo: the batch is empty");
     auto all_or_none = [&](const std::vector<double> Sequence::*field, const char* name) {

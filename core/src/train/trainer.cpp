@@ -86,7 +86,7 @@ void Trainer::zero_gradients() {
 }
 
 std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequence>& sequences,
-                                                       int64_t logits_chunk) {
+                                                       int64_t logits_chunk, double temperature) {
   std::vector<Sequence> out = sequences;
   if (logits_chunk <= 0) logits_chunk = kDefaultLogitsChunk;  // never T x V logits at once
   for (const auto& indices : SplitMicroBatches(sequences, options_.layout, options_.micro_batch_tokens)) {
@@ -94,7 +94,7 @@ std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequenc
     part.reserve(indices.size());
     for (size_t i : indices) part.push_back(sequences[i]);
     const auto batch = MakeBatch(part, options_.layout);
-    const auto logprobs = TokenLogprobs(reference_, batch, logits_chunk).cpu().contiguous();
+    const auto logprobs = TokenLogprobs(reference_, batch, logits_chunk, temperature).cpu().contiguous();
     const auto seq_ids = batch.sequence_ids.cpu().contiguous();
     const auto positions = batch.position_ids.cpu().contiguous();
     for (size_t k = 0; k < indices.size(); ++k) {
@@ -132,7 +132,7 @@ StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Obj
                             ": the objective needs reference log-probs: give them in the input or "
                             "enable the reference model");
     }
-    filled = with_reference_logprobs(sequences, engine_options.logits_chunk);
+    filled = with_reference_logprobs(sequences, engine_options.logits_chunk, objective.reference_temperature());
     step = &filled;
   }
   objective.prepare(*step);
