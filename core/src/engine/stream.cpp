@@ -1,10 +1,14 @@
 // stream: StreamBP (DESIGN §4). Per layer, given the stored input x and g = dL/dy:
-//  1. K/V for the whole sequence from x, with a graph; detached into leaves K^, V^.
+//  1. K/V for the whole sequence from x, without a graph: the leaves K^, V^.
 //  2. For each query chunk [s, e): recompute y[s:e] from x[s:e], K^[:e], V^[:e] with a
 //     graph (queries never meet later keys) and backprop g[s:e]; this accumulates the
 //     parameter gradients, dK^, dV^ and the chunk's part of dx. The chunk graph is freed.
-//  3. Backprop (dK^, dV^) through the graph of step 1 into dx and the k/v weights.
+//  3. Recompute K/V from x with a graph (the same values as K^, V^: the same operations
+//     on the same input) and backprop (dK^, dV^) through it into dx and the k/v weights.
 // The sum of the chunk VJPs is the VJP of the whole layer, so the gradients are exact.
+// The K/V graph (norm output, K before norm and RoPE, ...) is built only in step 3, when
+// g, K^ and V^ are already freed, so it never meets a chunk's working set: one more K/V
+// projection per layer buys the peak of a few B x T x d buffers.
 #include "engine_common.h"
 
 namespace streambp::engine {
@@ -12,30 +16,39 @@ namespace {
 
 torch::Tensor Leaf(const torch::Tensor& t) { return t.detach().requires_grad_(true); }
 
-// Backprop of one layer by StreamBP; returns dL/dx.
+// Backprop of one layer by StreamBP; returns dL/dx. Takes g by value and drops it once
+// the chunks are done (the caller passes it with std::move).
 torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& x_in,
-                                  const torch::Tensor& grad_out, const Rope& rope,
+                                  torch::Tensor grad_out, const Rope& rope,
                                   const Batch& batch, int64_t chunk, int64_t window) {
-  torch::AutoGradMode grad_mode(true);
   const int64_t T = x_in.size(1);
+  KeysValues kv_hat;
+  {
+    torch::NoGradGuard no_grad;
+    kv_hat = layer.keys_values(x_in, rope);
+  }
+  auto grad_k = torch::zeros_like(kv_hat.k);
+  auto grad_v = torch::zeros_like(kv_hat.v);
+  auto grad_x = torch::empty_like(x_in);
+  {
+    torch::AutoGradMode grad_mode(true);
+    for (int64_t s = 0; s < T; s += chunk) {
+      const int64_t e = std::min(T, s + chunk);
+      auto x_q = Leaf(x_in.slice(1, s, e));
+      KeysValues prefix{Leaf(kv_hat.k.slice(2, 0, e)), Leaf(kv_hat.v.slice(2, 0, e))};
+      auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix,
+                                     AttentionMask(batch, s, e, e, window));
+      torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
+      grad_x.slice(1, s, e).copy_(x_q.grad());
+      grad_k.slice(2, 0, e).add_(prefix.k.grad());
+      grad_v.slice(2, 0, e).add_(prefix.v.grad());
+    }
+  }
+  grad_out = torch::Tensor();
+  kv_hat = KeysValues{};
+  torch::AutoGradMode grad_mode(true);
   auto x = Leaf(x_in);
   KeysValues kv = layer.keys_values(x, rope);
-  auto k_hat = kv.k.detach();
-  auto v_hat = kv.v.detach();
-  auto grad_k = torch::zeros_like(k_hat);
-  auto grad_v = torch::zeros_like(v_hat);
-  auto grad_x = torch::empty_like(x_in);
-  for (int64_t s = 0; s < T; s += chunk) {
-    const int64_t e = std::min(T, s + chunk);
-    auto x_q = Leaf(x_in.slice(1, s, e));
-    KeysValues prefix{Leaf(k_hat.slice(2, 0, e)), Leaf(v_hat.slice(2, 0, e))};
-    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix,
-                                   AttentionMask(batch, s, e, e, window));
-    torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
-    grad_x.slice(1, s, e).copy_(x_q.grad());
-    grad_k.slice(2, 0, e).add_(prefix.k.grad());
-    grad_v.slice(2, 0, e).add_(prefix.v.grad());
-  }
   torch::autograd::backward({kv.k, kv.v}, {grad_k, grad_v});
   grad_x.add_(x.grad());
   return grad_x;
@@ -99,12 +112,12 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
   }
   auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true);
   h_last = torch::Tensor();
-  auto grad = head.grad_h;
+  auto grad = std::move(head.grad_h);
   for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
     auto& layer = *model.layer_list[i];
     grad = recompute_kv_per_chunk
                ? PrefixRecomputeLayerBackward(layer, inputs[i], grad, rope, batch, chunks.chunk, window)
-               : StreamLayerBackward(layer, inputs[i], grad, rope, batch, chunks.chunk, window);
+               : StreamLayerBackward(layer, inputs[i], std::move(grad), rope, batch, chunks.chunk, window);
     inputs[i] = torch::Tensor();
   }
   EmbeddingBackward(model, batch, grad);
