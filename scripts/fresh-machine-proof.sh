@@ -71,6 +71,10 @@ else
   git -C "$root_repo" archive --format=tar HEAD | tar -xf - -C "$rootfs/src"
 fi
 cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+# What the Debian installer (and every container runtime) writes and a bare mmdebstrap
+# root lacks: without it "localhost" does not resolve (the TLS tests connect to it).
+printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' > "$rootfs/etc/hosts"
+echo streambp-fresh > "$rootfs/etc/hostname"
 # A chroot has no init: keep packages (prometheus) from starting daemons in it, as every
 # container image does.
 printf '#!/bin/sh\nexit 101\n' > "$rootfs/usr/sbin/policy-rc.d"
