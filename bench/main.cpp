@@ -36,7 +36,7 @@ struct Args {
   double search_tol = 0.01;
   int64_t search_start = 512, search_max = int64_t{1} << 20, search_align = 8;
   int64_t ablation_seq_len = 8192, gemm_n = 2048;
-  std::string json_path, plot_path;
+  std::string json_path, plot_path, replot;
   int threads = 0;
 };
 
@@ -168,12 +168,34 @@ int main(int argc, char** argv) {
   app.add_option("--gemm-n", a.gemm_n, "size of the reference GEMM");
   app.add_option("--json", a.json_path, "write the report as JSON");
   app.add_option("--plot", a.plot_path, "write the plots as PNG (gnuplot)");
+  app.add_option("--replot", a.replot, "only draw --plot from a JSON report written earlier (budget line from --budget)");
   app.add_flag("--quick", a.quick, "CI smoke test: tiny model, short lengths, one repeat");
   app.add_flag("--check", a.check, "assert the report is complete and memory is ordered stream < checkpoint < full");
   app.add_option("--threads", a.threads, "LibTorch threads (0 = number of cores)");
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (!a.replot.empty()) {
+      std::ifstream in(a.replot);
+      const auto report = nlohmann::json::parse(in);
+      std::vector<Run> runs;
+      for (const auto& j : report.at("runs")) {
+        if (j.value("oom", false)) continue;
+        Run r;
+        r.variant.engine = j.at("engine");
+        r.variant.logits_chunked = j.at("logits_chunked");
+        r.variant.options.recompute_kv_per_chunk = j.value("recompute_kv_per_chunk", false);
+        r.seq_len = j.at("seq_len");
+        r.activation_bytes = j.at("activation_bytes");
+        r.step_seconds = j.at("step_seconds");
+        runs.push_back(r);
+      }
+      WritePlot(a.plot_path, runs, ParseBytes(a.budget),
+                "streambp-bench: " + report.value("objective", std::string("?")) + ", " +
+                    report["model"].value("source", std::string("?")) + ", " + report["model"].value("dtype", std::string("?")));
+      std::printf("plot: %s\n", a.plot_path.c_str());
+      return 0;
+    }
     if (a.quick) {
       a.preset = "tiny";
       a.model_dir.clear();
@@ -400,7 +422,7 @@ int main(int argc, char** argv) {
       std::printf("\njson: %s\n", a.json_path.c_str());
     }
     if (!a.plot_path.empty()) {
-      WritePlot(a.plot_path, runs, budget,
+      WritePlot(a.plot_path, runs, ParseBytes(a.budget),
                 "streambp-bench: " + a.objective + ", " + (a.model_dir.empty() ? a.preset : a.model_dir) + ", " + a.dtype);
       std::printf("plot: %s\n", a.plot_path.c_str());
     }
