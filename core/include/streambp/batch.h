@@ -78,6 +78,10 @@ void ValidateSequences(const std::vector<Sequence>& sequences, int64_t vocab_siz
 /// sequence); a sequence longer than pack_length is an error.
 Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t pack_length = 0);
 
+/// Runs of consecutive sequences with the same group id (>= 0), and single sequences:
+/// the units that micro-batching and data-parallel sharding never split.
+std::vector<std::vector<size_t>> GroupUnits(const std::vector<Sequence>& sequences);
+
 /// Splits sequences into micro-batches whose padded size (rows x length after MakeBatch
 /// with `layout`) stays within `max_tokens`, never splitting a group; a group that alone
 /// exceeds the budget becomes a micro-batch of its own. Returns index lists into

@@ -185,9 +185,7 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   return batch;
 }
 
-std::vector<std::vector<size_t>> SplitMicroBatches(const std::vector<Sequence>& sequences, Layout layout,
-                                                   int64_t max_tokens) {
-  // Units: runs of consecutive sequences with the same group id (or single sequences).
+std::vector<std::vector<size_t>> GroupUnits(const std::vector<Sequence>& sequences) {
   std::vector<std::vector<size_t>> units;
   for (size_t i = 0; i < sequences.size(); ++i) {
     const int64_t g = sequences[i].group;
@@ -197,6 +195,12 @@ std::vector<std::vector<size_t>> SplitMicroBatches(const std::vector<Sequence>& 
       units.push_back({i});
     }
   }
+  return units;
+}
+
+std::vector<std::vector<size_t>> SplitMicroBatches(const std::vector<Sequence>& sequences, Layout layout,
+                                                   int64_t max_tokens) {
+  const auto units = GroupUnits(sequences);
   std::vector<std::vector<size_t>> out;
   if (max_tokens <= 0) {
     out.emplace_back();

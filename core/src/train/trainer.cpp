@@ -274,15 +274,7 @@ int64_t Trainer::optimizer_state_bytes() const {
 
 // Whole groups (a DPO pair, a GRPO group) in contiguous blocks of about equal tokens.
 std::vector<size_t> Trainer::local_shard(const std::vector<Sequence>& sequences) const {
-  std::vector<std::vector<size_t>> units;
-  for (size_t i = 0; i < sequences.size(); ++i) {
-    const int64_t g = sequences[i].group;
-    if (!units.empty() && g >= 0 && sequences[units.back().back()].group == g) {
-      units.back().push_back(i);
-    } else {
-      units.push_back({i});
-    }
-  }
+  const auto units = GroupUnits(sequences);
   int64_t total = 0;
   for (const auto& s : sequences) total += static_cast<int64_t>(s.tokens.size());
   const int n = comm_->world_size(), me = comm_->rank();
