@@ -81,6 +81,7 @@ ServerConfig ServerConfig::FromJson(const json& j) {
     s.get("queue_depth", c.limits.queue_depth);
     s.get("memory_budget_bytes", c.limits.memory_budget_bytes);
     s.get("request_id_cache", c.limits.request_id_cache);
+    s.get("auto_chunks", c.limits.auto_chunks);
     s.done();
   }
   if (const json* a = top.sub("auth")) {
@@ -176,6 +177,7 @@ void ServerConfig::Validate() const {
   if (!metrics.listen.empty() && metrics.listen.find(':') == std::string::npos) {
     fail("metrics.listen must be host:port or empty (off), got '" + metrics.listen + "'");
   }
+  if (limits.auto_chunks && limits.memory_budget_bytes <= 0) fail("limits.auto_chunks needs limits.memory_budget_bytes");
   if (rollouts.groups_per_step <= 0) fail("rollouts.groups_per_step must be > 0");
   if (rollouts.max_staleness < 0) fail("rollouts.max_staleness must be >= 0");
   if (rollouts.max_queue <= 0) fail("rollouts.max_queue must be > 0");
@@ -197,7 +199,8 @@ json ServerConfig::ToJson() const {
                           {"max_message_bytes", limits.max_message_bytes},
                           {"queue_depth", limits.queue_depth},
                           {"memory_budget_bytes", limits.memory_budget_bytes},
-                          {"request_id_cache", limits.request_id_cache}}},
+                          {"request_id_cache", limits.request_id_cache},
+                          {"auto_chunks", limits.auto_chunks}}},
               {"auth", {{"tokens", auth.tokens}, {"read_only_tokens", auth.read_only_tokens}}},
               {"tls", {{"cert", tls.cert}, {"key", tls.key}, {"client_ca", tls.client_ca}}},
               {"checkpoint_dir", checkpoint_dir},

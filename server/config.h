@@ -27,6 +27,8 @@ struct LimitsSection {
   int64_t queue_depth = 64;                  ///< jobs waiting for the device; more -> RESOURCE_EXHAUSTED
   int64_t memory_budget_bytes = 0;           ///< refuse steps estimated above this; 0 = no budget
   int64_t request_id_cache = 4096;           ///< answers remembered for retried request ids
+  bool auto_chunks = false;                  ///< stream steps that do not set chunk sizes get the largest
+                                             ///< ones whose estimate fits memory_budget_bytes
 };
 
 struct AuthSection {

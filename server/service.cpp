@@ -956,6 +956,16 @@ class TrainerService final : public v1::Trainer::CallbackService {
     step->input = ConvertStepRequest(req, s_->default_engine, s_->limits);
     tokens = step->input.tokens;
     step->objective = CreateObjective(step->input.objective, step->input.objective_options);
+    if (s_->config.limits.auto_chunks && step->input.engine.kind == EngineKind::kStream &&
+        req.engine().chunk() == 0 && req.engine().logits_chunk() == 0) {
+      // `auto`: the largest chunks whose estimated peak fits the memory budget.
+      int64_t longest = 0;
+      for (const auto& seq : step->input.sequences) longest = std::max<int64_t>(longest, seq.tokens.size());
+      const int64_t mb = s_->config.trainer.micro_batch_tokens > 0 ? s_->config.trainer.micro_batch_tokens : tokens;
+      const int64_t rows = std::max<int64_t>(1, (std::min(mb, tokens) + longest - 1) / longest);
+      step->input.engine = ChooseChunks(s_->model_config, s_->dtype, rows, longest, s_->config.limits.memory_budget_bytes,
+                                        s_->config.trainer.optimizer.name);
+    }
     s_->check_budget(step->input);
     return step;
   }

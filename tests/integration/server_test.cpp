@@ -11,6 +11,7 @@
 #include "integration/server_fixture.h"
 #include "streambp/data.h"
 #include "streambp/engine.h"
+#include "streambp/estimate.h"
 #include "streambp/model.h"
 #include "streambp/objective.h"
 #include "test_util/fixtures.h"
@@ -314,6 +315,25 @@ TEST(Server, MemoryBudgetRefusesAStepThatCannotFit) {
   EXPECT_EQ(r.code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(r.status().error_message().find("memory budget"), std::string::npos) << r.status().error_message();
   testing::ExpectSameTensors(ExportedTensors(*s.client), before);
+}
+
+// limits.auto_chunks: a stream step that sets no chunk sizes gets the largest ones whose
+// estimate fits the budget (smaller than the defaults when the budget is tight).
+TEST(Server, AutoChunksFitTheMemoryBudget) {
+  auto config = TestConfig();
+  config.model.dtype = "float32";
+  config.limits.memory_budget_bytes = 64 << 20;
+  config.limits.auto_chunks = true;
+  auto s = StartServer(config);
+  v1::TrainStepRequest req;
+  auto* e = req.mutable_batch()->mutable_sft()->add_examples();
+  for (int i = 0; i < 4096; ++i) e->add_tokens(i % 256);
+  auto r = s.client->TrainStep(req);
+  ASSERT_TRUE(r.ok()) << r.status().error_message();
+  const auto chosen = ChooseChunks(PresetConfig("tiny"), torch::kFloat32, 1, 4096, 64 << 20);
+  EXPECT_EQ(r->stats().chunk(), chosen.chunk);
+  EXPECT_LT(r->stats().chunk(), kDefaultChunk);
+  EXPECT_LE(r->stats().peak_memory_bytes(), 64 << 20);
 }
 
 TEST(Server, RequestIdRetryIsAppliedOnce) {
