@@ -50,18 +50,6 @@ std::string Describe(const LoadedModel& m, const std::string& dtype) {
   return buf;
 }
 
-std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::string& options_json) {
-  RegisterBuiltinObjectives();
-  nlohmann::json options;
-  try {
-    options = nlohmann::json::parse(options_json);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InvalidArgument("--objective-options is not valid JSON: " + std::string(e.what()));
-  }
-  if (!options.is_object()) throw InvalidArgument("--objective-options must be a JSON object");
-  return CreateObjective(name, options);
-}
-
 std::string FormatMetrics(const Metrics& metrics) {
   std::string out;
   char buf[128];
@@ -134,6 +122,18 @@ void FillReferenceFromModel(CausalLM& model, Objective& objective, std::vector<S
 }
 
 }  // namespace
+
+std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::string& options_json) {
+  RegisterBuiltinObjectives();
+  nlohmann::json options;
+  try {
+    options = nlohmann::json::parse(options_json);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InvalidArgument("--objective-options is not valid JSON: " + std::string(e.what()));
+  }
+  if (!options.is_object()) throw InvalidArgument("--objective-options must be a JSON object");
+  return CreateObjective(name, options);
+}
 
 int InitModel(const InitModelArgs& args) {
   auto config = PresetConfig(args.preset);

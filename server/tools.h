@@ -3,7 +3,16 @@
 #include <cstdint>
 #include <string>
 
+#include <memory>
+
+#include "streambp/objective.h"
+
 namespace streambp::tools {
+
+/// A registered objective from --objective and --objective-options (a JSON object);
+/// InvalidArgument for bad JSON, unknown objectives or options.
+std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::string& options_json);
+
 
 /// Where the model comes from: a Hugging Face folder, or the embedded preset made on the fly.
 struct ModelSource {

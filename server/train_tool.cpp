@@ -16,18 +16,6 @@
 namespace streambp::tools {
 namespace {
 
-std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::string& options_json) {
-  RegisterBuiltinObjectives();
-  nlohmann::json options;
-  try {
-    options = nlohmann::json::parse(options_json);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InvalidArgument("--objective-options is not valid JSON: " + std::string(e.what()));
-  }
-  if (!options.is_object()) throw InvalidArgument("--objective-options must be a JSON object");
-  return CreateObjective(name, options);
-}
-
 // Examples: runs of sequences of one group (a DPO pair, a GRPO group), or one ungrouped
 // sequence. A step takes whole examples.
 std::vector<std::vector<Sequence>> Examples(const std::vector<Sequence>& sequences) {
