@@ -86,7 +86,9 @@ EngineOptions ConvertEngine(const v1::EngineOptions& e, const EngineOptions& def
   if (!e.engine().empty()) o.kind = ParseEngine(e.engine());
   if (e.chunk() < 0) throw InvalidArgument("engine.chunk must be >= 0");
   if (e.logits_chunk() < 0) throw InvalidArgument("engine.logits_chunk must be >= 0 (0 = the server's default)");
+  if (e.key_chunk() < 0) throw InvalidArgument("engine.key_chunk must be >= 0 (0 = the server's default)");
   if (e.chunk() > 0) o.chunk = e.chunk();
+  if (e.key_chunk() > 0) o.key_chunk = e.key_chunk();
   if (e.logits_chunk() > 0) o.logits_chunk = e.logits_chunk();
   return o;
 }

@@ -31,6 +31,8 @@ void AddEngineFlags(CLI::App* cmd, streambp::tools::EngineFlags& f) {
   cmd->add_option("--logits-chunk", f.logits_chunk,
                   "positions per lm_head+loss chunk (0 = all at once, -1 = default)")
       ->check(CLI::Range(-1, 1 << 30));
+  cmd->add_option("--key-chunk", f.key_chunk, "stream: keys per attention tile inside a chunk (0 = default)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 // `--version`: what was built and what it runs on (DESIGN §2: speed depends on the BLAS).
@@ -145,6 +147,7 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--engine", serve.engine, "default engine: full | checkpoint | stream");
   serve_cmd->add_option("--chunk", serve.chunk, "default stream chunk (0 = default)");
   serve_cmd->add_option("--logits-chunk", serve.logits_chunk, "default logits chunk (-1 = default, 0 = all)");
+  serve_cmd->add_option("--key-chunk", serve.key_chunk, "default stream attention key tile (0 = default)");
   serve_cmd->add_option("--optimizer", serve.optimizer, "adamw | sgd");
   serve_cmd->add_option("--lr", serve.lr, "learning rate");
   serve_cmd->add_option("--micro-batch-tokens", serve.micro_batch_tokens, "padded tokens per micro-batch (0 = whole)");

@@ -428,6 +428,7 @@ class TrainerService final : public v1::Trainer::CallbackService {
         resp->set_engine(EngineName(engine.kind));
         resp->set_chunk(est.chunk);
         resp->set_logits_chunk(est.logits_chunk);
+        resp->set_key_chunk(engine.kind == EngineKind::kStream ? est.key_chunk : 0);
       } catch (...) {
         status = ToStatus(std::current_exception());
       }
@@ -957,7 +958,7 @@ class TrainerService final : public v1::Trainer::CallbackService {
     tokens = step->input.tokens;
     step->objective = CreateObjective(step->input.objective, step->input.objective_options);
     if (s_->config.limits.auto_chunks && step->input.engine.kind == EngineKind::kStream &&
-        req.engine().chunk() == 0 && req.engine().logits_chunk() == 0) {
+        req.engine().chunk() == 0 && req.engine().logits_chunk() == 0 && req.engine().key_chunk() == 0) {
       // `auto`: the largest chunks whose estimated peak fits the memory budget.
       int64_t longest = 0;
       for (const auto& seq : step->input.sequences) longest = std::max<int64_t>(longest, seq.tokens.size());
@@ -999,6 +1000,7 @@ class TrainerService final : public v1::Trainer::CallbackService {
     stats->set_engine(EngineName(step.input.engine.kind));
     stats->set_chunk(chunks.chunk);
     stats->set_logits_chunk(chunks.logits_chunk);
+    stats->set_key_chunk(step.input.engine.kind == EngineKind::kStream ? chunks.key_chunk : 0);
     stats->set_peak_memory_bytes(memory::PeakBytes() - live_before);
     stats->set_seconds(Seconds(start));
     if (s_->metrics) s_->metrics->ObserveForwardBackward(result.tokens, stats->seconds(), stats->peak_memory_bytes());
@@ -1179,6 +1181,7 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   const auto defaults = ResolveChunks(c.trainer.engine, int64_t{1} << 40);
   info.set_chunk(c.trainer.engine.kind == EngineKind::kStream ? defaults.chunk : 0);
   info.set_logits_chunk(defaults.logits_chunk == (int64_t{1} << 40) ? 0 : defaults.logits_chunk);
+  info.set_key_chunk(c.trainer.engine.kind == EngineKind::kStream ? defaults.key_chunk : 0);
   info.set_world_size(state->comm ? state->comm->world_size() : 1);
   info.set_optimizer(c.trainer.optimizer.name);
   info.set_learning_rate(c.trainer.optimizer.lr);

@@ -153,7 +153,8 @@ int Grad(const GradArgs& args) {
   ValidateSequences(sequences, m.model->config().vocab_size);
   FillReferenceFromModel(m.model, *objective, sequences);
   auto batch = MakeBatch(sequences, ParseLayout(args.layout));
-  EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk};
+  EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false,
+                        args.flags.key_chunk};
   auto t0 = std::chrono::steady_clock::now();
   auto result = ForwardBackward(m.model, batch, *objective, options);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -193,6 +194,7 @@ int Verify(const VerifyArgs& args) {
   EngineFlags stream = args.flags;
   if (stream.chunk == 0) stream.chunk = std::max<int64_t>(1, (T + 3) / 4);
   if (stream.logits_chunk < 0) stream.logits_chunk = std::max<int64_t>(1, (T + 2) / 3);
+  if (stream.key_chunk == 0) stream.key_chunk = std::max<int64_t>(1, (T + 4) / 5);
 
   std::printf("model:   %s\n", Describe(m, args.model.dtype).c_str());
   std::printf("batch:   %lld rows x %lld positions, %s layout, %lld tokens, %lld targets; objective %s\n",
@@ -200,7 +202,7 @@ int Verify(const VerifyArgs& args) {
               (long long)(batch.sequence_ids >= 0).sum().item<int64_t>(), (long long)batch.num_targets(),
               args.objective.c_str());
   std::printf("runtime: %s\n\n", GetRuntimeInfo().describe().c_str());
-  std::printf("%-11s %6s %7s %22s %12s %12s %10s %9s\n", "engine", "chunk", "logits", "loss",
+  std::printf("%-11s %6s %7s %6s %22s %12s %12s %10s %9s\n", "engine", "chunk", "logits", "keys", "loss",
               "max|dg|", "max rel dg", "peak MiB", "time s");
   std::fflush(stdout);
 
@@ -209,7 +211,7 @@ int Verify(const VerifyArgs& args) {
   bool ok = true;
   for (auto kind : {EngineKind::kFull, EngineKind::kCheckpoint, EngineKind::kStream}) {
     EngineOptions options{kind, 0, -1};
-    if (kind == EngineKind::kStream) options = {kind, stream.chunk, stream.logits_chunk};
+    if (kind == EngineKind::kStream) options = {kind, stream.chunk, stream.logits_chunk, false, stream.key_chunk};
     const auto chunks = ResolveChunks(options, T);
     auto objective = MakeObjective(args.objective, args.objective_options);
     ZeroGradients(*m.model);
@@ -230,8 +232,9 @@ int Verify(const VerifyArgs& args) {
       const double loss_rel = std::abs(result.loss - reference_loss) / std::max(std::abs(reference_loss), 1e-300);
       if (!(diff.max_relative <= tolerance) || !(loss_rel <= tolerance)) ok = false;
     }
-    std::printf("%-11s %6lld %7lld %22.15g %12.3e %12.3e %10.2f %9.3f\n", EngineName(kind).c_str(),
-                (long long)chunks.chunk, (long long)chunks.logits_chunk, result.loss, diff.max_abs,
+    std::printf("%-11s %6lld %7lld %6lld %22.15g %12.3e %12.3e %10.2f %9.3f\n", EngineName(kind).c_str(),
+                (long long)chunks.chunk, (long long)chunks.logits_chunk, (long long)chunks.key_chunk, result.loss,
+                diff.max_abs,
                 diff.max_relative, peak_mib, secs);
     if (kind != EngineKind::kFull && !(diff.max_relative <= tolerance)) {
       std::printf("            worst tensor: %s\n", diff.worst.c_str());

@@ -68,7 +68,7 @@ int Train(const TrainArgs& args) {
   options.schedule.warmup_steps = args.warmup;
   options.schedule.total_steps = args.steps;
   options.max_grad_norm = args.max_grad_norm;
-  options.engine = {ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk};
+  options.engine = {ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false, args.flags.key_chunk};
   options.layout = ParseLayout(args.layout);
   options.micro_batch_tokens = args.micro_batch_tokens;
   options.seed = args.model.seed;

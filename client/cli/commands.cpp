@@ -56,8 +56,8 @@ int Info(const ConnectionFlags& conn) {
               (long long)i.num_kv_heads(), (long long)i.head_dim(), (long long)i.vocab_size());
   std::printf("dtype:        %s on %s (world size %d)\n", i.dtype().c_str(), i.device().c_str(),
               i.world_size() > 0 ? i.world_size() : 1);
-  std::printf("engine:       %s (chunk %s, logits chunk %s)\n", i.engine().c_str(), Chunk(i.chunk()).c_str(),
-              Chunk(i.logits_chunk()).c_str());
+  std::printf("engine:       %s (chunk %s, logits chunk %s, key chunk %s)\n", i.engine().c_str(),
+              Chunk(i.chunk()).c_str(), Chunk(i.logits_chunk()).c_str(), Chunk(i.key_chunk()).c_str());
   std::printf("policy:       version %lld, step %lld, %lld pending micro-batches\n", (long long)i.policy_version(),
               (long long)i.step(), (long long)i.pending_micro_batches());
   std::printf("optimizer:    %s, lr %.3e\n", i.optimizer().c_str(), i.learning_rate());
@@ -169,8 +169,9 @@ int Estimate(const ConnectionFlags& conn, const EstimateArgs& args) {
   request.set_batch(args.batch);
   *request.mutable_engine() = ToProto(args.engine);
   const auto r = Check(client->EstimateMemory(request));
-  std::printf("step of %lld x %lld tokens, %s engine (chunk %s, logits chunk %s)\n", (long long)args.batch,
-              (long long)args.seq_len, r.engine().c_str(), Chunk(r.chunk()).c_str(), Chunk(r.logits_chunk()).c_str());
+  std::printf("step of %lld x %lld tokens, %s engine (chunk %s, logits chunk %s, key chunk %s)\n",
+              (long long)args.batch, (long long)args.seq_len, r.engine().c_str(), Chunk(r.chunk()).c_str(),
+              Chunk(r.logits_chunk()).c_str(), Chunk(r.key_chunk()).c_str());
   std::printf("weights:      %s\n", Bytes(r.weights_bytes()).c_str());
   std::printf("gradients:    %s\n", Bytes(r.gradient_bytes()).c_str());
   std::printf("optimizer:    %s\n", Bytes(r.optimizer_bytes()).c_str());

@@ -24,6 +24,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--logits-chunk", f.logits_chunk, "positions per lm_head+loss chunk (0 = the server's default)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--key-chunk", f.key_chunk,
+                  "stream: keys per attention tile inside a chunk (0 = the server's default)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 v1::EngineOptions ToProto(const EngineFlags& f) {
@@ -31,6 +34,7 @@ v1::EngineOptions ToProto(const EngineFlags& f) {
   e.set_engine(f.engine);
   e.set_chunk(f.chunk);
   e.set_logits_chunk(f.logits_chunk);
+  e.set_key_chunk(f.key_chunk);
   return e;
 }
 

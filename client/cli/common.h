@@ -24,6 +24,7 @@ struct EngineFlags {
   std::string engine;        ///< full | checkpoint | stream; empty = server default
   int64_t chunk = 0;         ///< 0 = server default
   int64_t logits_chunk = 0;  ///< 0 = server default
+  int64_t key_chunk = 0;     ///< 0 = server default
 };
 
 void AddConnectionFlags(CLI::App* cmd, ConnectionFlags& flags);

@@ -33,11 +33,15 @@ struct ChunkCase {
   const char* name;
   int64_t chunk;
   int64_t logits_chunk;
+  int64_t key_chunk;  // stream's attention key tile (0: the default, larger than T: no tiling)
 };
 // Sequence lengths below give T = 12: 4 divides it, 5 and 7 do not, 1 is the extreme,
-// 64 is larger than T.
-constexpr ChunkCase kChunkCases[] = {
-    {"divides", 4, 6}, {"not_dividing", 5, 7}, {"one", 1, 1}, {"larger_than_T", 64, 64}};
+// 64 is larger than T. Key tiles of 4, 3 and 1 make chunks attend over several tiles, some
+// of them masked for every key of a row (left padding, packing, the sliding window).
+constexpr ChunkCase kChunkCases[] = {{"divides", 4, 6, 4},
+                                     {"not_dividing", 5, 7, 3},
+                                     {"one", 1, 1, 1},
+                                     {"larger_than_T", 64, 64, 0}};
 
 struct ExactnessParam {
   std::string family;
@@ -62,14 +66,15 @@ TEST_P(EngineExactness, Float64GradientsMatchFull) {
   ASSERT_GE(batch.rows(), 2);
   auto full = RunEngine(model, batch, {EngineKind::kFull});
   for (auto kind : {EngineKind::kCheckpoint, EngineKind::kStream}) {
-    EngineOptions options{kind, p.chunks.chunk, p.chunks.logits_chunk};
+    EngineOptions options{kind, p.chunks.chunk, p.chunks.logits_chunk, false, p.chunks.key_chunk};
     auto other = RunEngine(model, batch, options);
     auto diff = CompareGradients(full.grads, other.grads);
     EXPECT_LE(diff.max_relative, 1e-10) << EngineName(kind) << " worst " << diff.worst;
     EXPECT_NEAR(other.loss, full.loss, 1e-12 * std::abs(full.loss)) << EngineName(kind);
   }
   // The K/V-per-chunk ablation is exact too.
-  auto ablation = RunEngine(model, batch, {EngineKind::kStream, p.chunks.chunk, p.chunks.logits_chunk, true});
+  auto ablation = RunEngine(
+      model, batch, {EngineKind::kStream, p.chunks.chunk, p.chunks.logits_chunk, true, p.chunks.key_chunk});
   EXPECT_LE(CompareGradients(full.grads, ablation.grads).max_relative, 1e-10);
   // Gradients are not trivially zero anywhere: every parameter receives signal.
   for (const auto& [name, g] : full.grads) EXPECT_GT(g.abs().max().item<double>(), 0) << name;
@@ -95,7 +100,7 @@ TEST(EngineFloat32, GradientsMatchFull) {
     auto batch = MakeBatch(RandomSequences({40, 33, 17}, config.vocab_size, 9), Layout::kRightPad);
     auto full = RunEngine(model, batch, {EngineKind::kFull});
     for (auto kind : {EngineKind::kCheckpoint, EngineKind::kStream}) {
-      auto other = RunEngine(model, batch, {kind, 7, 9});
+      auto other = RunEngine(model, batch, {kind, 7, 9, false, 6});
       auto diff = CompareGradients(full.grads, other.grads);
       EXPECT_LE(diff.max_relative, 1e-4) << family << " " << EngineName(kind) << " " << diff.worst;
       EXPECT_NEAR(other.loss, full.loss, 1e-5 * std::abs(full.loss));
@@ -110,7 +115,7 @@ TEST(EngineBfloat16, RunsAndStaysClose) {
   auto model = RandomModel(config, 3, torch::kBFloat16);
   auto batch = MakeBatch(RandomSequences({40, 33}, config.vocab_size, 9), Layout::kPacked, 80);
   auto full = RunEngine(model, batch, {EngineKind::kFull});
-  auto stream = RunEngine(model, batch, {EngineKind::kStream, 7, 9});
+  auto stream = RunEngine(model, batch, {EngineKind::kStream, 7, 9, false, 6});
   EXPECT_LE(CompareGradients(full.grads, stream.grads).max_relative, GradientTolerance(torch::kBFloat16));
   EXPECT_NEAR(stream.loss, full.loss, 1e-2 * std::abs(full.loss));
   EXPECT_THROW(InitModel(config, 0, torch::kFloat16), InvalidArgument);
@@ -192,6 +197,20 @@ TEST_F(EngineMemory, StreamBelowCheckpointBelowFull) {
   EXPECT_LT(checkpoint, full);
   // One layer's attention scores alone are H*T*T floats = 16 MiB; StreamBP never holds them.
   EXPECT_LT(stream, 4 * 1024 * 1024 * 4);
+}
+
+// Key tiles bound the attention working set of a chunk: with a chunk of 128 queries at
+// T=2048 the untiled scores are H x 128 x 2048 floats (4 MiB per tensor, several alive);
+// tiles of 128 keys cut the peak, and the gradients stay those of the untiled engine.
+TEST_F(EngineMemory, KeyTilesBoundAttentionMemory) {
+  auto model = InitModel(PresetConfig("tiny"), 0, torch::kFloat32);
+  auto batch = MakeBatch(RandomSequences({2048}, 256, 4), Layout::kRightPad);
+  const int64_t untiled = Peak(model, batch, {EngineKind::kStream, 128, 128, false, 2048});
+  const int64_t tiled = Peak(model, batch, {EngineKind::kStream, 128, 128, false, 128});
+  std::printf("peak bytes at T=2048, chunk 128: untiled %lld, key tiles of 128 %lld\n",
+              (long long)untiled, (long long)tiled);
+  const int64_t scores_bytes = 4LL * 128 * 2048 * 4;  // H x chunk x T floats
+  EXPECT_LT(tiled + 2 * scores_bytes, untiled);
 }
 
 TEST_F(EngineMemory, LogitsChunkBoundsLogitsMemory) {

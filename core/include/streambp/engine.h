@@ -6,6 +6,7 @@
 ///  - stream:     StreamBP: K/V once per layer, queries and the MLP chunk by chunk along
 ///                the sequence, lm_head + loss chunk by chunk.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "streambp/batch.h"
@@ -26,14 +27,26 @@ struct EngineOptions {
   /// When true, K/V are recomputed over the whole prefix for every chunk (the reference
   /// implementation's way) instead of once per layer. For the ablation in streambp-bench.
   bool recompute_kv_per_chunk = false;
+  /// stream: keys per attention tile inside a query chunk (0 = kDefaultKeyChunk). A chunk
+  /// attending to more keys than this runs tile by tile with an online softmax, so its
+  /// scores are chunk x key_chunk instead of chunk x T. full and checkpoint never tile
+  /// (they are the baselines as users know them: T x T scores).
+  int64_t key_chunk = 0;
+  /// Called on the calling thread as soon as the parameter gradients of decoder layer i
+  /// are complete for this micro-batch (layers in decreasing order), then once with -1
+  /// when the rest (embedding, final norm, lm_head) are. Data-parallel training starts a
+  /// layer's all-reduce here, overlapping it with the backward of earlier layers.
+  std::function<void(int64_t layer)> on_grads_ready;
 };
 constexpr int64_t kDefaultChunk = 512;
 constexpr int64_t kDefaultLogitsChunk = 1024;
+constexpr int64_t kDefaultKeyChunk = 1024;
 
 /// The chunk sizes an engine will actually use for a sequence of length T.
 struct ResolvedChunks {
   int64_t chunk;         ///< query positions per layer chunk (T for full/checkpoint)
   int64_t logits_chunk;  ///< positions per logits chunk (T when materialized)
+  int64_t key_chunk;     ///< keys per attention tile (T: scores against all keys at once)
 };
 ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len);
 

@@ -20,6 +20,7 @@ struct MemoryEstimate {
   int64_t activation_bytes = 0;  ///< peak beyond the three above during forward + backward
   int64_t chunk = 0;             ///< the chunk sizes the estimate assumed
   int64_t logits_chunk = 0;
+  int64_t key_chunk = 0;
   int64_t total() const { return weights_bytes + gradient_bytes + optimizer_bytes + activation_bytes; }
 };
 
@@ -29,7 +30,8 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& config, torch::Dtype dtype,
                                   const std::string& optimizer = "adamw");
 
 /// The largest stream chunk (a power of two, at most kDefaultChunk, at least 16) whose
-/// estimate fits `budget_bytes`; the smallest when none fits. Logits chunk likewise.
+/// estimate fits `budget_bytes`; the smallest when none fits. Logits chunk (2 x chunk, at
+/// most kDefaultLogitsChunk) and key chunk (2 x chunk, at most kDefaultKeyChunk) follow it.
 EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
                            int64_t budget_bytes, const std::string& optimizer = "adamw");
 

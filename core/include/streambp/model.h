@@ -66,9 +66,11 @@ class DecoderLayerImpl : public torch::nn::Module {
   /// Output rows for the query positions x_q [B, c, d] (a contiguous slice [s, s+c) of the
   /// layer input) attending to kv restricted to the first kv.k.size(2) positions.
   /// `mask` [B, c, kv_len] is true where attention is allowed; every query row must allow
-  /// at least one key.
+  /// at least one key. With key_tile > 0 and more keys than that, attention runs tile by
+  /// tile over the keys (online softmax; no c x kv_len scores), else materialized.
   torch::Tensor forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
-                                const KeysValues& kv, const torch::Tensor& mask);
+                                const KeysValues& kv, const torch::Tensor& mask,
+                                int64_t key_tile = 0);
   /// The whole layer on the whole sequence.
   torch::Tensor forward(const torch::Tensor& x, const Rope& rope, const torch::Tensor& mask);
 

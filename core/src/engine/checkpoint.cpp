@@ -5,7 +5,7 @@
 namespace streambp::engine {
 
 StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                     const ResolvedChunks& chunks) {
+                                     const ResolvedChunks& chunks, const GradsReady& ready) {
   objective.begin(batch);
   const int64_t T = batch.length();
   const int64_t window = model.config().sliding_window.value_or(0);
@@ -34,8 +34,10 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
     torch::autograd::backward({y}, {grad});
     y = torch::Tensor();
     grad = x.grad();
+    if (ready) ready(i);
   }
   EmbeddingBackward(model, batch, grad);
+  if (ready) ready(-1);
   return MakeResult(objective, batch, head.loss);
 }
 

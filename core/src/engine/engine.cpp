@@ -25,9 +25,11 @@ std::string EngineName(EngineKind kind) {
 ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len) {
   if (options.chunk < 0) throw InvalidArgument("chunk must be >= 0 (0 = default)");
   if (options.logits_chunk < -1) throw InvalidArgument("logits_chunk must be >= -1");
-  ResolvedChunks r{seq_len, seq_len};
+  if (options.key_chunk < 0) throw InvalidArgument("key_chunk must be >= 0 (0 = default)");
+  ResolvedChunks r{seq_len, seq_len, seq_len};
   if (options.kind == EngineKind::kStream) {
     r.chunk = options.chunk > 0 ? options.chunk : kDefaultChunk;
+    r.key_chunk = options.key_chunk > 0 ? options.key_chunk : kDefaultKeyChunk;
     r.logits_chunk = options.logits_chunk > 0 ? options.logits_chunk
                      : options.logits_chunk == 0 ? seq_len
                                                  : kDefaultLogitsChunk;
@@ -36,6 +38,7 @@ ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len) {
   }
   r.chunk = std::clamp<int64_t>(r.chunk, 1, std::max<int64_t>(seq_len, 1));
   r.logits_chunk = std::clamp<int64_t>(r.logits_chunk, 1, std::max<int64_t>(seq_len, 1));
+  r.key_chunk = std::clamp<int64_t>(r.key_chunk, 1, std::max<int64_t>(seq_len, 1));
   return r;
 }
 
@@ -44,12 +47,13 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
   engine::ValidateBatch(*model, batch);
   const auto chunks = ResolveChunks(options, batch.length());
   switch (options.kind) {
-    case EngineKind::kFull: return engine::FullForwardBackward(*model, batch, objective);
+    case EngineKind::kFull:
+      return engine::FullForwardBackward(*model, batch, objective, options.on_grads_ready);
     case EngineKind::kCheckpoint:
-      return engine::CheckpointForwardBackward(*model, batch, objective, chunks);
+      return engine::CheckpointForwardBackward(*model, batch, objective, chunks, options.on_grads_ready);
     case EngineKind::kStream:
       return engine::StreamForwardBackward(*model, batch, objective, chunks,
-                                           options.recompute_kv_per_chunk);
+                                           options.recompute_kv_per_chunk, options.on_grads_ready);
   }
   throw InvalidArgument("unknown engine");
 }
@@ -60,11 +64,13 @@ namespace {
 // per layer, queries chunk by chunk) so no T x T scores exist.
 torch::Tensor HiddenStates(CausalLMImpl& m, const Batch& batch) {
   torch::NoGradGuard no_grad;
-  const int64_t chunk = ResolveChunks({EngineKind::kStream, 0, -1}, batch.length()).chunk;
+  const auto chunks = ResolveChunks({EngineKind::kStream, 0, -1}, batch.length());
   auto x = m.embed(batch.input_ids);
   auto rope = m.rotary().tables(batch.position_ids, x);
   const int64_t window = m.config().sliding_window.value_or(0);
-  for (auto& layer : m.layer_list) x = engine::StreamLayerForward(*layer, x, rope, batch, chunk, window);
+  for (auto& layer : m.layer_list) {
+    x = engine::StreamLayerForward(*layer, x, rope, batch, chunks.chunk, chunks.key_chunk, window);
+  }
   return x;
 }
 

@@ -34,15 +34,19 @@ StepResult MakeResult(const Objective& objective, const Batch& batch, double chu
 /// Backprop `grad` through the embedding of batch.input_ids.
 void EmbeddingBackward(CausalLMImpl& model, const Batch& batch, const torch::Tensor& grad);
 
-StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective);
+using GradsReady = std::function<void(int64_t layer)>;
+StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
+                               const GradsReady& ready);
 StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                     const ResolvedChunks& chunks);
+                                     const ResolvedChunks& chunks, const GradsReady& ready);
 StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                 const ResolvedChunks& chunks, bool recompute_kv_per_chunk);
+                                 const ResolvedChunks& chunks, bool recompute_kv_per_chunk,
+                                 const GradsReady& ready);
 
-/// StreamBP's no-graph forward of one layer: K/V once, then queries chunk by chunk, so no
-/// more than one chunk of attention scores exists at a time.
+/// StreamBP's no-graph forward of one layer: K/V once, then queries chunk by chunk (keys
+/// tile by tile), so no more than one chunk x key_chunk block of scores exists at a time.
 torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x, const Rope& rope,
-                                 const Batch& batch, int64_t chunk, int64_t sliding_window);
+                                 const Batch& batch, int64_t chunk, int64_t key_chunk,
+                                 int64_t sliding_window);
 
 }  // namespace streambp::engine

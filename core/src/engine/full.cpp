@@ -4,7 +4,8 @@
 
 namespace streambp::engine {
 
-StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective) {
+StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
+                               const GradsReady& ready) {
   torch::AutoGradMode grad_mode(true);
   objective.begin(batch);
   const int64_t T = batch.length();
@@ -20,6 +21,10 @@ StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objectiv
   auto loss = objective.chunk_loss(MakeChunk(batch, logits, 0, T));
   const double loss_value = loss.item<double>();
   loss.backward();
+  if (ready) {  // one backward for everything: nothing to overlap with
+    for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) ready(i);
+    ready(-1);
+  }
   return MakeResult(objective, batch, loss_value);
 }
 

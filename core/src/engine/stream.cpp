@@ -1,14 +1,15 @@
 // stream: StreamBP (DESIGN §4). Per layer, given the stored input x and g = dL/dy:
 //  1. K/V for the whole sequence from x, without a graph: the leaves K^, V^.
 //  2. For each query chunk [s, e): recompute y[s:e] from x[s:e], K^[:e], V^[:e] with a
-//     graph (queries never meet later keys) and backprop g[s:e]; this accumulates the
+//     graph (queries never meet later keys; keys are visited tile by tile with an online
+//     softmax, so scores are chunk x key_chunk) and backprop g[s:e]; this accumulates the
 //     parameter gradients, dK^, dV^ and the chunk's part of dx. The chunk graph is freed.
-//  3. Recompute K/V from x with a graph (the same values as K^, V^: the same operations
-//     on the same input) and backprop (dK^, dV^) through it into dx and the k/v weights.
+//  3. Backprop (dK^, dV^) into dx and the k/v weights through K/V recomputed with a graph,
+//     chunk by chunk: norm, projections and RoPE act on each position alone, so the
+//     chunks' VJPs sum to the whole K/V VJP and no B x T K/V graph ever exists.
 // The sum of the chunk VJPs is the VJP of the whole layer, so the gradients are exact.
-// The K/V graph (norm output, K before norm and RoPE, ...) is built only in step 3, when
-// g, K^ and V^ are already freed, so it never meets a chunk's working set: one more K/V
-// projection per layer buys the peak of a few B x T x d buffers.
+// What lives across a layer's backward is x (stored), g, dx, K^, V^, dK^, dV^: the floor
+// bytes·T·(L·d + 2d + 4·d_kv) of issue 6, plus one chunk's working set.
 #include "engine_common.h"
 
 namespace streambp::engine {
@@ -19,9 +20,9 @@ torch::Tensor Leaf(const torch::Tensor& t) { return t.detach().requires_grad_(tr
 // Backprop of one layer by StreamBP; returns dL/dx. Takes g by value and drops it once
 // the chunks are done (the caller passes it with std::move).
 torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& x_in,
-                                  torch::Tensor grad_out, const Rope& rope,
-                                  const Batch& batch, int64_t chunk, int64_t window) {
-  const int64_t T = x_in.size(1);
+                                  torch::Tensor grad_out, const Rope& rope, const Batch& batch,
+                                  const ResolvedChunks& chunks, int64_t window) {
+  const int64_t T = x_in.size(1), chunk = chunks.chunk;
   KeysValues kv_hat;
   {
     torch::NoGradGuard no_grad;
@@ -30,27 +31,28 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& 
   auto grad_k = torch::zeros_like(kv_hat.k);
   auto grad_v = torch::zeros_like(kv_hat.v);
   auto grad_x = torch::empty_like(x_in);
-  {
-    torch::AutoGradMode grad_mode(true);
-    for (int64_t s = 0; s < T; s += chunk) {
-      const int64_t e = std::min(T, s + chunk);
-      auto x_q = Leaf(x_in.slice(1, s, e));
-      KeysValues prefix{Leaf(kv_hat.k.slice(2, 0, e)), Leaf(kv_hat.v.slice(2, 0, e))};
-      auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix,
-                                     AttentionMask(batch, s, e, e, window));
-      torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
-      grad_x.slice(1, s, e).copy_(x_q.grad());
-      grad_k.slice(2, 0, e).add_(prefix.k.grad());
-      grad_v.slice(2, 0, e).add_(prefix.v.grad());
-    }
+  torch::AutoGradMode grad_mode(true);
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    auto x_q = Leaf(x_in.slice(1, s, e));
+    KeysValues prefix{Leaf(kv_hat.k.slice(2, 0, e)), Leaf(kv_hat.v.slice(2, 0, e))};
+    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix,
+                                   AttentionMask(batch, s, e, e, window), chunks.key_chunk);
+    torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
+    grad_x.slice(1, s, e).copy_(x_q.grad());
+    grad_k.slice(2, 0, e).add_(prefix.k.grad());
+    grad_v.slice(2, 0, e).add_(prefix.v.grad());
   }
   grad_out = torch::Tensor();
   kv_hat = KeysValues{};
-  torch::AutoGradMode grad_mode(true);
-  auto x = Leaf(x_in);
-  KeysValues kv = layer.keys_values(x, rope);
-  torch::autograd::backward({kv.k, kv.v}, {grad_k, grad_v});
-  grad_x.add_(x.grad());
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    auto x = Leaf(x_in.slice(1, s, e));
+    KeysValues kv = layer.keys_values(x, SliceRope(rope, s, e));
+    torch::autograd::backward({kv.k, kv.v}, {grad_k.slice(2, s, e).contiguous(),
+                                             grad_v.slice(2, s, e).contiguous()});
+    grad_x.slice(1, s, e).add_(x.grad());
+  }
   return grad_x;
 }
 
@@ -58,9 +60,10 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& 
 // as the reference implementation does (O(T^2 / chunk) projection work).
 torch::Tensor PrefixRecomputeLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& x_in,
                                            const torch::Tensor& grad_out, const Rope& rope,
-                                           const Batch& batch, int64_t chunk, int64_t window) {
+                                           const Batch& batch, const ResolvedChunks& chunks,
+                                           int64_t window) {
   torch::AutoGradMode grad_mode(true);
-  const int64_t T = x_in.size(1);
+  const int64_t T = x_in.size(1), chunk = chunks.chunk;
   auto grad_x = torch::zeros_like(x_in);
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t e = std::min(T, s + chunk);
@@ -68,7 +71,7 @@ torch::Tensor PrefixRecomputeLayerBackward(DecoderLayerImpl& layer, const torch:
     auto x_q = Leaf(x_in.slice(1, s, e));
     auto kv = layer.keys_values(x_prefix, SliceRope(rope, 0, e));
     auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), kv,
-                                   AttentionMask(batch, s, e, e, window));
+                                   AttentionMask(batch, s, e, e, window), chunks.key_chunk);
     torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
     grad_x.slice(1, 0, e).add_(x_prefix.grad());
     grad_x.slice(1, s, e).add_(x_q.grad());
@@ -79,7 +82,7 @@ torch::Tensor PrefixRecomputeLayerBackward(DecoderLayerImpl& layer, const torch:
 }  // namespace
 
 torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x, const Rope& rope,
-                                 const Batch& batch, int64_t chunk, int64_t window) {
+                                 const Batch& batch, int64_t chunk, int64_t key_chunk, int64_t window) {
   torch::NoGradGuard no_grad;
   const int64_t T = x.size(1);
   auto kv = layer.keys_values(x, rope);
@@ -88,13 +91,14 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
     const int64_t e = std::min(T, s + chunk);
     KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
     y.slice(1, s, e).copy_(layer.forward_queries(x.slice(1, s, e), SliceRope(rope, s, e), prefix,
-                                                 AttentionMask(batch, s, e, e, window)));
+                                                 AttentionMask(batch, s, e, e, window), key_chunk));
   }
   return y;
 }
 
 StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                 const ResolvedChunks& chunks, bool recompute_kv_per_chunk) {
+                                 const ResolvedChunks& chunks, bool recompute_kv_per_chunk,
+                                 const GradsReady& ready) {
   objective.begin(batch);
   const int64_t window = model.config().sliding_window.value_or(0);
   std::vector<torch::Tensor> inputs;
@@ -106,7 +110,7 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
     rope = model.rotary().tables(batch.position_ids, x);
     for (auto& layer : model.layer_list) {
       inputs.push_back(x);
-      x = StreamLayerForward(*layer, x, rope, batch, chunks.chunk, window);
+      x = StreamLayerForward(*layer, x, rope, batch, chunks.chunk, chunks.key_chunk, window);
     }
     h_last = x;
   }
@@ -116,11 +120,13 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
   for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
     auto& layer = *model.layer_list[i];
     grad = recompute_kv_per_chunk
-               ? PrefixRecomputeLayerBackward(layer, inputs[i], grad, rope, batch, chunks.chunk, window)
-               : StreamLayerBackward(layer, inputs[i], std::move(grad), rope, batch, chunks.chunk, window);
+               ? PrefixRecomputeLayerBackward(layer, inputs[i], grad, rope, batch, chunks, window)
+               : StreamLayerBackward(layer, inputs[i], std::move(grad), rope, batch, chunks, window);
     inputs[i] = torch::Tensor();
+    if (ready) ready(i);
   }
   EmbeddingBackward(model, batch, grad);
+  if (ready) ready(-1);
   return MakeResult(objective, batch, head.loss);
 }
 

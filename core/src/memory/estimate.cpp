@@ -31,25 +31,30 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   const int64_t lc = chunks.logits_chunk;
   // lm_head + loss of one logits chunk: logits, their gradient and the softmax, at f bytes.
   const int64_t head = 3 * B * lc * V * f + 2 * B * lc * d * e;
-  // One layer's graph for q positions against k keys: scores and probabilities (f bytes),
-  // their gradient, the mask, Q/attention output/MLP activations.
-  auto layer_graph = [&](int64_t q, int64_t k) {
-    const int64_t attention = 3 * B * H * q * k * f + B * q * k;
+  // One layer's graph for q positions against k keys visited in tiles of `tile`: scores,
+  // probabilities and their gradient for one tile (f bytes), the mask over all k keys,
+  // Q/attention output/MLP activations, and `kv_copies` B x k x d_kv buffers of keys.
+  auto layer_graph = [&](int64_t q, int64_t k, int64_t tile, int64_t kv_copies) {
+    const int64_t attention = 3 * B * H * q * tile * f + B * q * k;
     const int64_t mlp = 5 * B * q * F * e;
-    const int64_t projections = B * q * (6 * d + 3 * qd) * e + 4 * B * k * kvd * e;
+    const int64_t projections = B * q * (6 * d + 3 * qd) * e + kv_copies * B * k * kvd * e;
     return attention + mlp + projections;
   };
-  const int64_t stored_inputs = (L + 1) * B * T * d * e;
+  const int64_t Td = B * T * d * e, Tkv = B * T * kvd * e;
   if (engine.kind == EngineKind::kFull) {
-    m.activation_bytes = L * layer_graph(T, T) + 2 * B * T * d * e + 3 * B * T * V * f;
+    m.activation_bytes = L * layer_graph(T, T, T, 4) + 2 * Td + 3 * B * T * V * f;
   } else if (engine.kind == EngineKind::kCheckpoint) {
-    m.activation_bytes = stored_inputs + 3 * B * T * d * e + std::max(layer_graph(T, T), head);
+    m.activation_bytes = (L + 1) * Td + 3 * Td + std::max(layer_graph(T, T, T, 4), head);
   } else {
-    // x, g, dx, the K/V graph (norm of x, K, V before and after RoPE) and dK, dV, then one
-    // query chunk against up to T keys.
-    const int64_t buffers = 5 * B * T * d * e + 6 * B * T * kvd * e;
-    m.activation_bytes = stored_inputs + buffers + std::max(layer_graph(chunks.chunk, T), head);
+    // The head runs with every layer input, h_last and dL/dh_last alive; a layer's backward
+    // with the inputs below it, g, dx, K^, V^, dK^, dV^ and one chunk, whose prefix key and
+    // value gradients (2 x d_kv) are transient.
+    const int64_t head_phase = (L + 2) * Td + head;
+    const int64_t layer_phase = L * Td + 2 * Td + 4 * Tkv +
+                                layer_graph(chunks.chunk, T, std::min(chunks.key_chunk, T), 2);
+    m.activation_bytes = std::max(head_phase, layer_phase);
   }
+  m.key_chunk = chunks.key_chunk;
   return m;
 }
 
@@ -58,6 +63,7 @@ EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_
   EngineOptions best{EngineKind::kStream, 16, 16};
   for (int64_t chunk = kDefaultChunk; chunk >= 16; chunk /= 2) {
     EngineOptions o{EngineKind::kStream, chunk, std::min<int64_t>(2 * chunk, kDefaultLogitsChunk)};
+    o.key_chunk = std::min<int64_t>(2 * chunk, kDefaultKeyChunk);
     if (budget_bytes <= 0 || EstimateStepMemory(config, dtype, rows, seq_len, o, optimizer).total() <= budget_bytes) {
       return o;
     }

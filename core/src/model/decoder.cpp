@@ -6,6 +6,7 @@
 
 #include "streambp/error.h"
 #include "streambp/model.h"
+#include "tiled_attention.h"
 
 namespace streambp {
 namespace F = torch::nn::functional;
@@ -108,7 +109,8 @@ KeysValues DecoderLayerImpl::keys_values(const torch::Tensor& x, const Rope& rop
 }
 
 torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
-                                                const KeysValues& kv, const torch::Tensor& mask) {
+                                                const KeysValues& kv, const torch::Tensor& mask,
+                                                int64_t key_tile) {
   const int64_t B = x_q.size(0), C = x_q.size(1), L = kv.k.size(2);
   const int64_t groups = heads_ / kv_heads_;
   auto h = input_layernorm(x_q);
@@ -118,14 +120,19 @@ torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const 
   // Query heads of one kv head are adjacent: fold them into the row dimension so that one
   // batched matmul per kv head serves the whole group without copying K or V.
   auto qg = q.reshape({B, kv_heads_, groups * C, head_dim_});
-  auto scores = torch::matmul(qg, kv.k.transpose(-1, -2));  // [B, KVH, G*C, L]
-  scores.mul_(scale_);
-  scores = scores.view({B, kv_heads_, groups, C, L});
-  scores.masked_fill_(mask.logical_not().view({B, 1, 1, C, L}),
-                      -std::numeric_limits<double>::infinity());
-  const auto dtype = q.scalar_type();
-  auto probs = torch::softmax(scores, -1, ComputeDtype(dtype)).to(dtype);
-  auto attn = torch::matmul(probs.view({B, kv_heads_, groups * C, L}), kv.v);  // [B, KVH, G*C, hd]
+  torch::Tensor attn;  // [B, KVH, G*C, hd]
+  if (key_tile > 0 && L > key_tile) {
+    attn = TiledAttention(qg, kv.k, kv.v, mask, groups, scale_, key_tile);
+  } else {
+    auto scores = torch::matmul(qg, kv.k.transpose(-1, -2));  // [B, KVH, G*C, L]
+    scores.mul_(scale_);
+    scores = scores.view({B, kv_heads_, groups, C, L});
+    scores.masked_fill_(mask.logical_not().view({B, 1, 1, C, L}),
+                        -std::numeric_limits<double>::infinity());
+    const auto dtype = q.scalar_type();
+    auto probs = torch::softmax(scores, -1, ComputeDtype(dtype)).to(dtype);
+    attn = torch::matmul(probs.view({B, kv_heads_, groups * C, L}), kv.v);
+  }
   attn = attn.view({B, heads_, C, head_dim_}).transpose(1, 2).reshape({B, C, heads_ * head_dim_});
   auto x1 = x_q + o_proj(attn);
   auto h2 = post_attention_layernorm(x1);

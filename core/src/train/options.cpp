@@ -100,6 +100,7 @@ EngineOptions ReadEngine(const json& j, const std::string& prefix) {
              {{"kind", [&](const json& v, const std::string& k) { o.kind = ParseEngine(String(v, k)); }},
               {"chunk", [&](const json& v, const std::string& k) { o.chunk = Integer(v, k); }},
               {"logits_chunk", [&](const json& v, const std::string& k) { o.logits_chunk = Integer(v, k); }},
+              {"key_chunk", [&](const json& v, const std::string& k) { o.key_chunk = Integer(v, k); }},
               {"recompute_kv_per_chunk",
                [&](const json& v, const std::string& k) { o.recompute_kv_per_chunk = Bool(v, k); }}});
   return o;
@@ -137,6 +138,7 @@ json EngineOptionsToJson(const EngineOptions& o) {
   return {{"kind", EngineName(o.kind)},
           {"chunk", o.chunk},
           {"logits_chunk", o.logits_chunk},
+          {"key_chunk", o.key_chunk},
           {"recompute_kv_per_chunk", o.recompute_kv_per_chunk}};
 }
 
@@ -148,6 +150,7 @@ void TrainerOptions::Validate() const {
   }
   if (engine.chunk < 0) throw InvalidArgument("engine.chunk must be >= 0 (0 = default)");
   if (engine.logits_chunk < -1) throw InvalidArgument("engine.logits_chunk must be >= -1 (-1 = default)");
+  if (engine.key_chunk < 0) throw InvalidArgument("engine.key_chunk must be >= 0 (0 = default)");
   if (micro_batch_tokens < 0) throw InvalidArgument("micro_batch_tokens must be >= 0 (0 = whole batch)");
   if (max_sequence_length < 0) throw InvalidArgument("max_sequence_length must be >= 0 (0 = no limit)");
 }
