@@ -213,6 +213,39 @@ TEST_F(EngineMemory, KeyTilesBoundAttentionMemory) {
   EXPECT_LT(tiled + 2 * scores_bytes, untiled);
 }
 
+// An out-of-memory error in the middle of a backward leaves nothing behind on the thread:
+// the memory the step held is free once ForwardBackward has thrown (LibTorch's autograd
+// would otherwise keep the failed graph's buffers until the thread's next backward), and
+// the same step then runs under the same budget it fits in.
+TEST_F(EngineMemory, OutOfMemoryInBackwardFreesItsBuffers) {
+  auto model = InitModel(PresetConfig("tiny"), 0, torch::kFloat32);
+  auto batch = MakeBatch(RandomSequences({1024}, 256, 4), Layout::kRightPad);
+  for (auto kind : {EngineKind::kFull, EngineKind::kCheckpoint, EngineKind::kStream}) {
+    const EngineOptions options{kind, 128, 128};
+    const int64_t peak = Peak(model, batch, options);  // ends with the gradients freed
+    const int64_t live_before = memory::LiveBytes();
+    bool threw = false;
+    {
+      memory::ScopedBudget budget(live_before + peak * 3 / 4);
+      auto objective = MakeSftObjective({});
+      try {
+        ForwardBackward(model, batch, *objective, options);
+      } catch (const c10::OutOfMemoryError&) {
+        threw = true;
+      }
+    }
+    ASSERT_TRUE(threw) << EngineName(kind) << ": 3/4 of the step's peak must not fit";
+    ZeroGradients(*model);  // as the Trainer does after a failed step
+    EXPECT_LE(memory::LiveBytes() - live_before, peak / 20)
+        << EngineName(kind) << ": the failed step's buffers are still alive";
+    ZeroGradients(*model);
+    memory::ScopedBudget budget(live_before + peak + peak / 10);
+    auto objective = MakeSftObjective({});
+    EXPECT_NO_THROW(ForwardBackward(model, batch, *objective, options)) << EngineName(kind);
+    ZeroGradients(*model);
+  }
+}
+
 TEST_F(EngineMemory, LogitsChunkBoundsLogitsMemory) {
   auto config = PresetConfig("tiny");
   config.vocab_size = 8192;  // make T x V dominate: 1024 x 8192 floats = 32 MiB

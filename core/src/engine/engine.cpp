@@ -3,6 +3,7 @@
 
 #include "engine_common.h"
 #include "streambp/error.h"
+#include "streambp/memory.h"
 
 namespace streambp {
 
@@ -42,20 +43,48 @@ ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len) {
   return r;
 }
 
+namespace {
+
+// LibTorch's autograd engine keeps the buffers of a backward that threw (an out-of-memory
+// error halfway through the graph) in the calling thread's ready queue until that thread
+// runs its next backward. Run a trivial one now, with the budget lifted for its 4 bytes,
+// so that a failed step gives all its memory back at once.
+void ReleaseFailedBackward() noexcept {
+  try {
+    memory::ScopedBudget unlimited(0);
+    torch::AutoGradMode grad_mode(true);
+    auto t = torch::zeros({1}, torch::TensorOptions().requires_grad(true));
+    t.sum().backward();
+  } catch (...) {
+  }
+}
+
+StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objective, const EngineOptions& options,
+                     const ResolvedChunks& chunks) {
+  switch (options.kind) {
+    case EngineKind::kFull:
+      return engine::FullForwardBackward(model, batch, objective, options.on_grads_ready);
+    case EngineKind::kCheckpoint:
+      return engine::CheckpointForwardBackward(model, batch, objective, chunks, options.on_grads_ready);
+    case EngineKind::kStream:
+      return engine::StreamForwardBackward(model, batch, objective, chunks, options.recompute_kv_per_chunk,
+                                           options.on_grads_ready);
+  }
+  throw InvalidArgument("unknown engine");
+}
+
+}  // namespace
+
 StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
                            const EngineOptions& options) {
   engine::ValidateBatch(*model, batch);
   const auto chunks = ResolveChunks(options, batch.length());
-  switch (options.kind) {
-    case EngineKind::kFull:
-      return engine::FullForwardBackward(*model, batch, objective, options.on_grads_ready);
-    case EngineKind::kCheckpoint:
-      return engine::CheckpointForwardBackward(*model, batch, objective, chunks, options.on_grads_ready);
-    case EngineKind::kStream:
-      return engine::StreamForwardBackward(*model, batch, objective, chunks,
-                                           options.recompute_kv_per_chunk, options.on_grads_ready);
+  try {
+    return RunEngine(*model, batch, objective, options, chunks);
+  } catch (...) {
+    ReleaseFailedBackward();
+    throw;
   }
-  throw InvalidArgument("unknown engine");
 }
 
 namespace {
