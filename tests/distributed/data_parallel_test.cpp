@@ -1,13 +1,6 @@
 // Data-parallel StreamBP over c10d Gloo on loopback: 2 ranks (threads of this process, each
 // with its own process group and model) give the update of one process on the whole batch,
 // for every objective and ZeRO stage.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <thread>
-
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -16,43 +9,14 @@
 #include "streambp/error.h"
 #include "streambp/gradients.h"
 #include "streambp/trainer.h"
+#include "ranks.h"
 #include "test_util/fixtures.h"
 
 namespace streambp {
 namespace {
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
-// Runs f(rank) on `n` threads; rethrows the first failure.
-void RunRanks(int n, const std::function<void(int)>& f) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        f(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using testing::FreePort;
+using testing::RunRanks;
 
 std::vector<Sequence> Step(const std::string& kind, int64_t vocab) {
   auto raw = testing::RandomSequences({5, 7, 3, 9, 4, 6, 8, 2, 5, 7, 3, 6}, vocab, 17);
@@ -119,14 +83,8 @@ TEST_P(DataParallel, TwoRanksEqualOneProcessOnTheWholeBatch) {
   std::vector<int64_t> state_bytes(2);
   const std::string ckpt = testing::TempDir("dp-ckpt-" + kind + std::to_string(zero)) + "/ckpt";
   RunRanks(2, [&](int rank) {
-    DistOptions d;
-    d.rank = rank;
-    d.world_size = 2;
-    d.master_port = port;
-    d.timeout_seconds = 60;
-    d.zero_stage = zero;
     auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), Options(kind));
-    trainer->set_communicator(Communicator::Create(d));
+    trainer->set_communicator(Communicator::Create(testing::LoopbackRank(rank, 2, port, zero)));
     for (int i = 0; i < kSteps; ++i) {
       auto obj = CreateObjective(kind, ObjectiveOptions(kind));
       losses[rank].push_back(trainer->train_step(step, *obj).forward.loss);
@@ -164,17 +122,133 @@ INSTANTIATE_TEST_SUITE_P(ObjectivesAndZeroStages, DataParallel,
                                            Case{"dpo", 1}, Case{"grpo", 2}, Case{"sft", 2}),
                          [](const auto& info) { return info.param.kind + "_zero" + std::to_string(info.param.zero); });
 
+// Overlap: the gradient buckets of each layer are launched from the engine's hook during
+// the backward of the last micro-batch. Same weights as the non-overlapped path (bit for
+// bit: a sum of two terms does not depend on the bucketing) and as one process.
+struct OverlapCase {
+  std::string kind;
+  int zero;
+  EngineKind engine;
+};
+
+class Overlap : public ::testing::TestWithParam<OverlapCase> {};
+
+TEST_P(Overlap, EqualsTheNonOverlappedRunAndOneProcess) {
+  RegisterBuiltinObjectives();
+  const auto [kind, zero, engine] = GetParam();
+  const auto config = testing::TinyConfig("qwen3");
+  const auto step = Step(kind, config.vocab_size);
+  constexpr int kSteps = 2;
+  auto options = Options(kind);
+  options.engine.kind = engine;
+  options.micro_batch_tokens = 24;  // several micro-batches per rank: only the last one overlaps
+  options.grad_bucket_bytes = 16 << 10;  // a layer of the tiny model is ~60 KiB in float64
+
+  auto single = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), options);
+  for (int i = 0; i < kSteps; ++i) {
+    auto obj = CreateObjective(kind, ObjectiveOptions(kind));
+    single->train_step(step, *obj);
+  }
+  const auto expected = single->model()->hf_tensors();
+  int64_t gradient_bytes = 0;
+  for (const auto& [name, t] : expected) gradient_bytes += t.numel() * static_cast<int64_t>(t.element_size());
+
+  struct RankResult {
+    TensorMap weights;
+    std::vector<GradReduceInfo> reduces;
+  };
+  auto run = [&](bool overlap) {
+    std::vector<RankResult> out(2);
+    const int port = FreePort();
+    RunRanks(2, [&](int rank) {
+      auto o = options;
+      o.overlap_grad_reduce = overlap;
+      auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), o);
+      trainer->set_communicator(Communicator::Create(testing::LoopbackRank(rank, 2, port, zero)));
+      for (int i = 0; i < kSteps; ++i) {
+        auto obj = CreateObjective(kind, ObjectiveOptions(kind));
+        trainer->train_step(step, *obj);
+        out[rank].reduces.push_back(trainer->last_grad_reduce());
+      }
+      out[rank].weights = trainer->model()->hf_tensors();
+    });
+    return out;
+  };
+  const auto overlapped = run(true);
+  const auto plain = run(false);
+
+  for (const auto& [name, t] : expected) {
+    EXPECT_TRUE(torch::equal(overlapped[0].weights.at(name), overlapped[1].weights.at(name))) << "ranks differ on " << name;
+    EXPECT_TRUE(torch::equal(overlapped[0].weights.at(name), plain[0].weights.at(name)))
+        << "overlapped and non-overlapped runs differ on " << name;
+  }
+  EXPECT_LE(CompareGradients(expected, overlapped[0].weights).max_relative, 1e-10);
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < kSteps; ++i) {
+      const auto& o = overlapped[r].reduces[i];
+      const auto& p = plain[r].reduces[i];
+      EXPECT_TRUE(o.overlapped);
+      EXPECT_FALSE(p.overlapped);
+      // Communication started while the backward was still running, and the rest after it.
+      EXPECT_GT(o.buckets_in_backward, 0) << "rank " << r << " step " << i;
+      EXPECT_LT(o.buckets_in_backward, o.buckets);
+      // Once per step, the whole gradient, however many micro-batches and chunks.
+      EXPECT_EQ(o.bytes, gradient_bytes);
+      EXPECT_EQ(p.bytes, gradient_bytes);
+      EXPECT_EQ(p.buckets_in_backward, 0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ObjectivesStagesEngines, Overlap,
+                         ::testing::Values(OverlapCase{"sft", 0, EngineKind::kStream},
+                                           OverlapCase{"grpo", 1, EngineKind::kStream},
+                                           OverlapCase{"dpo", 2, EngineKind::kStream},
+                                           OverlapCase{"sft", 2, EngineKind::kCheckpoint},
+                                           OverlapCase{"sft", 0, EngineKind::kFull}),
+                         [](const auto& info) {
+                           return info.param.kind + "_zero" + std::to_string(info.param.zero) + "_" +
+                                  EngineName(info.param.engine);
+                         });
+
+// A rank with nothing to compute (fewer sequences than ranks) launches the same buckets
+// (zeros) as the one whose backward ran, so the collectives still match.
+TEST(OverlapEdge, ARankWithAnEmptyShardStillMatchesTheCollectives) {
+  RegisterBuiltinObjectives();
+  const auto config = testing::TinyConfig("qwen3");
+  const auto step = std::vector<Sequence>{Step("sft", config.vocab_size)[0]};
+  auto options = Options("sft");
+  options.grad_bucket_bytes = 16 << 10;
+  auto single = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), options);
+  auto obj = CreateObjective("sft", nlohmann::json::object());
+  single->train_step(step, *obj);
+  const auto expected = single->model()->hf_tensors();
+  std::vector<TensorMap> weights(2);
+  std::vector<GradReduceInfo> reduces(2);
+  const int port = FreePort();
+  RunRanks(2, [&](int rank) {
+    auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), options);
+    trainer->set_communicator(Communicator::Create(testing::LoopbackRank(rank, 2, port)));
+    auto o = CreateObjective("sft", nlohmann::json::object());
+    trainer->train_step(step, *o);
+    weights[rank] = trainer->model()->hf_tensors();
+    reduces[rank] = trainer->last_grad_reduce();
+  });
+  EXPECT_EQ(reduces[0].buckets, reduces[1].buckets);
+  EXPECT_EQ(reduces[0].bytes, reduces[1].bytes);
+  // Only the rank with the sequence runs a backward to launch buckets from.
+  EXPECT_EQ(std::min(reduces[0].buckets_in_backward, reduces[1].buckets_in_backward), 0);
+  EXPECT_GT(std::max(reduces[0].buckets_in_backward, reduces[1].buckets_in_backward), 0);
+  EXPECT_LE(CompareGradients(expected, weights[0]).max_relative, 1e-10);
+  EXPECT_LE(CompareGradients(expected, weights[1]).max_relative, 1e-10);
+}
+
 TEST(DataParallelFailure, ADeadPeerFailsTheCollectiveWithinTheTimeout) {
   const int port = FreePort();
   const auto start = std::chrono::steady_clock::now();
   std::string error;
   RunRanks(2, [&](int rank) {
-    DistOptions d;
-    d.rank = rank;
-    d.world_size = 2;
-    d.master_port = port;
-    d.timeout_seconds = 3;
-    auto comm = Communicator::Create(d);
+    auto comm = Communicator::Create(testing::LoopbackRank(rank, 2, port, 0, 3));
     if (rank == 1) return;  // rank 1 "dies": it never joins the all-reduce
     try {
       comm->all_reduce_sum({torch::ones({4})});

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,11 +34,62 @@ struct DistOptions {
   bool enabled() const { return world_size > 1; }
 };
 
-/// Bytes and seconds spent in collectives since creation (for the benchmark).
+/// Collectives since creation (for the benchmark). `bytes` is the payload of each
+/// collective (what one rank contributes; a ring all-reduce of B bytes sends 2(N-1)/N x B
+/// per rank on the wire). `seconds` is time this thread spent waiting: the whole call for
+/// the blocking methods, only the wait in finish() for buckets launched asynchronously.
 struct CommStats {
+  struct Op {
+    int64_t bytes = 0;
+    double seconds = 0;
+    int64_t calls = 0;
+  };
   int64_t bytes = 0;
   double seconds = 0;
   int64_t calls = 0;
+  std::map<std::string, Op> by_op;  ///< per collective: all_reduce, reduce, broadcast, ...
+};
+
+class Communicator;
+
+/// A sum over the ranks started bucket by bucket while the values are still being
+/// produced (a backward's gradients, layer by layer) and finished once: communication
+/// overlaps with the computation that follows each add().
+///
+/// add() puts a tensor whose value is final (it must not change until finish()) into the
+/// open bucket of its (root, dtype); a bucket holding at least `bucket_bytes` is flattened
+/// into one buffer and launched at once as an asynchronous c10d collective (root < 0: all-reduce, every rank gets the sum; root >= 0: reduce to
+/// root). flush() launches the partly filled buckets; finish() waits for every launched
+/// bucket and writes the sums back into the added tensors (for a reduce, on root only).
+/// Every rank must add the same shapes and dtypes with the same roots in the same order:
+/// the buckets, hence the order of the collectives, are then the same on every rank.
+/// Not thread-safe; the Communicator must outlive it. Destroying it unfinished abandons
+/// the buckets in flight (the peers' matching collectives then fail with the timeout).
+class BucketedSum {
+ public:
+  BucketedSum(Communicator& comm, int64_t bucket_bytes);
+  ~BucketedSum();
+  BucketedSum(const BucketedSum&) = delete;
+  BucketedSum& operator=(const BucketedSum&) = delete;
+
+  void add(const torch::Tensor& tensor, int root = -1);
+  void flush();
+  /// flush(), then waits for every bucket (time counted in the communicator's stats) and
+  /// copies the sums back. Throws like the blocking collectives when a peer fails.
+  void finish();
+  int64_t buckets_launched() const { return launched_; }
+  int64_t bytes_launched() const { return bytes_launched_; }
+
+ private:
+  struct Bucket;
+  void launch(Bucket& bucket);
+
+  Communicator& comm_;
+  int64_t bucket_bytes_;
+  std::vector<std::unique_ptr<Bucket>> open_;      // one per (root, dtype) being filled
+  std::vector<std::unique_ptr<Bucket>> inflight_;  // launched, in launch order
+  int64_t launched_ = 0;
+  int64_t bytes_launched_ = 0;
 };
 
 /// Collectives of one process group. Not thread-safe: the device-owner thread uses it.
@@ -68,8 +120,11 @@ class Communicator {
   const CommStats& stats() const { return stats_; }
 
  private:
+  friend class BucketedSum;
   Communicator(const DistOptions& options, std::shared_ptr<c10d::ProcessGroup> group);
   void wait(const std::string& what, const std::function<void()>& op, int64_t bytes);
+  void count(const std::string& op, int64_t bytes, double seconds, int64_t calls);
+  [[noreturn]] void fail(const std::string& what, const std::exception& e) const;
 
   DistOptions options_;
   std::shared_ptr<c10d::ProcessGroup> group_;

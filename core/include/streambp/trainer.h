@@ -55,6 +55,11 @@ struct TrainerOptions {
   int64_t max_sequence_length = 0;  ///< longer sequences are refused; 0 = no limit
   ReferenceOptions reference;       ///< the frozen reference model
   uint64_t seed = 0;                ///< seed of the trainer's random generator
+  /// Data parallel, train_step: start the sum of each layer's gradients over the ranks as
+  /// soon as the backward of the step's last micro-batch has finished them, so that it runs
+  /// while the earlier layers are backpropagated (false: everything in optim_step).
+  bool overlap_grad_reduce = true;
+  int64_t grad_bucket_bytes = 0;  ///< overlapped sum: bytes per bucket (0 = kDefaultGradBucketBytes)
 
   /// Throws InvalidArgument naming the bad field.
   void Validate() const;
@@ -63,6 +68,8 @@ struct TrainerOptions {
   static TrainerOptions FromJson(const nlohmann::json& j);
   nlohmann::json ToJson() const;
 };
+
+constexpr int64_t kDefaultGradBucketBytes = 25 << 20;  // PyTorch DDP's bucket_cap_mb
 
 /// JSON of engine options: {"kind": "stream", "chunk": 0, "logits_chunk": -1,
 /// "recompute_kv_per_chunk": false}; unknown keys are InvalidArgument.
@@ -75,6 +82,15 @@ struct OptimResult {
   bool skipped = false;    ///< true when nothing was applied
   std::string reason;      ///< why it was skipped: "non-finite loss" | "non-finite gradient norm"
   int64_t step = 0;        ///< step() after this call
+};
+
+/// How the gradients of the last optimizer step were summed over the ranks.
+struct GradReduceInfo {
+  bool overlapped = false;           ///< started during the backward (train_step, overlap on)
+  int64_t buckets = 0;               ///< gradient collectives (all-reduce, or reduce with ZeRO-2)
+  int64_t buckets_in_backward = 0;   ///< of those, launched before the backward had finished
+  int64_t bytes = 0;                 ///< their payload (the flattened gradient buckets)
+  double wait_seconds = 0;           ///< time optim_step waited for them
 };
 
 struct TrainResult {
@@ -117,7 +133,11 @@ class Trainer {
   /// Throws FailedPrecondition when there are no pending gradients.
   OptimResult optim_step();
 
-  /// forward_backward then optim_step.
+  /// forward_backward then optim_step. In a data-parallel run with
+  /// options().overlap_grad_reduce, the gradient buckets of each layer are launched from
+  /// the engine's on_grads_ready hook during the backward of the last micro-batch, and
+  /// optim_step waits for them: the same sums as the non-overlapped path. All ranks must
+  /// make the same kind of call (train_step, or forward_backward + optim_step) for a step.
   TrainResult train_step(const std::vector<Sequence>& sequences, Objective& objective,
                          const EngineOptions* engine = nullptr);
 
@@ -149,6 +169,8 @@ class Trainer {
   Communicator* communicator() const { return comm_.get(); }
   /// Bytes of optimizer state this rank holds (1/N of the total with ZeRO).
   int64_t optimizer_state_bytes() const;
+  /// How the last optim_step summed the gradients (all zeros without a communicator).
+  const GradReduceInfo& last_grad_reduce() const { return last_reduce_; }
 
   CausalLM& model() { return model_; }
   const CausalLM& model() const { return model_; }
@@ -178,8 +200,17 @@ class Trainer {
   bool nonfinite_loss_ = false;  // a non-finite loss was seen since the last optim_step
   std::shared_ptr<Communicator> comm_;
   std::map<std::string, int> owner_;  // ZeRO: the rank that owns each parameter
+  std::unique_ptr<BucketedSum> overlapped_;  // the gradient sum started by the backward
+  std::vector<bool> overlapped_groups_;      // per layer (+1: the rest): added to it yet
+  int64_t overlapped_in_backward_ = 0;       // its buckets launched before the backward ended
+  GradReduceInfo last_reduce_;
   std::vector<size_t> local_shard(const std::vector<Sequence>& sequences) const;
+  StepResult run_step(const std::vector<Sequence>& sequences, Objective& objective, const EngineOptions* engine,
+                      bool overlap);
   void reduce_gradients();
+  /// Adds the gradients of decoder layer `layer` (-1: every parameter not yet added, then
+  /// launches the partly filled buckets) to the overlapped sum.
+  void add_to_overlapped(int64_t layer);
 };
 
 }  // namespace streambp

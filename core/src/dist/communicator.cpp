@@ -88,18 +88,30 @@ Communicator::Communicator(const DistOptions& options, std::shared_ptr<c10d::Pro
 
 Communicator::~Communicator() = default;
 
+void Communicator::fail(const std::string& what, const std::exception& e) const {
+  throw Error(ErrorCode::kUnavailable, "collective " + what + " failed on rank " + std::to_string(options_.rank) +
+                                        " (a peer died or timed out after " + std::to_string(options_.timeout_seconds) +
+                                        " s): " + e.what());
+}
+
+void Communicator::count(const std::string& op, int64_t bytes, double seconds, int64_t calls) {
+  stats_.bytes += bytes;
+  stats_.seconds += seconds;
+  stats_.calls += calls;
+  auto& o = stats_.by_op[op];
+  o.bytes += bytes;
+  o.seconds += seconds;
+  o.calls += calls;
+}
+
 void Communicator::wait(const std::string& what, const std::function<void()>& op, int64_t bytes) {
   const auto start = std::chrono::steady_clock::now();
   try {
     op();
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::kUnavailable, "collective " + what + " failed on rank " + std::to_string(rank()) +
-                                          " (a peer died or timed out after " + std::to_string(options_.timeout_seconds) +
-                                          " s): " + e.what());
+    fail(what, e);
   }
-  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  stats_.bytes += bytes;
-  stats_.calls += 1;
+  count(what, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1);
 }
 
 namespace {
@@ -206,6 +218,98 @@ std::string Communicator::broadcast_bytes(const std::string& bytes, int root) {
 void Communicator::barrier() {
   if (world_size() == 1) return;
   wait("barrier", [&] { group_->barrier()->wait(); }, 0);
+}
+
+struct BucketedSum::Bucket {
+  int root = -1;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  std::vector<torch::Tensor> tensors;  // where the sums go back
+  int64_t bytes = 0;
+  torch::Tensor flat;
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+BucketedSum::BucketedSum(Communicator& comm, int64_t bucket_bytes)
+    : comm_(comm), bucket_bytes_(std::max<int64_t>(bucket_bytes, 1)) {}
+
+BucketedSum::~BucketedSum() = default;
+
+void BucketedSum::add(const torch::Tensor& tensor, int root) {
+  if (comm_.world_size() == 1) return;
+  TORCH_CHECK(root < comm_.world_size(), "BucketedSum: root ", root, " outside the ", comm_.world_size(), " ranks");
+  const int r = root < 0 ? -1 : root;
+  Bucket* bucket = nullptr;
+  for (auto& b : open_) {
+    if (b->root == r && b->dtype == tensor.scalar_type()) bucket = b.get();
+  }
+  if (bucket == nullptr) {
+    open_.push_back(std::make_unique<Bucket>());
+    bucket = open_.back().get();
+    bucket->root = r;
+    bucket->dtype = tensor.scalar_type();
+  }
+  bucket->tensors.push_back(tensor);
+  bucket->bytes += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  if (bucket->bytes >= bucket_bytes_) {
+    for (auto it = open_.begin(); it != open_.end(); ++it) {
+      if (it->get() == bucket) {
+        auto owned = std::move(*it);
+        open_.erase(it);
+        launch(*owned);
+        inflight_.push_back(std::move(owned));
+        break;
+      }
+    }
+  }
+}
+
+void BucketedSum::launch(Bucket& b) {
+  torch::NoGradGuard no_grad;
+  b.flat = Flatten(b.tensors);
+  std::vector<at::Tensor> io{b.flat};
+  const int64_t bytes = b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
+  const std::string what = b.root < 0 ? "all_reduce" : "reduce";
+  try {
+    if (b.root < 0) {
+      b.work = comm_.group_->allreduce(io);
+    } else {
+      c10d::ReduceOptions ro;
+      ro.rootRank = b.root;
+      b.work = comm_.group_->reduce(io, ro);
+    }
+  } catch (const std::exception& e) {
+    comm_.fail(what, e);
+  }
+  comm_.count(what, bytes, 0.0, 1);
+  launched_ += 1;
+  bytes_launched_ += bytes;
+}
+
+void BucketedSum::flush() {
+  // Launched in the order the buckets were opened: the same on every rank.
+  for (auto& b : open_) {
+    launch(*b);
+    inflight_.push_back(std::move(b));
+  }
+  open_.clear();
+}
+
+void BucketedSum::finish() {
+  flush();
+  torch::NoGradGuard no_grad;
+  for (auto& b : inflight_) {
+    const std::string what = b->root < 0 ? "all_reduce" : "reduce";
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      b->work->wait();
+    } catch (const std::exception& e) {
+      comm_.fail(what, e);
+    }
+    comm_.count(what, 0, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0);
+    if (b->root < 0 || b->root == comm_.rank()) Unflatten(b->flat, b->tensors);
+    b.reset();  // frees the flat copy at once
+  }
+  inflight_.clear();
 }
 
 }  // namespace streambp

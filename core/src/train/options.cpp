@@ -153,6 +153,7 @@ void TrainerOptions::Validate() const {
   if (engine.key_chunk < 0) throw InvalidArgument("engine.key_chunk must be >= 0 (0 = default)");
   if (micro_batch_tokens < 0) throw InvalidArgument("micro_batch_tokens must be >= 0 (0 = whole batch)");
   if (max_sequence_length < 0) throw InvalidArgument("max_sequence_length must be >= 0 (0 = no limit)");
+  if (grad_bucket_bytes < 0) throw InvalidArgument("grad_bucket_bytes must be >= 0 (0 = default)");
 }
 
 TrainerOptions TrainerOptions::FromJson(const json& j) {
@@ -168,6 +169,9 @@ TrainerOptions TrainerOptions::FromJson(const json& j) {
               {"max_sequence_length",
                [&](const json& v, const std::string& k) { o.max_sequence_length = Integer(v, k); }},
               {"reference", [&](const json& v, const std::string& k) { o.reference = ReadReference(v, k); }},
+              {"overlap_grad_reduce",
+               [&](const json& v, const std::string& k) { o.overlap_grad_reduce = Bool(v, k); }},
+              {"grad_bucket_bytes", [&](const json& v, const std::string& k) { o.grad_bucket_bytes = Integer(v, k); }},
               {"seed", [&](const json& v, const std::string& k) {
                  if (!v.is_number_unsigned())
                    throw InvalidArgument("trainer options: '" + k + "' must be an integer >= 0");
@@ -185,6 +189,8 @@ json TrainerOptions::ToJson() const {
           {"micro_batch_tokens", micro_batch_tokens},
           {"max_sequence_length", max_sequence_length},
           {"reference", reference.ToJson()},
+          {"overlap_grad_reduce", overlap_grad_reduce},
+          {"grad_bucket_bytes", grad_bucket_bytes},
           {"seed", seed}};
 }
 

@@ -80,6 +80,7 @@ std::unique_ptr<Trainer> Trainer::Create(CausalLM model, const TrainerOptions& o
 double Trainer::current_lr() const { return options_.optimizer.lr * LrMultiplier(options_.schedule, step_); }
 
 void Trainer::zero_gradients() {
+  overlapped_.reset();  // abandons a sum in flight (a failed step)
   ZeroGradients(*model_);
   pending_ = false;
   nonfinite_loss_ = false;
@@ -119,6 +120,11 @@ std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequenc
 
 StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Objective& objective,
                                      const EngineOptions* engine) {
+  return run_step(sequences, objective, engine, /*overlap=*/false);
+}
+
+StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& objective,
+                             const EngineOptions* engine, bool overlap) {
   // Everything that can be refused is refused before any computation.
   ValidateSequences(sequences, model_->config().vocab_size, options_.max_sequence_length);
   const EngineOptions& engine_options = engine ? *engine : options_.engine;
@@ -149,7 +155,23 @@ StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Obj
     const auto micro_batches = step->empty() ? std::vector<std::vector<size_t>>{}
                                              : SplitMicroBatches(*step, options_.layout, options_.micro_batch_tokens);
     pending_ = true;
-    for (const auto& indices : micro_batches) {
+    // Overlap: the last micro-batch's backward finishes each layer's gradients for the
+    // step; its hook starts their sum over the ranks while earlier layers run.
+    EngineOptions last_options = engine_options;
+    if (overlap) {
+      overlapped_ = std::make_unique<BucketedSum>(
+          *comm_, options_.grad_bucket_bytes > 0 ? options_.grad_bucket_bytes : kDefaultGradBucketBytes);
+      overlapped_groups_.assign(model_->layer_list.size() + 1, false);
+      overlapped_in_backward_ = 0;
+      last_options.on_grads_ready = [this, user = engine_options.on_grads_ready](int64_t layer) {
+        if (user) user(layer);
+        const int64_t before = overlapped_->buckets_launched();
+        add_to_overlapped(layer);
+        if (layer >= 0) overlapped_in_backward_ += overlapped_->buckets_launched() - before;
+      };
+    }
+    for (size_t m = 0; m < micro_batches.size(); ++m) {
+      const auto& indices = micro_batches[m];
       Batch batch;
       if (micro_batches.size() == 1) {
         batch = MakeBatch(*step, options_.layout);
@@ -160,12 +182,16 @@ StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Obj
         batch = MakeBatch(part, options_.layout);
       }
       pending_ = true;  // from here on the model may carry gradients of this step
-      const auto r = ForwardBackward(model_, batch, objective, engine_options);
+      const bool last = m + 1 == micro_batches.size();
+      const auto r = ForwardBackward(model_, batch, objective, last ? last_options : engine_options);
       total.loss += r.loss;
       total.targets += r.targets;
       total.tokens += r.tokens;
       if (!std::isfinite(r.loss)) nonfinite_loss_ = true;
     }
+    // An engine that did not call the hook for everything (or an empty shard): the rest
+    // now, in the same order as the hook, so that every rank launches the same buckets.
+    if (overlap) add_to_overlapped(-1);
     total.metrics = objective.finish();
     if (comm_ && comm_->world_size() > 1) {
       total.loss = comm_->all_reduce_scalar(total.loss);
@@ -192,7 +218,36 @@ OptimResult Trainer::optim_step() {
   const bool distributed = comm_ && comm_->world_size() > 1;
   if (distributed) {
     nonfinite_loss_ = comm_->all_reduce_scalar(nonfinite_loss_ ? 1.0 : 0.0, /*max=*/true) > 0;
-    reduce_gradients();
+    const auto before = comm_->stats();
+    last_reduce_ = GradReduceInfo{};
+    try {
+      if (overlapped_) {
+        last_reduce_.overlapped = true;
+        last_reduce_.buckets = overlapped_->buckets_launched();
+        last_reduce_.buckets_in_backward = overlapped_in_backward_;
+        last_reduce_.bytes = overlapped_->bytes_launched();
+        overlapped_->finish();
+        overlapped_.reset();
+        if (comm_->options().zero_stage >= 2) {
+          for (auto& [name, p] : model_->named_hf_parameters()) {
+            if (owner_.at(name) != comm_->rank()) p.mutable_grad() = torch::Tensor();
+          }
+        }
+      } else {
+        reduce_gradients();
+        for (const char* op : {"all_reduce", "reduce"}) {
+          auto now = comm_->stats().by_op.find(op);
+          if (now == comm_->stats().by_op.end()) continue;
+          auto was = before.by_op.find(op);
+          last_reduce_.buckets += now->second.calls - (was == before.by_op.end() ? 0 : was->second.calls);
+          last_reduce_.bytes += now->second.bytes - (was == before.by_op.end() ? 0 : was->second.bytes);
+        }
+      }
+    } catch (...) {
+      zero_gradients();
+      throw;
+    }
+    last_reduce_.wait_seconds = comm_->stats().seconds - before.seconds;
   }
   // Total L2 norm as torch.nn.utils.clip_grad_norm_ computes it (norm of the per-tensor
   // norms), in float64. With ZeRO-2 each rank holds only its owned gradients: the squares
@@ -292,6 +347,43 @@ std::vector<size_t> Trainer::local_shard(const std::vector<Sequence>& sequences)
   return mine;
 }
 
+namespace {
+
+// The decoder layer of an HF parameter name ("model.layers.3.mlp.up_proj.weight" -> 3),
+// -1 for the others (embedding, final norm, lm_head).
+int64_t LayerOf(const std::string& name) {
+  static const std::string kPrefix = "model.layers.";
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  const auto dot = name.find('.', kPrefix.size());
+  if (dot == std::string::npos) return -1;
+  return std::stoll(name.substr(kPrefix.size(), dot - kPrefix.size()));
+}
+
+}  // namespace
+
+void Trainer::add_to_overlapped(int64_t layer) {
+  const int64_t layers = static_cast<int64_t>(model_->layer_list.size());
+  auto params = model_->named_hf_parameters();
+  auto add_group = [&](int64_t group) {  // group `layers`: the parameters outside the layers
+    if (overlapped_groups_[group]) return;
+    overlapped_groups_[group] = true;
+    for (auto& [name, p] : params) {
+      const int64_t l = LayerOf(name);
+      if ((l < 0 || l >= layers ? layers : l) != group) continue;
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // unused: zeros
+      overlapped_->add(p.grad(), comm_->options().zero_stage >= 2 ? owner_.at(name) : -1);
+    }
+  };
+  if (layer >= 0 && layer < layers) {
+    add_group(layer);
+    return;
+  }
+  // The rest, in the hook's order (decreasing layers, then the others).
+  for (int64_t l = layers - 1; l >= 0; --l) add_group(l);
+  add_group(layers);
+  overlapped_->flush();
+}
+
 // Sums the step's gradients over the ranks: one all-reduce per bucket (ZeRO-2: a reduce
 // to each parameter's owner, the others drop theirs). Missing gradients count as zeros.
 void Trainer::reduce_gradients() {
@@ -316,7 +408,8 @@ void Trainer::reduce_gradients() {
 TrainResult Trainer::train_step(const std::vector<Sequence>& sequences, Objective& objective,
                                 const EngineOptions* engine) {
   TrainResult r;
-  r.forward = forward_backward(sequences, objective, engine);
+  const bool overlap = comm_ && comm_->world_size() > 1 && options_.overlap_grad_reduce;
+  r.forward = run_step(sequences, objective, engine, overlap);
   r.optim = optim_step();
   return r;
 }
