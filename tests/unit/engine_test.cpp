@@ -4,6 +4,7 @@
 
 #include "streambp/engine.h"
 #include "streambp/error.h"
+#include "streambp/estimate.h"
 #include "streambp/gradients.h"
 #include "streambp/memory.h"
 #include "test_util/fixtures.h"
@@ -243,6 +244,32 @@ TEST_F(EngineMemory, OutOfMemoryInBackwardFreesItsBuffers) {
     auto objective = MakeSftObjective({});
     EXPECT_NO_THROW(ForwardBackward(model, batch, *objective, options)) << EngineName(kind);
     ZeroGradients(*model);
+  }
+}
+
+// The analytic estimate the server refuses steps with (and picks chunk sizes by) tracks
+// the measured peak of every engine: it may be conservative but never far below.
+TEST_F(EngineMemory, EstimateTracksMeasuredPeak) {
+  auto config = PresetConfig("tiny");
+  config.vocab_size = 4096;  // so that the logits weigh as they do in real models
+  auto model = InitModel(config, 0, torch::kFloat32);
+  for (int64_t T : {512, 2048}) {
+    auto batch = MakeBatch(RandomSequences({T, T}, config.vocab_size, 4), Layout::kRightPad);
+    for (const EngineOptions& options : {EngineOptions{EngineKind::kFull}, EngineOptions{EngineKind::kCheckpoint},
+                                         EngineOptions{EngineKind::kCheckpoint, 0, 256},
+                                         EngineOptions{EngineKind::kStream, 256, 256, false, 256},
+                                         EngineOptions{EngineKind::kStream, 128, 512, false, 1024}}) {
+      if (options.kind == EngineKind::kFull && T > 512) continue;
+      const auto estimate = EstimateStepMemory(config, torch::kFloat32, 2, T, options, "none");
+      const int64_t measured = Peak(model, batch, options) - estimate.gradient_bytes;
+      const double ratio = static_cast<double>(estimate.activation_bytes) / static_cast<double>(measured);
+      std::printf("T=%lld %s chunk %lld logits %lld keys %lld: measured %.1f MiB, estimate %.1f MiB (%.2fx)\n",
+                  (long long)T, EngineName(options.kind).c_str(), (long long)estimate.chunk,
+                  (long long)estimate.logits_chunk, (long long)estimate.key_chunk, measured / 1048576.0,
+                  estimate.activation_bytes / 1048576.0, ratio);
+      EXPECT_GE(ratio, 0.9) << "T=" << T << " " << EngineName(options.kind);
+      EXPECT_LE(ratio, 2.5) << "T=" << T << " " << EngineName(options.kind);
+    }
   }
 }
 

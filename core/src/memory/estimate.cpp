@@ -29,13 +29,16 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   m.chunk = chunks.chunk;
   m.logits_chunk = chunks.logits_chunk;
   const int64_t lc = chunks.logits_chunk;
-  // lm_head + loss of one logits chunk: logits, their gradient and the softmax, at f bytes.
-  const int64_t head = 3 * B * lc * V * f + 2 * B * lc * d * e;
+  // lm_head + loss of one logits chunk: logits, log-softmax, their gradients, at f bytes
+  // (streambp-bench measured ~4 B x lc x V tensors alive at the head's peak).
+  const int64_t head = 4 * B * lc * V * f + 2 * B * lc * d * e;
   // One layer's graph for q positions against k keys visited in tiles of `tile`: scores,
   // probabilities and their gradient for one tile (f bytes), the mask over all k keys,
   // Q/attention output/MLP activations, and `kv_copies` B x k x d_kv buffers of keys.
   auto layer_graph = [&](int64_t q, int64_t k, int64_t tile, int64_t kv_copies) {
-    const int64_t attention = 3 * B * H * q * tile * f + B * q * k;
+    // Materialized: scores, masked scores, probabilities and a gradient (4, as measured);
+    // tiled: one tile's scores/probabilities and its gradient (3).
+    const int64_t attention = (tile < k ? 3 : 4) * B * H * q * tile * f + B * q * k;
     const int64_t mlp = 5 * B * q * F * e;
     const int64_t projections = B * q * (6 * d + 3 * qd) * e + kv_copies * B * k * kvd * e;
     return attention + mlp + projections;
