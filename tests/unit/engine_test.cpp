@@ -7,6 +7,7 @@
 #include "streambp/estimate.h"
 #include "streambp/gradients.h"
 #include "streambp/memory.h"
+#include "streambp/sampler.h"
 #include "test_util/fixtures.h"
 
 namespace streambp {
@@ -163,6 +164,38 @@ TEST(EngineInputs, BadBatchIsRejectedBeforeAnythingRuns) {
   for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
   Batch empty;
   EXPECT_THROW(ForwardBackward(model, empty, *objective, {EngineKind::kFull}), InvalidArgument);
+}
+
+// Sampling with a prompt longer than a chunk: the prefill runs chunk by chunk with key
+// tiles (prompts of 1300 and 700 tokens: three chunks, the last one tiled), and the
+// sampled tokens' log-probabilities equal TokenLogprobs of prompt + completion (float64).
+TEST(Sampler, LongPromptPrefillIsExact) {
+  auto config = TinyConfig("qwen3");
+  auto model = RandomModel(config, 5, torch::kFloat64);
+  auto seqs = RandomSequences({1300, 700}, config.vocab_size, 8);
+  std::vector<std::vector<int64_t>> prompts{seqs[0].tokens, seqs[1].tokens};
+  SampleOptions options;
+  options.n = 2;
+  options.max_tokens = 4;
+  options.seed = 3;
+  const auto samples = SampleCompletions(model, prompts, options);
+  ASSERT_EQ(samples.size(), 4u);
+  std::vector<Sequence> full;
+  for (const auto& c : samples) {
+    Sequence s;
+    s.tokens = prompts[c.prompt_index];
+    s.tokens.insert(s.tokens.end(), c.tokens.begin(), c.tokens.end());
+    s.loss_mask.assign(s.tokens.size(), 1);
+    full.push_back(s);
+  }
+  auto logprobs = TokenLogprobs(model, MakeBatch(full, Layout::kRightPad));
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const int64_t plen = static_cast<int64_t>(prompts[samples[i].prompt_index].size());
+    ASSERT_EQ(samples[i].logprobs.size(), samples[i].tokens.size());
+    for (size_t t = 0; t < samples[i].tokens.size(); ++t) {
+      EXPECT_NEAR(samples[i].logprobs[t], logprobs[i][plen - 1 + t].item<double>(), 1e-9) << i << " " << t;
+    }
+  }
 }
 
 // Peak tracked bytes on a sequence long enough to matter, measured in the same run.

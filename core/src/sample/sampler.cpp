@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "streambp/engine.h"
 #include "streambp/error.h"
 
 namespace streambp {
@@ -53,18 +54,30 @@ std::vector<SampledCompletion> SampleCompletions(CausalLM& model, const std::vec
   ids = ids.to(device);
   pos = pos.to(device);
   valid = valid.to(device);
-  // Prefill: causal over real tokens; a padding query sees only itself.
-  auto q_idx = torch::arange(L, torch::TensorOptions().dtype(torch::kInt64).device(device));
-  auto causal = q_idx.view({1, -1}) <= q_idx.view({-1, 1});                 // [L(q), L(k)]
-  auto mask = causal.unsqueeze(0) & valid.unsqueeze(1);                      // [P, q, k]
-  auto self = torch::eye(L, torch::TensorOptions().dtype(torch::kBool).device(device)).unsqueeze(0);
-  mask = mask | (self & valid.logical_not().unsqueeze(2));
+  // Prefill, chunk by chunk over the queries and tile by tile over the keys (as StreamBP's
+  // forward), so a long prompt never materializes L x L scores: causal over real tokens,
+  // a padding query sees only itself.
+  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  auto chunk_mask = [&](int64_t s, int64_t e) {  // [P, e - s, e]
+    auto qi = torch::arange(s, e, opts).view({-1, 1});
+    auto kj = torch::arange(0, e, opts).view({1, -1});
+    auto allowed = (kj <= qi).unsqueeze(0) & valid.slice(1, 0, e).unsqueeze(1);
+    auto self = (kj == qi).unsqueeze(0) & valid.slice(1, s, e).logical_not().unsqueeze(2);
+    return allowed | self;
+  };
   auto x = m.embed(ids);
   auto rope = m.rotary().tables(pos, x);
   std::vector<KeysValues> cache;
   for (auto& layer : m.layer_list) {
     auto kv = layer->keys_values(x, rope);
-    x = layer->forward_queries(x, rope, kv, mask);
+    auto y = torch::empty_like(x);
+    for (int64_t s = 0; s < L; s += kDefaultChunk) {
+      const int64_t e = std::min(L, s + kDefaultChunk);
+      Rope rope_q{rope.cos.slice(1, s, e), rope.sin.slice(1, s, e)};
+      KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
+      y.slice(1, s, e).copy_(layer->forward_queries(x.slice(1, s, e), rope_q, prefix, chunk_mask(s, e), kDefaultKeyChunk));
+    }
+    x = y;
     cache.push_back(kv);
   }
   auto logits = m.logits(x.slice(1, L - 1, L)).squeeze(1);  // [P, V]
