@@ -62,7 +62,8 @@ struct Run {
   double model_flops = 0;  ///< 3 x forward with causal attention (the same for every engine)
   double gflops = 0;       ///< flops / step_seconds / 1e9
   double loss = 0;
-  int64_t chunk = 0, logits_chunk = 0;
+  int64_t chunk = 0, logits_chunk = 0, key_chunk = 0;  ///< what the engine used
+  int64_t predicted_key_chunk = 0;                     ///< the key chunk the estimate assumed
 };
 
 /// Analytic FLOPs of one training step of `variant` (GEMMs and attention matmuls only).
@@ -105,12 +106,42 @@ struct SearchResult {
   int64_t first_oom = 0;    ///< the smallest length seen to fail
   int64_t probes = 0;
   double seconds = 0;
-  int64_t chunk = 0, logits_chunk = 0;  ///< stream: chunks used at max_seq_len
+  int64_t chunk = 0, logits_chunk = 0, key_chunk = 0;  ///< stream: chunks used at max_seq_len
   bool capped = false;                  ///< reached `max_len` without failing
   std::vector<Run> runs;                ///< every probe, in order
 };
 SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int64_t start, int64_t max_len,
                              double tol, bool auto_chunks, int64_t align);
+
+/// Data parallel (issue 7): a few Trainer steps (train_step: forward, backward, gradient
+/// sum, clipping, AdamW) of one global batch on N processes over loopback Gloo, started from
+/// this executable with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and STREAMBP_ZERO_STAGE
+/// like any PyTorch job. Every rank reports per step: collective payload bytes per op
+/// (Communicator::stats()), seconds spent waiting in collectives, step seconds, the
+/// gradient sum's buckets (and how many started during the backward), the bytes it wrote
+/// to its sockets (/proc/self/io), and its final weights' hash.
+struct DistPlan {
+  std::string model_dir, preset = "small", dtype = "float32", optimizer = "adamw";
+  uint64_t seed = 0;
+  Workload workload;                ///< objective and global batch (sharded over the ranks)
+  EngineOptions engine;             ///< the stream engine and its chunk sizes
+  int64_t seq_len = 1024;
+  int64_t warmup = 1, steps = 3;    ///< untimed and timed steps
+  int64_t micro_batch_tokens = 0;   ///< TrainerOptions::micro_batch_tokens
+  int64_t grad_bucket_bytes = 0;    ///< TrainerOptions::grad_bucket_bytes (0 = default)
+  int threads = 1;                  ///< threads of the whole job: each of N ranks gets threads / N
+  std::vector<int> world_sizes{1, 2};
+  std::vector<int> zero_stages{0};  ///< for N > 1; each with overlap on and off
+};
+/// The rank process (RANK etc. from the environment): runs the steps and writes
+/// dir/rank<r>.json (rank 0 also dir/weights.pt). Returns the exit status.
+int RunDistWorker(const DistPlan& plan, const std::string& dir, bool overlap);
+/// The parent: for each world size, ZeRO stage and overlap mode starts the ranks as
+/// `args` + worker flags, prints a table row and returns the rows (the "distributed" runs).
+nlohmann::json RunDistributed(const DistPlan& plan, const std::vector<std::string>& args);
+/// Problems of a "distributed" section (ranks that differ, a gradient not summed exactly
+/// once per step, a single process that communicated); empty = fine.
+std::vector<std::string> CheckDistributed(const nlohmann::json& distributed);
 
 /// Output.
 nlohmann::json RunJson(const Run& r);

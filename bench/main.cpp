@@ -18,6 +18,7 @@
 #include "streambp/memory.h"
 #include "streambp/objective.h"
 #include "streambp/runtime.h"
+#include "streambp/trainer.h"
 
 using namespace streambp;
 using namespace streambp::bench;
@@ -29,7 +30,7 @@ struct Args {
   uint64_t seed = 0;
   std::vector<std::string> engines{"full", "checkpoint", "stream"};
   std::vector<int64_t> seq_lens{1024, 2048, 4096, 8192, 16384};
-  int64_t batch = 1, repeat = 3, warmup = 1, chunk = 0, logits_chunk = kDefaultLogitsChunk;
+  int64_t batch = 1, repeat = 3, warmup = 1, chunk = 0, logits_chunk = kDefaultLogitsChunk, key_chunk = 0;
   std::string budget = "1GiB", mem_limit = "auto";
   bool no_search = false, no_sweep = false, quick = false, check = false;
   std::string search_chunks = "auto";
@@ -38,6 +39,13 @@ struct Args {
   int64_t ablation_seq_len = 8192, gemm_n = 2048;
   std::string json_path, plot_path, replot;
   int threads = 0;
+  // Data parallel mode (--world-sizes).
+  std::vector<int> world_sizes, zero_stages{0};
+  int64_t micro_batch_tokens = 0;
+  std::string grad_bucket = "0";
+  std::string dist_worker;  // set in the rank processes the mode starts
+  int dist_overlap = 1;
+  int64_t dist_seq_len = 0;
 };
 
 int64_t ParseBytes(const std::string& text) {
@@ -79,23 +87,31 @@ std::string CpuModel() {
 
 double Mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
+// The engine options of one variant (full and checkpoint never tile keys: key_chunk is
+// passed on and resolves to T for them).
+EngineOptions Engine(const Args& a, EngineKind kind, int64_t chunk, int64_t logits_chunk) {
+  EngineOptions o{kind, chunk, logits_chunk};
+  o.key_chunk = a.key_chunk;
+  return o;
+}
+
 std::vector<Variant> MakeVariants(const Args& a) {
   std::vector<Variant> out;
   for (const auto& e : a.engines) {
     // checkpoint runs both baselines; checkpoint:materialized / checkpoint:chunked one of them.
     if (e == "checkpoint:materialized" || e == "checkpoint:chunked") {
       const bool chunked = e == "checkpoint:chunked";
-      out.push_back({"checkpoint", chunked, {EngineKind::kCheckpoint, 0, chunked ? a.logits_chunk : 0}});
+      out.push_back({"checkpoint", chunked, Engine(a, EngineKind::kCheckpoint, 0, chunked ? a.logits_chunk : 0)});
       continue;
     }
     const auto kind = ParseEngine(e);
     if (kind == EngineKind::kFull) {
-      out.push_back({"full", false, {kind, 0, 0}});
+      out.push_back({"full", false, Engine(a, kind, 0, 0)});
     } else if (kind == EngineKind::kCheckpoint) {
-      out.push_back({"checkpoint", false, {kind, 0, 0}});
-      out.push_back({"checkpoint", true, {kind, 0, a.logits_chunk}});
+      out.push_back({"checkpoint", false, Engine(a, kind, 0, 0)});
+      out.push_back({"checkpoint", true, Engine(a, kind, 0, a.logits_chunk)});
     } else {
-      out.push_back({"stream", true, {kind, a.chunk, a.logits_chunk}});
+      out.push_back({"stream", true, Engine(a, kind, a.chunk, a.logits_chunk)});
     }
   }
   return out;
@@ -108,20 +124,24 @@ const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t 
   return nullptr;
 }
 
+// chunk, logits, key: what the engine used; est.key: the key chunk the estimate assumed.
 void PrintRunHeader() {
-  std::printf("%-28s %6s %3s %6s %6s %10s %10s %10s %6s %9s %9s %8s %7s\n", "engine", "T", "B", "chunk", "logits",
-              "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s", "GFLOP/s", "%GEMM");
+  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s\n", "engine", "T", "B", "chunk",
+              "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s", "GFLOP/s",
+              "%GEMM");
 }
 
 void PrintRun(const Run& r, double gemm) {
   if (r.oom) {
-    std::printf("%-28s %6lld %3lld %6lld %6lld  OOM%s\n", r.variant.label().c_str(), (long long)r.seq_len,
-                (long long)r.batch, (long long)r.chunk, (long long)r.logits_chunk,
+    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld  OOM%s\n", r.variant.label().c_str(), (long long)r.seq_len,
+                (long long)r.batch, (long long)r.chunk, (long long)r.logits_chunk, (long long)r.key_chunk,
+                (long long)r.predicted_key_chunk,
                 r.oom_predicted ? " (predicted by the estimate; not run)" : " (budgeted allocator refused)");
   } else {
-    std::printf("%-28s %6lld %3lld %6lld %6lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%%\n",
+    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%%\n",
                 r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,
-                (long long)r.logits_chunk, Mib(r.peak_bytes), Mib(r.activation_bytes),
+                (long long)r.logits_chunk, (long long)r.key_chunk, (long long)r.predicted_key_chunk,
+                Mib(r.peak_bytes), Mib(r.activation_bytes),
                 Mib(r.predicted_activation_bytes),
                 static_cast<double>(r.predicted_activation_bytes) / std::max<int64_t>(1, r.activation_bytes),
                 r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm);
@@ -130,6 +150,26 @@ void PrintRun(const Run& r, double gemm) {
 }
 
 std::string Verdict(bool met) { return met ? "MET" : "MISSED"; }
+
+DistPlan MakeDistPlan(const Args& a, int64_t seq_len) {
+  DistPlan p;
+  p.model_dir = a.model_dir;
+  p.preset = a.preset;
+  p.dtype = a.dtype;
+  p.optimizer = a.optimizer;
+  p.seed = a.seed;
+  p.workload = {a.objective, a.batch, 1};
+  p.engine = Engine(a, EngineKind::kStream, a.chunk, a.logits_chunk);
+  p.seq_len = seq_len;
+  p.warmup = a.warmup;
+  p.steps = a.repeat;
+  p.micro_batch_tokens = a.micro_batch_tokens;
+  p.grad_bucket_bytes = ParseBytes(a.grad_bucket);
+  p.threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  p.world_sizes = a.world_sizes;
+  p.zero_stages = a.zero_stages;
+  return p;
+}
 
 }  // namespace
 
@@ -152,6 +192,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", a.warmup, "untimed steps per point before the timed ones")->check(CLI::NonNegativeNumber);
   app.add_option("--chunk", a.chunk, "stream: query positions per chunk (0 = default 512)");
   app.add_option("--logits-chunk", a.logits_chunk, "positions per logits chunk of the chunked-logits variants");
+  app.add_option("--key-chunk", a.key_chunk,
+                 "stream: keys per attention tile (0 = default " + std::to_string(kDefaultKeyChunk) + ")")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--optimizer", a.optimizer, "optimizer whose state is counted: adamw | sgd | none")
       ->check(CLI::IsMember({"adamw", "sgd", "none"}));
   app.add_option("--mem-limit", a.mem_limit,
@@ -171,7 +214,22 @@ int main(int argc, char** argv) {
   app.add_option("--replot", a.replot, "only draw --plot from a JSON report written earlier (budget line from --budget)");
   app.add_flag("--quick", a.quick, "CI smoke test: tiny model, short lengths, one repeat");
   app.add_flag("--check", a.check, "assert the report is complete and memory is ordered stream < checkpoint < full");
-  app.add_option("--threads", a.threads, "LibTorch threads (0 = number of cores)");
+  app.add_option("--threads", a.threads, "LibTorch threads (0 = number of cores); data parallel: of the whole job");
+  app.add_option("--world-sizes", a.world_sizes,
+                 "data-parallel mode: train steps on N processes over loopback Gloo for each N (e.g. 1,2); "
+                 "only this runs (first --seq-lens, --batch is the global batch, --repeat timed steps)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--zero-stages", a.zero_stages, "data-parallel mode: ZeRO stages for N > 1 (0, 1, 2)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 2));
+  app.add_option("--micro-batch-tokens", a.micro_batch_tokens,
+                 "data-parallel mode: padded tokens per micro-batch (0 = the rank's whole shard at once)");
+  app.add_option("--grad-bucket", a.grad_bucket,
+                 "data-parallel mode: bytes per overlapped gradient bucket (0 = default 25MiB)");
+  app.add_option("--dist-worker", a.dist_worker, "internal: run as a rank, write results to this folder")->group("");
+  app.add_option("--dist-overlap", a.dist_overlap, "internal")->group("");
+  app.add_option("--dist-seq-len", a.dist_seq_len, "internal")->group("");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -209,7 +267,13 @@ int main(int argc, char** argv) {
       if (app.count("--search-start") == 0) a.search_start = 128;
       if (app.count("--search-tol") == 0) a.search_tol = 0.05;
       if (app.count("--gemm-n") == 0) a.gemm_n = 512;
+      if (app.count("--key-chunk") == 0) a.key_chunk = 128;  // T=512 runs tile by tile
     }
+    if (!a.world_sizes.empty() && app.count("--batch") == 0) {
+      // Two sequences per rank at the largest N (a rank without one would only add zeros).
+      a.batch = 2 * *std::max_element(a.world_sizes.begin(), a.world_sizes.end());
+    }
+    if (!a.dist_worker.empty()) return RunDistWorker(MakeDistPlan(a, a.dist_seq_len), a.dist_worker, a.dist_overlap != 0);
     ConfigureThreads(a.threads);
     RegisterBuiltinObjectives();
     Context ctx;
@@ -270,10 +334,55 @@ int main(int argc, char** argv) {
       return s;
     }();
 
+    auto write_json = [&] {
+      if (a.json_path.empty()) return;
+      std::ofstream out(a.json_path);
+      out << report.dump(2) << "\n";
+      out.close();
+      if (!out) throw std::runtime_error("cannot write " + a.json_path);
+      std::printf("\njson: %s\n", a.json_path.c_str());
+    };
+
+    if (!a.world_sizes.empty()) {
+      const int64_t T = a.seq_lens.front();
+      const auto plan = MakeDistPlan(a, T);
+      const auto resolved = ResolveChunks(plan.engine, T);
+      std::printf("== data parallel: %s, stream (chunk %lld, logits chunk %lld, key chunk %lld), T=%lld, global batch %lld, "
+                  "micro-batch tokens %lld; train_step (forward, backward, gradient sum, clip, %s); %lld warm-up + %lld "
+                  "timed steps; N processes on loopback Gloo, %d threads in all (threads / N per rank)\n",
+                  a.objective.c_str(), (long long)resolved.chunk, (long long)resolved.logits_chunk,
+                  (long long)resolved.key_chunk, (long long)T, (long long)a.batch, (long long)a.micro_batch_tokens,
+                  plan.optimizer.c_str(), (long long)plan.warmup, (long long)plan.steps, plan.threads);
+      std::printf("   step s: median over steps of the slowest rank; comm s: waiting in any collective; grad s: waiting for the "
+                  "gradient sum; grad MiB: its payload; bkts(bwd): its buckets (started during the backward); ring MiB: "
+                  "bytes a rank sends per step under ring/chain algorithms; sent MiB: bytes a rank wrote to its sockets "
+                  "(/proc/self/io); same: identical weights on every rank; vs N=1: max relative weight difference\n");
+      std::vector<std::string> args(argv, argv + argc);
+      args.insert(args.end(), {"--dist-seq-len", std::to_string(T)});
+      report["distributed"] = {{"seq_len", T},
+                               {"engine", EngineOptionsToJson(plan.engine)},
+                               {"global_batch", a.batch},
+                               {"micro_batch_tokens", a.micro_batch_tokens},
+                               {"grad_bucket_bytes", plan.grad_bucket_bytes > 0 ? plan.grad_bucket_bytes : kDefaultGradBucketBytes},
+                               {"threads", plan.threads},
+                               {"runs", RunDistributed(plan, args)}};
+      write_json();
+      if (a.check) {
+        const auto problems = CheckDistributed(report["distributed"]);
+        for (const auto& p : problems) std::printf("check: FAIL: %s\n", p.c_str());
+        if (!problems.empty()) return 1;
+        std::printf("check: PASS (identical weights on every rank; the whole gradient summed once per step)\n");
+      }
+      return 0;
+    }
+
     const auto variants = MakeVariants(a);
     std::vector<Run> runs;
     if (!a.no_sweep) {
-      std::printf("== sweep: %lld warm-up + %lld timed step(s) per point\n", (long long)a.warmup, (long long)a.repeat);
+      std::printf("== sweep: %lld warm-up + %lld timed step(s) per point; stream chunk %lld, logits chunk %lld, key chunk %lld%s\n",
+                  (long long)a.warmup, (long long)a.repeat, (long long)(a.chunk > 0 ? a.chunk : kDefaultChunk),
+                  (long long)a.logits_chunk, (long long)(a.key_chunk > 0 ? a.key_chunk : kDefaultKeyChunk),
+                  a.key_chunk > 0 ? "" : " (default)");
       PrintRunHeader();
       for (int64_t T : a.seq_lens) {
         for (const auto& v : variants) {
@@ -292,7 +401,7 @@ int main(int argc, char** argv) {
       std::printf("\n== ablation: K/V once per layer vs prefix recompute per chunk, T=%lld\n",
                   (long long)a.ablation_seq_len);
       PrintRunHeader();
-      Variant once{"stream", true, {EngineKind::kStream, a.chunk, a.logits_chunk}};
+      Variant once{"stream", true, Engine(a, EngineKind::kStream, a.chunk, a.logits_chunk)};
       Variant prefix = once;
       prefix.options.recompute_kv_per_chunk = true;
       for (const auto& v : {once, prefix}) {
@@ -319,8 +428,9 @@ int main(int argc, char** argv) {
         searches.push_back(SearchMaxLength(ctx, v, budget, a.search_start, a.search_max, a.search_tol,
                                            a.search_chunks == "auto", a.search_align));
         const auto& s = searches.back();
-        std::printf("%-28s max T = %lld%s (first OOM at %lld; %lld probes, %.0f s)\n", v.label().c_str(),
-                    (long long)s.max_seq_len, s.capped ? " (search cap reached)" : "", (long long)s.first_oom,
+        std::printf("%-28s max T = %lld%s (first OOM at %lld; chunk %lld, logits %lld, key %lld; %lld probes, %.0f s)\n",
+                    v.label().c_str(), (long long)s.max_seq_len, s.capped ? " (search cap reached)" : "",
+                    (long long)s.first_oom, (long long)s.chunk, (long long)s.logits_chunk, (long long)s.key_chunk,
                     (long long)s.probes, s.seconds);
         std::fflush(stdout);
         report["max_seq_len"].push_back({{"engine", v.engine},
@@ -331,6 +441,7 @@ int main(int argc, char** argv) {
                                          {"first_oom_seq_len", s.first_oom},
                                          {"chunk", s.chunk},
                                          {"logits_chunk", s.logits_chunk},
+                                         {"key_chunk", s.key_chunk},
                                          {"capped", s.capped},
                                          {"probes", s.probes},
                                          {"seconds", s.seconds},
@@ -414,13 +525,7 @@ int main(int argc, char** argv) {
     }
     report["targets"] = targets;
 
-    if (!a.json_path.empty()) {
-      std::ofstream out(a.json_path);
-      out << report.dump(2) << "\n";
-      out.close();
-      if (!out) throw std::runtime_error("cannot write " + a.json_path);
-      std::printf("\njson: %s\n", a.json_path.c_str());
-    }
+    write_json();
     if (!a.plot_path.empty()) {
       WritePlot(a.plot_path, runs, ParseBytes(a.budget),
                 "streambp-bench: " + a.objective + ", " + (a.model_dir.empty() ? a.preset : a.model_dir) + ", " + a.dtype);

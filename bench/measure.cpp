@@ -176,7 +176,9 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
   const auto chunks = ResolveChunks(v.options, T);
   r.chunk = chunks.chunk;
   r.logits_chunk = chunks.logits_chunk;
+  r.key_chunk = chunks.key_chunk;
   const auto estimate = EstimateStepMemory(ctx.config, ctx.dtype, rows, T, v.options, ctx.optimizer);
+  r.predicted_key_chunk = estimate.key_chunk;
   r.predicted_activation_bytes = estimate.activation_bytes;
   r.predicted_peak_bytes = estimate.total();
   auto probe = CreateObjective(ctx.workload.objective, nlohmann::json::object());
@@ -260,6 +262,7 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
       auto chosen = ChooseChunks(ctx.config, ctx.dtype, rows, T, statics + budget, ctx.optimizer);
       x.options.chunk = chosen.chunk;
       x.options.logits_chunk = chosen.logits_chunk;
+      x.options.key_chunk = chosen.key_chunk;
     }
     return x;
   };
@@ -268,14 +271,16 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
     const auto x = options_for(T);
     const auto r = MeasurePoint(ctx, x, T, 0, 1, budget);
     s.runs.push_back(r);
-    std::printf("  search %-28s T=%-7lld %s (chunk %lld, logits %lld, %.1f s)\n", v.label().c_str(),
-                static_cast<long long>(T), r.oom ? "OOM" : ("fits, " + HumanBytes(r.activation_bytes)).c_str(),
-                static_cast<long long>(r.chunk), static_cast<long long>(r.logits_chunk),
-                r.samples.empty() ? 0.0 : r.samples[0]);
+    std::printf("  search %-28s T=%-7lld %s (chunk %lld, logits %lld, key %lld, estimate's key %lld, %.1f s)\n",
+                v.label().c_str(), static_cast<long long>(T),
+                r.oom ? "OOM" : ("fits, " + HumanBytes(r.activation_bytes)).c_str(), static_cast<long long>(r.chunk),
+                static_cast<long long>(r.logits_chunk), static_cast<long long>(r.key_chunk),
+                static_cast<long long>(r.predicted_key_chunk), r.samples.empty() ? 0.0 : r.samples[0]);
     std::fflush(stdout);
     if (!r.oom) {
       s.chunk = r.chunk;
       s.logits_chunk = r.logits_chunk;
+      s.key_chunk = r.key_chunk;
     }
     return !r.oom;
   };
@@ -298,7 +303,7 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
   } else if (lo == 0) {
     s.first_oom = hi;
   } else {
-    int64_t chunk = s.chunk, logits_chunk = s.logits_chunk;
+    int64_t chunk = s.chunk, logits_chunk = s.logits_chunk, key_chunk = s.key_chunk;
     while (hi - lo > std::max<int64_t>(align, static_cast<int64_t>(tol * static_cast<double>(lo)))) {
       const int64_t mid = round(lo + (hi - lo) / 2);
       if (mid <= lo || mid >= hi) break;
@@ -306,6 +311,7 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
         lo = mid;
         chunk = s.chunk;
         logits_chunk = s.logits_chunk;
+        key_chunk = s.key_chunk;
       } else {
         hi = mid;
       }
@@ -314,6 +320,7 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
     s.first_oom = hi;
     s.chunk = chunk;
     s.logits_chunk = logits_chunk;
+    s.key_chunk = key_chunk;
   }
   s.seconds = Seconds(t0);
   return s;

@@ -30,6 +30,8 @@ nlohmann::json RunJson(const Run& r) {
                    {"batch", r.batch},
                    {"chunk", r.chunk},
                    {"logits_chunk", r.logits_chunk},
+                   {"key_chunk", r.key_chunk},
+                   {"predicted_key_chunk", r.predicted_key_chunk},
                    {"oom", r.oom},
                    {"weights_bytes", r.statics.weights},
                    {"grad_bytes", r.statics.grads},

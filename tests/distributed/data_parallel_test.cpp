@@ -15,7 +15,6 @@
 namespace streambp {
 namespace {
 
-using testing::FreePort;
 using testing::RunRanks;
 
 std::vector<Sequence> Step(const std::string& kind, int64_t vocab) {
@@ -77,7 +76,7 @@ TEST_P(DataParallel, TwoRanksEqualOneProcessOnTheWholeBatch) {
   }
   const auto expected = single->model()->hf_tensors();
 
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   std::vector<TensorMap> weights(2);
   std::vector<std::vector<double>> losses(2);
   std::vector<int64_t> state_bytes(2);
@@ -159,7 +158,7 @@ TEST_P(Overlap, EqualsTheNonOverlappedRunAndOneProcess) {
   };
   auto run = [&](bool overlap) {
     std::vector<RankResult> out(2);
-    const int port = FreePort();
+    const int port = FreeLoopbackPort();
     RunRanks(2, [&](int rank) {
       auto o = options;
       o.overlap_grad_reduce = overlap;
@@ -225,7 +224,7 @@ TEST(OverlapEdge, ARankWithAnEmptyShardStillMatchesTheCollectives) {
   const auto expected = single->model()->hf_tensors();
   std::vector<TensorMap> weights(2);
   std::vector<GradReduceInfo> reduces(2);
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   RunRanks(2, [&](int rank) {
     auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), options);
     trainer->set_communicator(Communicator::Create(testing::LoopbackRank(rank, 2, port)));
@@ -244,7 +243,7 @@ TEST(OverlapEdge, ARankWithAnEmptyShardStillMatchesTheCollectives) {
 }
 
 TEST(DataParallelFailure, ADeadPeerFailsTheCollectiveWithinTheTimeout) {
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   const auto start = std::chrono::steady_clock::now();
   std::string error;
   RunRanks(2, [&](int rank) {
@@ -265,7 +264,7 @@ TEST(DataParallelFailure, APeerThatNeverArrivesIsAClearError) {
   DistOptions d;
   d.rank = 0;
   d.world_size = 2;
-  d.master_port = FreePort();
+  d.master_port = FreeLoopbackPort();
   d.timeout_seconds = 2;
   try {
     Communicator::Create(d);

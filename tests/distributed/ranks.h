@@ -1,11 +1,6 @@
 #pragma once
 // Helpers of the distributed tests: ranks as threads of this process, each with its own
 // process group on loopback.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <exception>
 #include <functional>
 #include <thread>
@@ -14,21 +9,6 @@
 #include "streambp/dist.h"
 
 namespace streambp::testing {
-
-/// A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT).
-inline int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 /// Rank `rank` of `world_size` on 127.0.0.1:`port`.
 inline DistOptions LoopbackRank(int rank, int world_size, int port, int zero_stage = 0, double timeout_seconds = 60) {

@@ -34,6 +34,9 @@ struct DistOptions {
   bool enabled() const { return world_size > 1; }
 };
 
+/// A TCP port on 127.0.0.1 that was free a moment ago (MASTER_PORT of a job on one machine).
+int FreeLoopbackPort();
+
 /// Collectives since creation (for the benchmark). `bytes` is the payload of each
 /// collective (what one rank contributes; a ring all-reduce of B bytes sends 2(N-1)/N x B
 /// per rank on the wire). `seconds` is time this thread spent waiting: the whole call for

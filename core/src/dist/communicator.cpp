@@ -1,4 +1,9 @@
 // c10d process group (Gloo) and the collectives data parallelism needs.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +50,21 @@ DistOptions DistOptions::FromEnv() {
   if (!(o.timeout_seconds > 0)) throw InvalidArgument("STREAMBP_DIST_TIMEOUT must be > 0 seconds");
   if (o.zero_stage < 0 || o.zero_stage > 2) throw InvalidArgument("STREAMBP_ZERO_STAGE must be 0, 1 or 2");
   return o;
+}
+
+int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw Error(ErrorCode::kInternal, "FreeLoopbackPort: socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) throw Error(ErrorCode::kInternal, "FreeLoopbackPort: no free port on 127.0.0.1");
+  return ntohs(addr.sin_port);
 }
 
 std::shared_ptr<Communicator> Communicator::Create(const DistOptions& o) {
