@@ -266,6 +266,9 @@ int main(int argc, char** argv) {
       if (app.count("--logits-chunk") == 0) a.logits_chunk = 128;
       if (app.count("--search-start") == 0) a.search_start = 128;
       if (app.count("--search-tol") == 0) a.search_tol = 0.05;
+      // Bounded: with key tiles the stream search would go on to ~4k tokens, minutes on a
+      // loaded CI machine; 2048 is already past 6x checkpoint's length at 8 MiB.
+      if (app.count("--search-max") == 0) a.search_max = 2048;
       if (app.count("--gemm-n") == 0) a.gemm_n = 512;
       if (app.count("--key-chunk") == 0) a.key_chunk = 128;  // T=512 runs tile by tile
     }

@@ -322,7 +322,8 @@ TEST(Server, MemoryBudgetRefusesAStepThatCannotFit) {
 TEST(Server, AutoChunksFitTheMemoryBudget) {
   auto config = TestConfig();
   config.model.dtype = "float32";
-  config.limits.memory_budget_bytes = 64 << 20;
+  // 24 MiB: the defaults (chunk 512, key tiles of 1024) would need ~37 MiB at T=4096.
+  config.limits.memory_budget_bytes = 24 << 20;
   config.limits.auto_chunks = true;
   auto s = StartServer(config);
   v1::TrainStepRequest req;
@@ -330,10 +331,11 @@ TEST(Server, AutoChunksFitTheMemoryBudget) {
   for (int i = 0; i < 4096; ++i) e->add_tokens(i % 256);
   auto r = s.client->TrainStep(req);
   ASSERT_TRUE(r.ok()) << r.status().error_message();
-  const auto chosen = ChooseChunks(PresetConfig("tiny"), torch::kFloat32, 1, 4096, 64 << 20);
+  const auto chosen = ChooseChunks(PresetConfig("tiny"), torch::kFloat32, 1, 4096, 24 << 20);
   EXPECT_EQ(r->stats().chunk(), chosen.chunk);
+  EXPECT_EQ(r->stats().key_chunk(), chosen.key_chunk);
   EXPECT_LT(r->stats().chunk(), kDefaultChunk);
-  EXPECT_LE(r->stats().peak_memory_bytes(), 64 << 20);
+  EXPECT_LE(r->stats().peak_memory_bytes(), 24 << 20);
 }
 
 TEST(Server, RequestIdRetryIsAppliedOnce) {
