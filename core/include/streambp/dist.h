@@ -116,6 +116,8 @@ class Communicator {
   /// Copies root's tensors into everyone's, in place.
   void broadcast(const std::vector<torch::Tensor>& tensors, int root);
   double all_reduce_scalar(double value, bool max = false);
+  /// Sums each value over the ranks, all in one collective (float64).
+  std::vector<double> all_reduce_scalars(const std::vector<double>& values);
   /// Root's bytes to every rank (length first, then the payload).
   std::string broadcast_bytes(const std::string& bytes, int root);
   void barrier();

@@ -220,6 +220,14 @@ double Communicator::all_reduce_scalar(double value, bool max) {
   return t.item<double>();
 }
 
+std::vector<double> Communicator::all_reduce_scalars(const std::vector<double>& values) {
+  if (world_size() == 1 || values.empty()) return values;
+  auto t = torch::tensor(values, torch::kFloat64);
+  std::vector<at::Tensor> io{t};
+  wait("all_reduce_scalar", [&] { group_->allreduce(io)->wait(); }, t.numel() * 8);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
 std::string Communicator::broadcast_bytes(const std::string& bytes, int root) {
   if (world_size() == 1) return bytes;
   auto len = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);

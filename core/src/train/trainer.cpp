@@ -194,9 +194,11 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
     if (overlap) add_to_overlapped(-1);
     total.metrics = objective.finish();
     if (comm_ && comm_->world_size() > 1) {
-      total.loss = comm_->all_reduce_scalar(total.loss);
-      total.targets = static_cast<int64_t>(comm_->all_reduce_scalar(static_cast<double>(total.targets)));
-      total.tokens = static_cast<int64_t>(comm_->all_reduce_scalar(static_cast<double>(total.tokens)));
+      const auto sums = comm_->all_reduce_scalars(
+          {total.loss, static_cast<double>(total.targets), static_cast<double>(total.tokens)});
+      total.loss = sums[0];
+      total.targets = static_cast<int64_t>(sums[1]);
+      total.tokens = static_cast<int64_t>(sums[2]);
     }
   } catch (...) {
     zero_gradients();
