@@ -89,12 +89,14 @@ int RunFollower(const ServerConfig& config, const DistOptions& dist) {
     if (op == "ping") continue;
     if (op == "stop") break;
     try {
-      if (op == "forward_backward" || op == "train_step") {
+      if (op == "forward_backward" || op == "forward_backward_last" || op == "train_step") {
         const auto seqs = SequencesFromJson(cmd.at("sequences"));
         auto objective = CreateObjective(cmd.at("objective").get<std::string>(), cmd.at("options"));
         auto engine = EngineOptionsFromJson(cmd.at("engine"));
         if (op == "forward_backward") {
           trainer->forward_backward(seqs, *objective, &engine);
+        } else if (op == "forward_backward_last") {
+          trainer->forward_backward_last(seqs, *objective, &engine);
         } else {
           trainer->train_step(seqs, *objective, &engine);
         }

@@ -445,7 +445,7 @@ class TrainerService final : public v1::Trainer::CallbackService {
       auto step = PrepareStep(*req, tokens);
       return [this, step](v1::ForwardBackwardResponse* r) {
         r->set_policy_version(s_->trainer->policy_version());
-        RunForwardBackward(*step, r->mutable_stats());
+        RunForwardBackward(*step, r->mutable_stats(), /*last=*/false);
       };
     });
   }
@@ -456,7 +456,9 @@ class TrainerService final : public v1::Trainer::CallbackService {
                                            [this, req](int64_t& tokens) {
       auto step = PrepareStep(*req, tokens);
       return [this, step](v1::TrainStepResponse* r) {
-        const auto forward = RunForwardBackward(*step, r->mutable_stats());
+        // The step's last forward/backward: with several ranks, the gradient sum starts
+        // during its backward and the optimizer step waits for it.
+        const auto forward = RunForwardBackward(*step, r->mutable_stats(), /*last=*/true);
         RunOptimStep(r->mutable_optim());
         if (!r->optim().skipped()) s_->announce("train", &forward, 0);
       };
@@ -971,7 +973,7 @@ class TrainerService final : public v1::Trainer::CallbackService {
     return step;
   }
 
-  StepResult RunForwardBackward(const PreparedStep& step, v1::StepStats* stats) {
+  StepResult RunForwardBackward(const PreparedStep& step, v1::StepStats* stats, bool last) {
     const auto start = Clock::now();
     memory::ResetPeak();
     const int64_t live_before = memory::LiveBytes();
@@ -979,9 +981,10 @@ class TrainerService final : public v1::Trainer::CallbackService {
     {
       memory::ScopedBudget budget(s_->config.limits.memory_budget_bytes);
       try {
-        s_->send(s_->step_command("forward_backward", step.input.sequences, step.input.objective,
-                                  step.input.objective_options, step.input.engine));
-        result = s_->trainer->forward_backward(step.input.sequences, *step.objective, &step.input.engine);
+        s_->send(s_->step_command(last ? "forward_backward_last" : "forward_backward", step.input.sequences,
+                                  step.input.objective, step.input.objective_options, step.input.engine));
+        result = last ? s_->trainer->forward_backward_last(step.input.sequences, *step.objective, &step.input.engine)
+                      : s_->trainer->forward_backward(step.input.sequences, *step.objective, &step.input.engine);
       } catch (const c10::OutOfMemoryError&) {
         if (s_->metrics) s_->metrics->CountOomRefusal("out_of_memory");
         throw;

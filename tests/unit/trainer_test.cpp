@@ -458,15 +458,15 @@ TEST(Trainer, BadOptionsAreRefused) {
 // ---------------------------------------------------------------------------------------
 // Reference log-probs.
 
-// SFT that asks for reference log-probs and keeps the sequences it was prepared with.
+// SFT that asks for reference log-probs and keeps the sequences of its micro-batches.
 class RecordingObjective final : public Objective {
  public:
   std::string name() const override { return "recording"; }
-  void prepare(const std::vector<Sequence>& step) override {
-    seen = step;
-    sft_->prepare(step);
+  void prepare(const std::vector<Sequence>& step) override { sft_->prepare(step); }
+  void begin(const Batch& batch) override {
+    seen.insert(seen.end(), batch.sequences.begin(), batch.sequences.end());
+    sft_->begin(batch);
   }
-  void begin(const Batch& batch) override { sft_->begin(batch); }
   torch::Tensor chunk_loss(const LogitsChunk& chunk) override { return sft_->chunk_loss(chunk); }
   bool needs_reference(const std::vector<Sequence>& step) const override {
     for (const auto& s : step) {
@@ -495,8 +495,8 @@ TEST(Trainer, ReferenceLogprobsComeFromTheFrozenInitialWeights) {
     RecordingObjective objective;
     trainer->train_step(seqs, objective);
     ASSERT_EQ(objective.seen.size(), seqs.size());
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const auto& tokens = seqs[i].tokens;
+    for (size_t i = 0; i < objective.seen.size(); ++i) {
+      const auto& tokens = objective.seen[i].tokens;
       const auto logp = torch::log_softmax(testing::ReferenceLogits(*initial, tokens), -1);
       const auto& got = objective.seen[i].ref_logprobs;
       ASSERT_EQ(got.size(), tokens.size());

@@ -50,7 +50,9 @@ class Objective {
   virtual std::string name() const = 0;
 
   /// Step-wide quantities from every sequence of the step. Throws InvalidArgument on bad
-  /// side inputs (nothing has run yet).
+  /// side inputs (nothing has run yet). Reference log-probs the Trainer computes with its
+  /// reference model are not filled in yet here (in a data-parallel run each rank computes
+  /// them for its own shard only): they arrive with the micro-batches in begin().
   virtual void prepare(const std::vector<Sequence>& step) = 0;
 
   /// Validates the micro-batch and sets it up (calls prepare(batch.sequences) first if

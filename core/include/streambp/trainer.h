@@ -140,6 +140,12 @@ class Trainer {
   /// make the same kind of call (train_step, or forward_backward + optim_step) for a step.
   TrainResult train_step(const std::vector<Sequence>& sequences, Objective& objective,
                          const EngineOptions* engine = nullptr);
+  /// The first half of train_step, for callers that time or budget the two halves apart
+  /// (the server): forward_backward of the step's last call, starting the overlapped
+  /// gradient sum in a data-parallel run. The next call must be optim_step (which waits
+  /// for the sum); all ranks make the same call.
+  StepResult forward_backward_last(const std::vector<Sequence>& sequences, Objective& objective,
+                                   const EngineOptions* engine = nullptr);
 
   /// Drops the pending gradients (and the non-finite loss flag).
   void zero_gradients();

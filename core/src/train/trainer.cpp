@@ -130,24 +130,27 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
   const EngineOptions& engine_options = engine ? *engine : options_.engine;
   if (engine_options.chunk < 0) throw InvalidArgument("engine.chunk must be >= 0 (0 = default)");
   if (engine_options.logits_chunk < -1) throw InvalidArgument("engine.logits_chunk must be >= -1 (-1 = default)");
-  std::vector<Sequence> filled;
-  const std::vector<Sequence>* step = &sequences;
-  if (objective.needs_reference(sequences)) {
-    if (!reference_) {
-      throw InvalidArgument(objective.name() +
-                            ": the objective needs reference log-probs: give them in the input or "
-                            "enable the reference model");
-    }
-    filled = with_reference_logprobs(sequences, engine_options.logits_chunk, objective.reference_temperature());
-    step = &filled;
+  const bool needs_reference = objective.needs_reference(sequences);
+  if (needs_reference && !reference_) {
+    throw InvalidArgument(objective.name() +
+                          ": the objective needs reference log-probs: give them in the input or "
+                          "enable the reference model");
   }
-  objective.prepare(*step);
+  // The whole step's normalizers and group statistics (they need no reference log-probs).
+  objective.prepare(sequences);
 
-  // Data parallel: this rank computes its shard of the step (normalized as the whole step).
+  // Data parallel: this rank computes its shard of the step (normalized as the whole step),
+  // and the reference model's log-probs of its shard only.
+  const std::vector<Sequence>* step = &sequences;
   std::vector<Sequence> shard;
   if (comm_ && comm_->world_size() > 1) {
-    for (size_t i : local_shard(*step)) shard.push_back((*step)[i]);
+    for (size_t i : local_shard(sequences)) shard.push_back(sequences[i]);
     step = &shard;
+  }
+  std::vector<Sequence> filled;
+  if (needs_reference) {
+    filled = with_reference_logprobs(*step, engine_options.logits_chunk, objective.reference_temperature());
+    step = &filled;
   }
 
   StepResult total;
@@ -407,11 +410,16 @@ void Trainer::reduce_gradients() {
   comm_->all_reduce_sum(grads);
 }
 
+StepResult Trainer::forward_backward_last(const std::vector<Sequence>& sequences, Objective& objective,
+                                          const EngineOptions* engine) {
+  const bool overlap = comm_ && comm_->world_size() > 1 && options_.overlap_grad_reduce;
+  return run_step(sequences, objective, engine, overlap);
+}
+
 TrainResult Trainer::train_step(const std::vector<Sequence>& sequences, Objective& objective,
                                 const EngineOptions* engine) {
   TrainResult r;
-  const bool overlap = comm_ && comm_->world_size() > 1 && options_.overlap_grad_reduce;
-  r.forward = run_step(sequences, objective, engine, overlap);
+  r.forward = forward_backward_last(sequences, objective, engine);
   r.optim = optim_step();
   return r;
 }
