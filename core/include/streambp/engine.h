@@ -32,10 +32,11 @@ struct EngineOptions {
   /// scores are chunk x key_chunk instead of chunk x T. full and checkpoint never tile
   /// (they are the baselines as users know them: T x T scores).
   int64_t key_chunk = 0;
-  /// Called on the calling thread as soon as the parameter gradients of decoder layer i
-  /// are complete for this micro-batch (layers in decreasing order), then once with -1
-  /// when the rest (embedding, final norm, lm_head) are. Data-parallel training starts a
-  /// layer's all-reduce here, overlapping it with the backward of earlier layers.
+  /// Called on the calling thread as soon as parameter gradients are complete for this
+  /// micro-batch, in this order: -2 for the final norm and an untied lm_head (after the
+  /// chunked head's backward), i for each decoder layer in decreasing order, -1 for the
+  /// rest (the embedding, with a tied lm_head). Data-parallel training starts their sum
+  /// over the ranks here, overlapping it with the backward of earlier layers.
   std::function<void(int64_t layer)> on_grads_ready;
 };
 constexpr int64_t kDefaultChunk = 512;

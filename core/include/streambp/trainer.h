@@ -207,7 +207,7 @@ class Trainer {
   std::shared_ptr<Communicator> comm_;
   std::map<std::string, int> owner_;  // ZeRO: the rank that owns each parameter
   std::unique_ptr<BucketedSum> overlapped_;  // the gradient sum started by the backward
-  std::vector<bool> overlapped_groups_;      // per layer (+1: the rest): added to it yet
+  std::vector<bool> overlapped_groups_;      // per layer, + the embedding, + the head: added yet
   int64_t overlapped_in_backward_ = 0;       // its buckets launched before the backward ended
   GradReduceInfo last_reduce_;
   std::vector<size_t> local_shard(const std::vector<Sequence>& sequences) const;

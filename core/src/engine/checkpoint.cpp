@@ -25,6 +25,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
   }
   auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true);
   h_last = torch::Tensor();
+  if (ready) ready(-2);
   auto grad = head.grad_h;
   for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
     torch::AutoGradMode grad_mode(true);

@@ -22,6 +22,7 @@ StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objectiv
   const double loss_value = loss.item<double>();
   loss.backward();
   if (ready) {  // one backward for everything: nothing to overlap with
+    ready(-2);
     for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) ready(i);
     ready(-1);
   }

@@ -116,6 +116,7 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
   }
   auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true);
   h_last = torch::Tensor();
+  if (ready) ready(-2);
   auto grad = std::move(head.grad_h);
   for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
     auto& layer = *model.layer_list[i];

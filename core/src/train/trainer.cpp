@@ -164,13 +164,13 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
     if (overlap) {
       overlapped_ = std::make_unique<BucketedSum>(
           *comm_, options_.grad_bucket_bytes > 0 ? options_.grad_bucket_bytes : kDefaultGradBucketBytes);
-      overlapped_groups_.assign(model_->layer_list.size() + 1, false);
+      overlapped_groups_.assign(model_->layer_list.size() + 2, false);
       overlapped_in_backward_ = 0;
       last_options.on_grads_ready = [this, user = engine_options.on_grads_ready](int64_t layer) {
         if (user) user(layer);
         const int64_t before = overlapped_->buckets_launched();
         add_to_overlapped(layer);
-        if (layer >= 0) overlapped_in_backward_ += overlapped_->buckets_launched() - before;
+        if (layer != -1) overlapped_in_backward_ += overlapped_->buckets_launched() - before;
       };
     }
     for (size_t m = 0; m < micro_batches.size(); ++m) {
@@ -366,15 +366,23 @@ int64_t LayerOf(const std::string& name) {
 
 }  // namespace
 
+// Groups of the overlapped sum: decoder layer i is group i; group L holds the embedding
+// (and a tied lm_head); group L + 1 the final norm and an untied lm_head, final as soon as
+// the chunked head's backward is done (the engine reports it as -2, before any layer).
 void Trainer::add_to_overlapped(int64_t layer) {
   const int64_t layers = static_cast<int64_t>(model_->layer_list.size());
+  const int64_t rest = layers, head = layers + 1;
   auto params = model_->named_hf_parameters();
-  auto add_group = [&](int64_t group) {  // group `layers`: the parameters outside the layers
+  auto group_of = [&](const std::string& name) {
+    const int64_t l = LayerOf(name);
+    if (l >= 0 && l < layers) return l;
+    return name == "model.norm.weight" || name == "lm_head.weight" ? head : rest;
+  };
+  auto add_group = [&](int64_t group) {
     if (overlapped_groups_[group]) return;
     overlapped_groups_[group] = true;
     for (auto& [name, p] : params) {
-      const int64_t l = LayerOf(name);
-      if ((l < 0 || l >= layers ? layers : l) != group) continue;
+      if (group_of(name) != group) continue;
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // unused: zeros
       overlapped_->add(p.grad(), comm_->options().zero_stage >= 2 ? owner_.at(name) : -1);
     }
@@ -383,9 +391,15 @@ void Trainer::add_to_overlapped(int64_t layer) {
     add_group(layer);
     return;
   }
-  // The rest, in the hook's order (decreasing layers, then the others).
+  if (layer == -2) {
+    add_group(head);
+    return;
+  }
+  // The rest, in the hook's order (head, decreasing layers, then the embedding), so that
+  // every rank adds the same tensors to the same buckets in the same order.
+  add_group(head);
   for (int64_t l = layers - 1; l >= 0; --l) add_group(l);
-  add_group(layers);
+  add_group(rest);
   overlapped_->flush();
 }
 
