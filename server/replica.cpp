@@ -62,7 +62,9 @@ int RunFollower(const ServerConfig& config, const DistOptions& dist) {
   TrainerOptions topts = config.trainer;
   topts.max_sequence_length = config.limits.max_sequence_length;
   auto trainer = Trainer::Create(model, topts);
-  auto comm = Communicator::Create(dist);
+  DistOptions options = dist;
+  if (options.backend.empty()) options.backend = torch::Device(config.model.device).is_cuda() ? "nccl" : "gloo";
+  auto comm = Communicator::Create(options);
   trainer->set_communicator(comm);
 
   // Health only, so that orchestration sees this rank is alive.

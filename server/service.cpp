@@ -1119,11 +1119,13 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   TrainerOptions topts = c.trainer;
   topts.max_sequence_length = c.limits.max_sequence_length;
   state->trainer = Trainer::Create(model, topts);
-  const auto dist = DistOptions::FromEnv();
+  auto dist = DistOptions::FromEnv();
   if (dist.enabled()) {
+    if (dist.backend.empty()) dist.backend = device.is_cuda() ? "nccl" : "gloo";
     state->comm = Communicator::Create(dist);  // the other ranks run RunFollower (replica.h)
     state->trainer->set_communicator(state->comm);
-    spdlog::info("rank 0 of {}: data parallel over Gloo, ZeRO stage {}", dist.world_size, dist.zero_stage);
+    spdlog::info("rank 0 of {}: data parallel over {}, ZeRO stage {}", dist.world_size, dist.backend,
+                 dist.zero_stage);
   }
   if (c.resume) {
     // The newest complete checkpoint, if any (a fresh directory starts from the model).

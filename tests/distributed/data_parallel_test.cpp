@@ -274,5 +274,35 @@ TEST(DataParallelFailure, APeerThatNeverArrivesIsAClearError) {
   }
 }
 
+// The backend: STREAMBP_DIST_BACKEND is read and checked; NCCL in a build without it is
+// a clear error at once (before the rendezvous would make the peers wait).
+TEST(DataParallelBackend, ChosenFromTheEnvironmentAndRefusedWhenNotBuilt) {
+  setenv("STREAMBP_DIST_BACKEND", "mpi", 1);
+  try {
+    DistOptions::FromEnv();
+    FAIL() << "an unknown backend was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("gloo | nccl"), std::string::npos) << e.what();
+  }
+  setenv("STREAMBP_DIST_BACKEND", "nccl", 1);
+  const auto d = DistOptions::FromEnv();
+  unsetenv("STREAMBP_DIST_BACKEND");
+  EXPECT_EQ(d.backend, "nccl");
+#if !defined(STREAMBP_WITH_NCCL)
+  DistOptions two = d;
+  two.world_size = 2;
+  two.master_port = FreeLoopbackPort();
+  two.timeout_seconds = 30;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Communicator::Create(two);
+    FAIL() << "an NCCL process group was created in a build without NCCL";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("STREAMBP_WITH_CUDA"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+#endif
+}
+
 }  // namespace
 }  // namespace streambp

@@ -27,9 +27,13 @@ struct DistOptions {
   int master_port = 29500;
   double timeout_seconds = 60;  ///< rendezvous and every collective; a dead peer fails within it
   int zero_stage = 0;           ///< 0: replicated optimizer; 1: sharded state; 2: + sharded gradients
+  /// "gloo" (CPU tensors), "nccl" (CUDA builds: tensors on cuda:local_rank), or "" = gloo;
+  /// the server picks nccl for a cuda device when STREAMBP_DIST_BACKEND is unset.
+  std::string backend;
 
-  /// From RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, STREAMBP_DIST_TIMEOUT and
-  /// STREAMBP_ZERO_STAGE (unset = one process). Throws InvalidArgument for bad values.
+  /// From RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, STREAMBP_DIST_TIMEOUT,
+  /// STREAMBP_ZERO_STAGE and STREAMBP_DIST_BACKEND (unset = one process). Throws
+  /// InvalidArgument for bad values.
   static DistOptions FromEnv();
   bool enabled() const { return world_size > 1; }
 };
@@ -108,6 +112,9 @@ class Communicator {
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
   const DistOptions& options() const { return options_; }
+  /// Where the staging tensors of scalar and byte collectives live: the CPU for Gloo,
+  /// cuda:local_rank for NCCL (which only moves device memory).
+  const torch::Device& device() const { return device_; }
 
   /// Sums each tensor over the ranks, in place, flattened into buckets per dtype.
   void all_reduce_sum(const std::vector<torch::Tensor>& tensors);
@@ -132,6 +139,7 @@ class Communicator {
   [[noreturn]] void fail(const std::string& what, const std::exception& e) const;
 
   DistOptions options_;
+  torch::Device device_{torch::kCPU};
   std::shared_ptr<c10d::ProcessGroup> group_;
   CommStats stats_;
 };

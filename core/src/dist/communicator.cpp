@@ -11,6 +11,9 @@
 #include <map>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#if defined(STREAMBP_WITH_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
@@ -42,6 +45,7 @@ DistOptions DistOptions::FromEnv() {
   o.master_port = EnvInt("MASTER_PORT", 29500);
   if (const char* t = std::getenv("STREAMBP_DIST_TIMEOUT"); t && *t) o.timeout_seconds = std::atof(t);
   o.zero_stage = EnvInt("STREAMBP_ZERO_STAGE", 0);
+  if (const char* b = std::getenv("STREAMBP_DIST_BACKEND"); b && *b) o.backend = b;
   if (o.world_size < 1) throw InvalidArgument("WORLD_SIZE must be >= 1");
   if (o.rank < 0 || o.rank >= o.world_size) {
     throw InvalidArgument("RANK=" + std::to_string(o.rank) + " is outside [0, WORLD_SIZE=" + std::to_string(o.world_size) + ")");
@@ -49,6 +53,9 @@ DistOptions DistOptions::FromEnv() {
   if (o.master_port <= 0 || o.master_port > 65535) throw InvalidArgument("MASTER_PORT must be a port number");
   if (!(o.timeout_seconds > 0)) throw InvalidArgument("STREAMBP_DIST_TIMEOUT must be > 0 seconds");
   if (o.zero_stage < 0 || o.zero_stage > 2) throw InvalidArgument("STREAMBP_ZERO_STAGE must be 0, 1 or 2");
+  if (!o.backend.empty() && o.backend != "gloo" && o.backend != "nccl") {
+    throw InvalidArgument("STREAMBP_DIST_BACKEND='" + o.backend + "' is not a backend (gloo | nccl)");
+  }
   return o;
 }
 
@@ -68,6 +75,16 @@ int FreeLoopbackPort() {
 }
 
 std::shared_ptr<Communicator> Communicator::Create(const DistOptions& o) {
+#if !defined(STREAMBP_WITH_NCCL)
+  if (o.backend == "nccl") {  // refused before the rendezvous makes the peers wait
+    throw InvalidArgument(
+        "STREAMBP_DIST_BACKEND=nccl needs a CUDA build with NCCL (cmake -DSTREAMBP_WITH_CUDA=ON against a "
+        "CUDA LibTorch); this build has Gloo only: unset it or use gloo");
+  }
+#endif
+  if (!o.backend.empty() && o.backend != "gloo" && o.backend != "nccl") {
+    throw InvalidArgument("unknown c10d backend '" + o.backend + "' (gloo | nccl)");
+  }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000));
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(o.master_port);
@@ -83,6 +100,25 @@ std::shared_ptr<Communicator> Communicator::Create(const DistOptions& o) {
                                           " failed (rank " + std::to_string(o.rank) + " of " +
                                           std::to_string(o.world_size) + ", waited " + std::to_string(o.timeout_seconds) +
                                           " s for every peer): " + e.what());
+  }
+  if (o.backend == "nccl") {
+#if defined(STREAMBP_WITH_NCCL)
+    // NCCL: one GPU per rank (cuda:LOCAL_RANK), the same TCPStore rendezvous.
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = timeout;
+    std::shared_ptr<c10d::ProcessGroup> group;
+    try {
+      auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.rank, o.world_size, nccl_options);
+      group = std::shared_ptr<c10d::ProcessGroup>(pg.release(), [](c10d::ProcessGroup* p) {
+        c10::intrusive_ptr<c10d::ProcessGroup>::reclaim(p);
+      });
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kInternal, std::string("creating the NCCL process group failed: ") + e.what());
+    }
+    auto comm = std::shared_ptr<Communicator>(new Communicator(o, std::move(group)));
+    comm->device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.local_rank));
+    return comm;
+#endif
   }
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   // On one machine the ranks talk over loopback; across machines each binds to its own
@@ -212,7 +248,7 @@ void Communicator::broadcast(const std::vector<torch::Tensor>& tensors, int root
 
 double Communicator::all_reduce_scalar(double value, bool max) {
   if (world_size() == 1) return value;
-  auto t = torch::tensor({value}, torch::kFloat64);
+  auto t = torch::tensor({value}, torch::kFloat64).to(device_);
   std::vector<at::Tensor> io{t};
   c10d::AllreduceOptions ao;
   ao.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
@@ -222,15 +258,16 @@ double Communicator::all_reduce_scalar(double value, bool max) {
 
 std::vector<double> Communicator::all_reduce_scalars(const std::vector<double>& values) {
   if (world_size() == 1 || values.empty()) return values;
-  auto t = torch::tensor(values, torch::kFloat64);
+  auto t = torch::tensor(values, torch::kFloat64).to(device_);
   std::vector<at::Tensor> io{t};
   wait("all_reduce_scalar", [&] { group_->allreduce(io)->wait(); }, t.numel() * 8);
-  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  const auto host = t.cpu().contiguous();
+  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
 }
 
 std::string Communicator::broadcast_bytes(const std::string& bytes, int root) {
   if (world_size() == 1) return bytes;
-  auto len = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);
+  auto len = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64).to(device_);
   std::vector<at::Tensor> io{len};
   c10d::BroadcastOptions bo;
   bo.rootRank = root;
@@ -238,9 +275,10 @@ std::string Communicator::broadcast_bytes(const std::string& bytes, int root) {
   const int64_t n = len.item<int64_t>();
   auto buf = torch::empty({std::max<int64_t>(n, 1)}, torch::kUInt8);
   if (rank() == root && n > 0) std::memcpy(buf.data_ptr<uint8_t>(), bytes.data(), n);
-  std::vector<at::Tensor> data{buf};
+  std::vector<at::Tensor> data{buf.to(device_)};
   wait("broadcast_bytes", [&] { group_->broadcast(data, bo)->wait(); }, n);
-  return std::string(reinterpret_cast<const char*>(buf.data_ptr<uint8_t>()), n);
+  const auto host = data[0].cpu().contiguous();
+  return std::string(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), n);
 }
 
 void Communicator::barrier() {
