@@ -58,12 +58,13 @@ int RunFollower(const ServerConfig& config, const DistOptions& dist) {
   RegisterBuiltinObjectives();
   const auto dtype = ParseDtype(config.model.dtype);
   CausalLM model = config.model.dir.empty() ? InitModel(PresetConfig(config.model.preset), config.model.seed, dtype)
-                                            : LoadModel(config.model.dir, dtype, torch::Device(config.model.device));
+                                            : LoadModel(config.model.dir, dtype, RankDevice(config.model.device, dist));
+  model->to(RankDevice(config.model.device, dist));
   TrainerOptions topts = config.trainer;
   topts.max_sequence_length = config.limits.max_sequence_length;
   auto trainer = Trainer::Create(model, topts);
   DistOptions options = dist;
-  if (options.backend.empty()) options.backend = torch::Device(config.model.device).is_cuda() ? "nccl" : "gloo";
+  if (options.backend.empty()) options.backend = RankDevice(config.model.device, dist).is_cuda() ? "nccl" : "gloo";
   auto comm = Communicator::Create(options);
   trainer->set_communicator(comm);
 

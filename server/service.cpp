@@ -1106,7 +1106,7 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   auto state = std::make_shared<ServerState>(config);
   auto& c = state->config;
   state->dtype = ParseDtype(c.model.dtype);
-  const torch::Device device(c.model.device);
+  const torch::Device device = RankDevice(c.model.device, DistOptions::FromEnv());
   if (device.is_cuda() && !torch::cuda::is_available()) {
     throw InvalidArgument("config: model.device is " + c.model.device +
                           " but no CUDA device is available (this build: " +

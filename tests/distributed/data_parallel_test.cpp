@@ -288,6 +288,14 @@ TEST(DataParallelBackend, ChosenFromTheEnvironmentAndRefusedWhenNotBuilt) {
   const auto d = DistOptions::FromEnv();
   unsetenv("STREAMBP_DIST_BACKEND");
   EXPECT_EQ(d.backend, "nccl");
+  // One GPU per rank: "cuda" means cuda:LOCAL_RANK in a data-parallel run.
+  DistOptions ranks;
+  ranks.world_size = 4;
+  ranks.rank = ranks.local_rank = 3;
+  EXPECT_EQ(RankDevice("cuda", ranks), torch::Device(torch::kCUDA, 3));
+  EXPECT_EQ(RankDevice("cuda:1", ranks), torch::Device(torch::kCUDA, 1));
+  EXPECT_EQ(RankDevice("cpu", ranks), torch::Device(torch::kCPU));
+  EXPECT_EQ(RankDevice("cuda", DistOptions{}), torch::Device(torch::kCUDA));
 #if !defined(STREAMBP_WITH_NCCL)
   DistOptions two = d;
   two.world_size = 2;

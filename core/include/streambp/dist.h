@@ -38,6 +38,10 @@ struct DistOptions {
   bool enabled() const { return world_size > 1; }
 };
 
+/// The device of this rank: "cuda" (no index) in a data-parallel run means cuda:LOCAL_RANK,
+/// one GPU per rank as torchrun lays them out; anything else is taken as written.
+torch::Device RankDevice(const std::string& device, const DistOptions& dist);
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (MASTER_PORT of a job on one machine).
 int FreeLoopbackPort();
 

@@ -59,6 +59,14 @@ DistOptions DistOptions::FromEnv() {
   return o;
 }
 
+torch::Device RankDevice(const std::string& device, const DistOptions& dist) {
+  const torch::Device d(device);
+  if (d.is_cuda() && !d.has_index() && dist.enabled()) {
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank));
+  }
+  return d;
+}
+
 int FreeLoopbackPort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw Error(ErrorCode::kInternal, "FreeLoopbackPort: socket() failed");
