@@ -4,9 +4,7 @@
 # within the timeout instead of hanging.
 set -uo pipefail
 server="$1"; cli="$2"
-dir="$(mktemp -d)"; pids=()
-trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -15 "$f"; done; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 launch() {  # launch NAME ZERO_STAGE TIMEOUT ; starts rank 1 then rank 0, sets port, pid0, pid1

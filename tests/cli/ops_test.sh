@@ -5,14 +5,7 @@
 set -uo pipefail
 server="$1"
 cli="$2"
-dir="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 wait_for() {  # wait_for FILE PATTERN: up to 10 s
   for _ in $(seq 1 100); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   fail "no '$2' in $1"

@@ -6,14 +6,7 @@
 set -uo pipefail
 server="$1"
 cli="$2"
-dir="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 start_server() {  # start_server NAME ARGS... ; sets port
   local name="$1"; shift
