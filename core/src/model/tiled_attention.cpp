@@ -5,6 +5,7 @@
 //   dV_j = P_j^T dO;  dS_j = P_j * (dO V_j^T - D);  dQ += dS_j K_j * scale;  dK_j = dS_j^T Q * scale.
 #include "tiled_attention.h"
 
+#include <algorithm>
 #include <limits>
 
 #include <torch/torch.h>
@@ -27,15 +28,17 @@ struct Tile {
 };
 
 // The key tiles of [0, L) that some row may attend to (tiles masked for every row, e.g.
-// left of a sliding window or padding, are skipped: they contribute nothing).
+// left of a sliding window or padding, are skipped: they contribute nothing). Which keys
+// any row allows is read back once per call (one device sync on a GPU, not one per tile).
 std::vector<Tile> Tiles(const torch::Tensor& mask, int64_t tile) {
   const int64_t B = mask.size(0), C = mask.size(1), L = mask.size(2);
+  const auto any_row = mask.any(1).any(0).to(torch::kCPU).contiguous();  // [L]
+  const bool* key_allowed = any_row.data_ptr<bool>();
   std::vector<Tile> tiles;
   for (int64_t s = 0; s < L; s += tile) {
     const int64_t e = std::min(L, s + tile);
-    auto allowed = mask.slice(2, s, e);
-    if (!allowed.any().item<bool>()) continue;
-    tiles.push_back({s, e, allowed.reshape({B, 1, 1, C, e - s})});
+    if (std::none_of(key_allowed + s, key_allowed + e, [](bool b) { return b; })) continue;
+    tiles.push_back({s, e, mask.slice(2, s, e).reshape({B, 1, 1, C, e - s})});
   }
   return tiles;
 }
