@@ -23,7 +23,7 @@ start_server() {  # start_server NAME ARGS... ; sets port
 }
 
 cat > "$dir/config.json" <<JSON
-{"checkpoint_dir": "$dir/ckpt", "shutdown": {"checkpoint_on_exit": true, "grace_seconds": 10},
+{"checkpoint_dir": "$dir/ckpt", "shutdown": {"checkpoint_on_exit": true, "grace_seconds": 120},
  "log": {"format": "json"}, "trainer": {"optimizer": {"name": "adamw", "lr": 0.001}}}
 JSON
 "$server" serve --config "$dir/config.json" --check-config > "$dir/check.out" 2>&1 || fail "--check-config: $(cat "$dir/check.out")"

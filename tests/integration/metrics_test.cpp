@@ -18,7 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "integration/server_fixture.h"
-#include "worker.h"
+#include "device_worker.h"
 
 namespace streambp {
 namespace {
@@ -237,9 +237,10 @@ TEST(Metrics, ScrapeCountsTheStepsTokensAndRequests) {
 TEST(Metrics, QueueDepthIsReadAtScrapeTime) {
   auto s = StartServer(MetricsConfig());
   s.server->worker().pause();
+  const auto step = SftStep();  // made once: two threads writing its file at once would race
   std::vector<std::future<bool>> calls;
   for (int i = 0; i < 2; ++i) {
-    calls.push_back(std::async(std::launch::async, [&s] { return s.client->TrainStep(SftStep()).ok(); }));
+    calls.push_back(std::async(std::launch::async, [&s, &step] { return s.client->TrainStep(step).ok(); }));
   }
   for (int i = 0; i < 500 && s.server->worker().depth() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_EQ(s.server->worker().depth(), 2u);

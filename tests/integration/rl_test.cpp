@@ -8,7 +8,7 @@
 
 #include "integration/server_fixture.h"
 #include "streambp/v1/trainer.grpc.pb.h"
-#include "worker.h"
+#include "device_worker.h"
 
 namespace streambp {
 namespace {

@@ -15,7 +15,7 @@
 #include "streambp/model.h"
 #include "streambp/objective.h"
 #include "test_util/fixtures.h"
-#include "worker.h"
+#include "device_worker.h"
 
 namespace streambp {
 namespace {
@@ -205,7 +205,7 @@ TEST(Server, EstimateMemoryOrdersTheEngines) {
 
 TEST(Server, HealthServesWithoutCredentials) {
   auto config = TestConfig();
-  config.auth.tokens = {"secret"};
+  config.auth.tokens = {"secret-token-0123456789"};
   auto s = StartServer(config);
   auto channel = grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials());
   auto health = grpc::health::v1::Health::NewStub(channel);
@@ -418,8 +418,8 @@ TEST(Server, ConcurrentClientsEveryStepAppliedOnce) {
 
 TEST(Server, AuthTokens) {
   auto config = TestConfig();
-  config.auth.tokens = {"full-access"};
-  config.auth.read_only_tokens = {"look-only"};
+  config.auth.tokens = {"full-access-token-0001"};
+  config.auth.read_only_tokens = {"look-only-token-00001"};
   auto s = StartServer(config);
   auto batch = client::ReadBatchJsonl(testing::WriteFile("sft.jsonl", testing::SftJsonl()), "sft");
   auto with = [&](const std::string& token) {
@@ -432,10 +432,10 @@ TEST(Server, AuthTokens) {
   EXPECT_EQ(none.code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_NE(none.status().error_message().find("Bearer"), std::string::npos);
   EXPECT_EQ(with("wrong")->GetInfo().code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_TRUE(with("look-only")->GetInfo().ok());
-  EXPECT_EQ(with("look-only")->TrainStep(StepRequest(batch)).code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_TRUE(with("full-access")->TrainStep(StepRequest(batch)).ok());
-  EXPECT_EQ(with("full-access")->GetInfo()->step(), 1);
+  EXPECT_TRUE(with("look-only-token-00001")->GetInfo().ok());
+  EXPECT_EQ(with("look-only-token-00001")->TrainStep(StepRequest(batch)).code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(with("full-access-token-0001")->TrainStep(StepRequest(batch)).ok());
+  EXPECT_EQ(with("full-access-token-0001")->GetInfo()->step(), 1);
 }
 
 }  // namespace

@@ -19,6 +19,17 @@ enum class EngineKind { kFull, kCheckpoint, kStream };
 EngineKind ParseEngine(const std::string& name);  ///< full | checkpoint | stream
 std::string EngineName(EngineKind kind);
 
+/// Where a step is: what EngineOptions::on_progress is told at each boundary.
+struct EngineProgress {
+  enum class Phase { kForward, kHead, kBackward };
+  Phase phase = Phase::kForward;
+  int64_t layer = 0;   ///< decoder layer (forward, backward), from 0
+  int64_t layers = 0;  ///< decoder layers of the model
+  int64_t chunk = 0;   ///< chunk of the layer (stream backward) or of the head, from 0
+  int64_t chunks = 1;  ///< chunks of that layer or of the head
+};
+const char* PhaseName(EngineProgress::Phase phase);  ///< forward | head | backward
+
 struct EngineOptions {
   EngineKind kind = EngineKind::kStream;
   int64_t chunk = 0;         ///< stream: query positions per layer chunk (0 = kDefaultChunk)
@@ -38,6 +49,11 @@ struct EngineOptions {
   /// rest (the embedding, with a tied lm_head). Data-parallel training starts their sum
   /// over the ranks here, overlapping it with the backward of earlier layers.
   std::function<void(int64_t layer)> on_grads_ready;
+  /// Called on the calling thread at every boundary: each layer of the forward, each chunk
+  /// of the lm_head + loss, each layer (stream: each query chunk) of the backward. For
+  /// progress reports, and for abandoning a step whose caller has gone: it may throw, and
+  /// the step then fails as any failed step does (the Trainer clears the gradients).
+  std::function<void(const EngineProgress&)> on_progress;
 };
 constexpr int64_t kDefaultChunk = 512;
 constexpr int64_t kDefaultLogitsChunk = 1024;

@@ -13,7 +13,12 @@ enum class ErrorCode {
   kNotFound,            ///< a named thing does not exist (file, tensor, objective)
   kFailedPrecondition,  ///< the state does not allow this now (no model, wrong step state)
   kResourceExhausted,   ///< too large for the configured limits or memory budget
-  kUnavailable,         ///< a peer (another rank) is gone; retry against a restarted server
+  kUnavailable,         ///< a peer (another rank) is gone, or the service is shutting down
+  kDeadlineExceeded,    ///< the caller's deadline passed before (or while) the work ran
+  kCancelled,           ///< the caller went away; the work was abandoned and rolled back
+  kUnauthenticated,     ///< no valid credentials
+  kPermissionDenied,    ///< the caller may not do this (a read-only or scoped token)
+  kAlreadyExists,       ///< a named thing exists already (a session name)
   kInternal,            ///< a bug or an unexpected failure
 };
 
@@ -41,6 +46,30 @@ class FailedPrecondition : public Error {
 class ResourceExhausted : public Error {
  public:
   explicit ResourceExhausted(const std::string& m) : Error(ErrorCode::kResourceExhausted, m) {}
+};
+class Unavailable : public Error {
+ public:
+  explicit Unavailable(const std::string& m) : Error(ErrorCode::kUnavailable, m) {}
+};
+class DeadlineExceeded : public Error {
+ public:
+  explicit DeadlineExceeded(const std::string& m) : Error(ErrorCode::kDeadlineExceeded, m) {}
+};
+class Cancelled : public Error {
+ public:
+  explicit Cancelled(const std::string& m) : Error(ErrorCode::kCancelled, m) {}
+};
+class Unauthenticated : public Error {
+ public:
+  explicit Unauthenticated(const std::string& m) : Error(ErrorCode::kUnauthenticated, m) {}
+};
+class PermissionDenied : public Error {
+ public:
+  explicit PermissionDenied(const std::string& m) : Error(ErrorCode::kPermissionDenied, m) {}
+};
+class AlreadyExists : public Error {
+ public:
+  explicit AlreadyExists(const std::string& m) : Error(ErrorCode::kAlreadyExists, m) {}
 };
 
 }  // namespace streambp

@@ -21,13 +21,24 @@ struct MemoryEstimate {
   int64_t chunk = 0;             ///< the chunk sizes the estimate assumed
   int64_t logits_chunk = 0;
   int64_t key_chunk = 0;
-  int64_t total() const { return weights_bytes + gradient_bytes + optimizer_bytes + activation_bytes; }
+  /// The sum, saturating at int64's maximum (sizes never wrap around).
+  int64_t total() const;
 };
 
 /// `rows` x `seq_len` positions; `optimizer` is "adamw", "sgd" (momentum buffer) or "none".
 MemoryEstimate EstimateStepMemory(const ModelConfig& config, torch::Dtype dtype, int64_t rows,
                                   int64_t seq_len, const EngineOptions& engine,
                                   const std::string& optimizer = "adamw");
+
+/// Peak of a no-grad forward with log-probs (ComputeLogprobs: TokenLogprobs over `rows` x
+/// `seq_len`): weights and activations only (no gradient or optimizer state is touched).
+MemoryEstimate EstimateForwardMemory(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
+                                     int64_t logits_chunk = 0);
+
+/// Peak of Sample: `prompts` prompts left-padded to `longest_prompt`, `n` completions each,
+/// up to `max_tokens` new tokens (the prefill, the K/V cache of every row, the logits).
+MemoryEstimate EstimateSampleMemory(const ModelConfig& config, torch::Dtype dtype, int64_t prompts,
+                                    int64_t longest_prompt, int64_t n, int64_t max_tokens);
 
 /// The largest stream chunk (a power of two, at most kDefaultChunk, at least 16) whose
 /// estimate fits `budget_bytes`; the smallest when none fits. Logits chunk (2 x chunk, at

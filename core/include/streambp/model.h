@@ -141,4 +141,21 @@ CausalLM LoadModel(const std::string& dir, torch::Dtype dtype,
 /// Writes config.json + model.safetensors (HF names; each tensor in the model's dtype).
 void SaveModel(const CausalLM& model, const std::string& dir);
 
+/// Where a model comes from: a Hugging Face folder, or the embedded preset made from a seed.
+struct ModelSource {
+  std::string dir;                ///< HF model folder; empty = the embedded preset
+  std::string preset = "tiny";    ///< embedded preset when dir is empty: tiny | small
+  uint64_t seed = 0;              ///< seed of the embedded preset
+  std::string dtype = "float32";  ///< float32 | float64 | bfloat16 | float16
+  std::string device = "cpu";     ///< cpu | cuda | cuda:N (as torch::Device parses it)
+
+  /// "embedded tiny preset (seed 0)" or the folder.
+  std::string describe() const;
+};
+
+/// The one way every program builds its model (server, followers, tools, bench): LoadModel
+/// of source.dir, or InitModel of the preset, in source.dtype, moved to `device` (null:
+/// source.device). Throws InvalidArgument / NotFound naming what is wrong.
+CausalLM LoadOrInitModel(const ModelSource& source, const torch::Device* device = nullptr);
+
 }  // namespace streambp

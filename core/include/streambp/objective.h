@@ -139,10 +139,29 @@ struct GrpoOptions {
 };
 std::unique_ptr<Objective> MakeGrpoObjective(const GrpoOptions& options);
 
+/// One option of an objective: the schema that the JSON reader, the server's protobuf
+/// converter (a field of the same name in streambp.v1.<Kind>Options) and the command-line
+/// tools share, so the three cannot drift apart (a test checks the proto against it).
+struct ObjectiveOption {
+  enum class Type { kNumber, kBool, kChoice };
+  std::string key;
+  Type type = Type::kNumber;
+  std::vector<std::string> choices;  ///< kChoice: the allowed values
+  std::string default_value;         ///< the default, as text
+  std::string help;                  ///< one line
+};
+
 /// Registry of objectives by name. Factories take the objective's JSON options (an
 /// unknown key is InvalidArgument).
 using ObjectiveFactory = std::unique_ptr<Objective> (*)(const nlohmann::json& options);
-void RegisterObjective(const std::string& name, ObjectiveFactory factory);
+/// `batch_kind`: the kind of batch the objective trains on (sft | dpo | grpo | ...; empty =
+/// `name`): a request with another kind of batch is refused.
+void RegisterObjective(const std::string& name, ObjectiveFactory factory,
+                       std::vector<ObjectiveOption> schema = {}, const std::string& batch_kind = "");
+/// The kind of batch a registered objective trains on (InvalidArgument for an unknown name).
+std::string ObjectiveBatchKind(const std::string& name);
+/// The options a registered objective accepts (InvalidArgument for an unknown name).
+std::vector<ObjectiveOption> ObjectiveOptionSchema(const std::string& name);
 /// Registers sft (and, as they land, dpo and grpo). Idempotent.
 void RegisterBuiltinObjectives();
 /// Creates a registered objective; NotFound-style InvalidArgument for an unknown name

@@ -1,4 +1,7 @@
 #pragma once
+#ifdef STREAMBP_NO_TRAINER
+#error "this layer must not use the Trainer (the gRPC edge goes through the TrainingHost)"
+#endif
 /// The Trainer: a model, its optimizer state, its learning-rate schedule and (optionally) a
 /// frozen reference model, driven one step at a time (DESIGN §5-§7):
 ///   forward_backward(sequences, objective)   accumulate gradients (any number of calls)
@@ -32,71 +35,18 @@
 #include "streambp/model.h"
 #include "streambp/objective.h"
 #include "streambp/optimizer.h"
+#include "streambp/trainer_options.h"
 
 namespace streambp {
 
-/// Where reference log-probs come from when an objective needs them and the sequences do
-/// not carry them.
-struct ReferenceOptions {
-  bool use_reference_model = true;  ///< keep a frozen reference model (costs one model's memory)
-  std::string dir;                  ///< HF folder of the reference; empty = the initial weights
+/// The newest complete trainer checkpoint directly inside `dir`, by folder name, or "" when
+/// there is none. Complete: manifest.json is present (it is written last) and
+/// trainer_state.json parses. Newest: the highest step; on equal steps the most recently
+/// written manifest; then the greater name. Hidden folders (".staging") are never candidates.
+std::string FindNewestCheckpoint(const std::string& dir);
 
-  static ReferenceOptions FromJson(const nlohmann::json& j);
-  nlohmann::json ToJson() const;
-};
-
-struct TrainerOptions {
-  OptimizerOptions optimizer;       ///< adamw | sgd and its hyper-parameters
-  ScheduleOptions schedule;         ///< learning-rate multiplier per step
-  double max_grad_norm = 1.0;       ///< clip the total L2 norm of the gradients to this; 0 = off
-  EngineOptions engine;             ///< backward engine and its chunk sizes
-  Layout layout = Layout::kPacked;  ///< how sequences are laid out in rows
-  int64_t micro_batch_tokens = 0;   ///< padded tokens per micro-batch; 0 = whole batch at once
-  int64_t max_sequence_length = 0;  ///< longer sequences are refused; 0 = no limit
-  ReferenceOptions reference;       ///< the frozen reference model
-  uint64_t seed = 0;                ///< seed of the trainer's random generator
-  /// Data parallel, train_step: start the sum of each layer's gradients over the ranks as
-  /// soon as the backward of the step's last micro-batch has finished them, so that it runs
-  /// while the earlier layers are backpropagated (false: everything in optim_step).
-  bool overlap_grad_reduce = true;
-  int64_t grad_bucket_bytes = 0;  ///< overlapped sum: bytes per bucket (0 = kDefaultGradBucketBytes)
-
-  /// Throws InvalidArgument naming the bad field.
-  void Validate() const;
-  /// Every field is optional; an unknown key (at any level) is InvalidArgument naming it,
-  /// e.g. "trainer options: unknown key 'optimizer.betass'".
-  static TrainerOptions FromJson(const nlohmann::json& j);
-  nlohmann::json ToJson() const;
-};
-
-constexpr int64_t kDefaultGradBucketBytes = 25 << 20;  // PyTorch DDP's bucket_cap_mb
-
-/// JSON of engine options: {"kind": "stream", "chunk": 0, "logits_chunk": -1,
-/// "recompute_kv_per_chunk": false}; unknown keys are InvalidArgument.
-EngineOptions EngineOptionsFromJson(const nlohmann::json& j);
-nlohmann::json EngineOptionsToJson(const EngineOptions& options);
-
-struct OptimResult {
-  double lr = 0.0;         ///< learning rate of this step (the one it would have used, if skipped)
-  double grad_norm = 0.0;  ///< total L2 norm of the gradients before clipping (float64)
-  bool skipped = false;    ///< true when nothing was applied
-  std::string reason;      ///< why it was skipped: "non-finite loss" | "non-finite gradient norm"
-  int64_t step = 0;        ///< step() after this call
-};
-
-/// How the gradients of the last optimizer step were summed over the ranks.
-struct GradReduceInfo {
-  bool overlapped = false;           ///< started during the backward (train_step, overlap on)
-  int64_t buckets = 0;               ///< gradient collectives (all-reduce, or reduce with ZeRO-2)
-  int64_t buckets_in_backward = 0;   ///< of those, launched before the backward had finished
-  int64_t bytes = 0;                 ///< their payload (the flattened gradient buckets)
-  double wait_seconds = 0;           ///< time optim_step waited for them
-};
-
-struct TrainResult {
-  StepResult forward;  ///< loss, token counts and the objective's metrics
-  OptimResult optim;
-};
+/// Removes what interrupted saves left in `dir` (its hidden ".staging" folder).
+void CleanStaging(const std::string& dir);
 
 class Trainer {
  public:
@@ -157,8 +107,9 @@ class Trainer {
   ///   reference.safetensors            the reference weights, when there is a reference
   ///   trainer_state.json               step, policy version, dtype, options
   ///   manifest.json                    every other file with its size and SHA-256
-  /// Written to "<dir>.tmp-<pid>", each file and the folder fsynced, then renamed to dir.
-  /// Pending gradients are not saved (save between steps).
+  /// Written to "<parent>/.staging/<name>.tmp-<pid>", each file and the folder fsynced,
+  /// then renamed to dir. Disk full is ResourceExhausted ("no space left"), and the old
+  /// checkpoint of that name, if any, stays. Pending gradients are not saved.
   void save_checkpoint(const std::string& dir) const;
 
   /// Data parallelism (DESIGN §1 dist). With a communicator of N ranks every rank holds

@@ -5,7 +5,8 @@
 namespace streambp::engine {
 
 StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                     const ResolvedChunks& chunks, const GradsReady& ready) {
+                                     const ResolvedChunks& chunks, const GradsReady& ready,
+                                     const Progress& progress) {
   objective.begin(batch);
   const int64_t T = batch.length();
   const int64_t window = model.config().sliding_window.value_or(0);
@@ -17,17 +18,20 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
     torch::NoGradGuard no_grad;
     auto x = model.embed(batch.input_ids);
     rope = model.rotary().tables(batch.position_ids, x);
-    for (auto& layer : model.layer_list) {
+    const int64_t layers = static_cast<int64_t>(model.layer_list.size());
+    for (int64_t i = 0; i < layers; ++i) {
+      Report(progress, EngineProgress::Phase::kForward, i, layers);
       inputs.push_back(x);
-      x = layer->forward(x, rope, mask);
+      x = model.layer_list[i]->forward(x, rope, mask);
     }
     h_last = x;
   }
-  auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true);
+  auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true, progress);
   h_last = torch::Tensor();
   if (ready) ready(-2);
   auto grad = head.grad_h;
   for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
+    Report(progress, EngineProgress::Phase::kBackward, i, static_cast<int64_t>(model.layer_list.size()));
     torch::AutoGradMode grad_mode(true);
     auto x = inputs[i].detach().requires_grad_(true);
     inputs[i] = torch::Tensor();

@@ -23,6 +23,15 @@ std::string EngineName(EngineKind kind) {
   return "?";
 }
 
+const char* PhaseName(EngineProgress::Phase phase) {
+  switch (phase) {
+    case EngineProgress::Phase::kForward: return "forward";
+    case EngineProgress::Phase::kHead: return "head";
+    case EngineProgress::Phase::kBackward: return "backward";
+  }
+  return "?";
+}
+
 ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len) {
   if (options.chunk < 0) throw InvalidArgument("chunk must be >= 0 (0 = default)");
   if (options.logits_chunk < -1) throw InvalidArgument("logits_chunk must be >= -1");
@@ -63,12 +72,13 @@ StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objecti
                      const ResolvedChunks& chunks) {
   switch (options.kind) {
     case EngineKind::kFull:
-      return engine::FullForwardBackward(model, batch, objective, options.on_grads_ready);
+      return engine::FullForwardBackward(model, batch, objective, options.on_grads_ready, options.on_progress);
     case EngineKind::kCheckpoint:
-      return engine::CheckpointForwardBackward(model, batch, objective, chunks, options.on_grads_ready);
+      return engine::CheckpointForwardBackward(model, batch, objective, chunks, options.on_grads_ready,
+                                               options.on_progress);
     case EngineKind::kStream:
       return engine::StreamForwardBackward(model, batch, objective, chunks, options.recompute_kv_per_chunk,
-                                           options.on_grads_ready);
+                                           options.on_grads_ready, options.on_progress);
   }
   throw InvalidArgument("unknown engine");
 }
@@ -186,8 +196,10 @@ LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64
 }
 
 HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
-                               Objective& objective, int64_t chunk, bool want_grad) {
+                               Objective& objective, int64_t chunk, bool want_grad, const Progress& progress) {
   const int64_t T = h_last.size(1);
+  const int64_t chunks = (T + chunk - 1) / chunk;
+  const int64_t layers = static_cast<int64_t>(model.layer_list.size());
   if (objective.needs_sequence_pass()) {
     torch::NoGradGuard no_grad;
     for (int64_t s = 0; s < T; s += chunk) {
@@ -200,6 +212,7 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last,
   if (want_grad) result.grad_h = torch::empty_like(h_last);
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t e = std::min(T, s + chunk);
+    Report(progress, EngineProgress::Phase::kHead, layers, layers, s / chunk, chunks);
     if (!want_grad) {
       torch::NoGradGuard no_grad;
       result.loss += objective.chunk_loss(MakeChunk(batch, model.logits(h_last.slice(1, s, e)), s, e))

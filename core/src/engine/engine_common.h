@@ -24,8 +24,16 @@ struct HeadResult {
   double loss = 0.0;
   torch::Tensor grad_h;
 };
+using Progress = std::function<void(const EngineProgress&)>;
 HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
-                               Objective& objective, int64_t chunk, bool want_grad);
+                               Objective& objective, int64_t chunk, bool want_grad,
+                               const Progress& progress = nullptr);
+
+/// Tells `progress` (if any) where the step is.
+inline void Report(const Progress& progress, EngineProgress::Phase phase, int64_t layer, int64_t layers,
+                   int64_t chunk = 0, int64_t chunks = 1) {
+  if (progress) progress(EngineProgress{phase, layer, layers, chunk, chunks});
+}
 
 /// The step result of a micro-batch: the loss (the objective's batch_loss() when it has
 /// one, else the sum of the chunk terms) and token counts.
@@ -36,12 +44,13 @@ void EmbeddingBackward(CausalLMImpl& model, const Batch& batch, const torch::Ten
 
 using GradsReady = std::function<void(int64_t layer)>;
 StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                               const GradsReady& ready);
+                               const GradsReady& ready, const Progress& progress);
 StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                     const ResolvedChunks& chunks, const GradsReady& ready);
+                                     const ResolvedChunks& chunks, const GradsReady& ready,
+                                     const Progress& progress);
 StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
                                  const ResolvedChunks& chunks, bool recompute_kv_per_chunk,
-                                 const GradsReady& ready);
+                                 const GradsReady& ready, const Progress& progress);
 
 /// StreamBP's no-graph forward of one layer: K/V once, then queries chunk by chunk (keys
 /// tile by tile), so no more than one chunk x key_chunk block of scores exists at a time.

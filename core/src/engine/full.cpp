@@ -5,14 +5,19 @@
 namespace streambp::engine {
 
 StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                               const GradsReady& ready) {
+                               const GradsReady& ready, const Progress& progress) {
   torch::AutoGradMode grad_mode(true);
   objective.begin(batch);
   const int64_t T = batch.length();
   auto x = model.embed(batch.input_ids);
   auto rope = model.rotary().tables(batch.position_ids, x);
   auto mask = AttentionMask(batch, 0, T, T, model.config().sliding_window.value_or(0));
-  for (auto& layer : model.layer_list) x = layer->forward(x, rope, mask);
+  const int64_t layers = static_cast<int64_t>(model.layer_list.size());
+  for (int64_t i = 0; i < layers; ++i) {
+    Report(progress, EngineProgress::Phase::kForward, i, layers);
+    x = model.layer_list[i]->forward(x, rope, mask);
+  }
+  Report(progress, EngineProgress::Phase::kHead, layers, layers);
   auto logits = model.logits(x);
   if (objective.needs_sequence_pass()) {
     objective.observe(MakeChunk(batch, logits.detach(), 0, T));

@@ -21,8 +21,10 @@ torch::Tensor Leaf(const torch::Tensor& t) { return t.detach().requires_grad_(tr
 // the chunks are done (the caller passes it with std::move).
 torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& x_in,
                                   torch::Tensor grad_out, const Rope& rope, const Batch& batch,
-                                  const ResolvedChunks& chunks, int64_t window) {
+                                  const ResolvedChunks& chunks, int64_t window, const Progress& progress,
+                                  int64_t index, int64_t layers) {
   const int64_t T = x_in.size(1), chunk = chunks.chunk;
+  const int64_t n_chunks = (T + chunk - 1) / chunk;
   KeysValues kv_hat;
   {
     torch::NoGradGuard no_grad;
@@ -34,6 +36,7 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& 
   torch::AutoGradMode grad_mode(true);
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t e = std::min(T, s + chunk);
+    Report(progress, EngineProgress::Phase::kBackward, index, layers, s / chunk, n_chunks);
     auto x_q = Leaf(x_in.slice(1, s, e));
     KeysValues prefix{Leaf(kv_hat.k.slice(2, 0, e)), Leaf(kv_hat.v.slice(2, 0, e))};
     auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix,
@@ -98,9 +101,10 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
 
 StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
                                  const ResolvedChunks& chunks, bool recompute_kv_per_chunk,
-                                 const GradsReady& ready) {
+                                 const GradsReady& ready, const Progress& progress) {
   objective.begin(batch);
   const int64_t window = model.config().sliding_window.value_or(0);
+  const int64_t layers = static_cast<int64_t>(model.layer_list.size());
   std::vector<torch::Tensor> inputs;
   torch::Tensor h_last;
   Rope rope;
@@ -108,21 +112,25 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
     torch::NoGradGuard no_grad;
     auto x = model.embed(batch.input_ids);
     rope = model.rotary().tables(batch.position_ids, x);
-    for (auto& layer : model.layer_list) {
+    for (int64_t i = 0; i < layers; ++i) {
+      Report(progress, EngineProgress::Phase::kForward, i, layers);
       inputs.push_back(x);
-      x = StreamLayerForward(*layer, x, rope, batch, chunks.chunk, chunks.key_chunk, window);
+      x = StreamLayerForward(*model.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk, window);
     }
     h_last = x;
   }
-  auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true);
+  auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true, progress);
   h_last = torch::Tensor();
   if (ready) ready(-2);
   auto grad = std::move(head.grad_h);
   for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
     auto& layer = *model.layer_list[i];
-    grad = recompute_kv_per_chunk
-               ? PrefixRecomputeLayerBackward(layer, inputs[i], grad, rope, batch, chunks, window)
-               : StreamLayerBackward(layer, inputs[i], std::move(grad), rope, batch, chunks, window);
+    if (recompute_kv_per_chunk) {
+      Report(progress, EngineProgress::Phase::kBackward, i, layers);
+      grad = PrefixRecomputeLayerBackward(layer, inputs[i], grad, rope, batch, chunks, window);
+    } else {
+      grad = StreamLayerBackward(layer, inputs[i], std::move(grad), rope, batch, chunks, window, progress, i, layers);
+    }
     inputs[i] = torch::Tensor();
     if (ready) ready(i);
   }

@@ -3,61 +3,127 @@
 #include "streambp/estimate.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <torch/torch.h>
 
 namespace streambp {
+namespace {
 
-MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int64_t rows, int64_t seq_len,
-                                  const EngineOptions& engine, const std::string& optimizer) {
-  const int64_t e = static_cast<int64_t>(c10::elementSize(dtype));
-  const int64_t f = dtype == torch::kFloat64 ? 8 : 4;  // softmax, norms and logits precision
-  const int64_t B = rows, T = seq_len, d = c.hidden_size, L = c.num_hidden_layers;
-  const int64_t H = c.num_attention_heads, kvd = c.kv_dim(), qd = c.q_dim(), F = c.intermediate_size;
-  const int64_t V = c.vocab_size;
-  int64_t params = V * d * (c.tie_word_embeddings ? 1 : 2) + d;
+// Sizes are computed in double and saturate at int64's maximum, so absurd lengths give an
+// absurd (refused) estimate instead of an overflow that looks small.
+int64_t Bytes(double x) {
+  constexpr double kMax = static_cast<double>(std::numeric_limits<int64_t>::max());
+  if (!(x < kMax)) return std::numeric_limits<int64_t>::max();
+  return x <= 0 ? 0 : static_cast<int64_t>(x);
+}
+
+double ParameterCount(const ModelConfig& c) {
+  const double d = c.hidden_size, L = c.num_hidden_layers, kvd = c.kv_dim(), qd = c.q_dim();
+  const double F = c.intermediate_size, V = c.vocab_size;
+  double params = V * d * (c.tie_word_embeddings ? 1 : 2) + d;
   params += L * (d * qd + 2 * d * kvd + qd * d + 3 * d * F + 2 * d);
   if (c.qk_norm) params += L * 2 * c.head_dim;
   if (c.attention_bias) params += L * (qd + 2 * kvd);
+  return params;
+}
+
+}  // namespace
+
+int64_t MemoryEstimate::total() const {
+  return Bytes(static_cast<double>(weights_bytes) + static_cast<double>(gradient_bytes) +
+               static_cast<double>(optimizer_bytes) + static_cast<double>(activation_bytes));
+}
+
+MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int64_t rows, int64_t seq_len,
+                                  const EngineOptions& engine, const std::string& optimizer) {
+  const double e = static_cast<double>(c10::elementSize(dtype));
+  const double f = dtype == torch::kFloat64 ? 8 : 4;  // softmax, norms and logits precision
+  const double B = std::max<int64_t>(rows, 1), T = std::max<int64_t>(seq_len, 1), d = c.hidden_size;
+  const double L = c.num_hidden_layers;
+  const double H = c.num_attention_heads, kvd = c.kv_dim(), qd = c.q_dim(), F = c.intermediate_size;
+  const double V = c.vocab_size;
+  const double params = ParameterCount(c);
   MemoryEstimate m;
-  m.weights_bytes = params * e;
-  m.gradient_bytes = params * e;
-  m.optimizer_bytes = optimizer == "adamw" ? 2 * params * std::max<int64_t>(e, 4)
-                      : optimizer == "sgd" ? params * std::max<int64_t>(e, 4)
+  m.weights_bytes = Bytes(params * e);
+  m.gradient_bytes = Bytes(params * e);
+  m.optimizer_bytes = optimizer == "adamw" ? Bytes(2 * params * std::max(e, 4.0))
+                      : optimizer == "sgd" ? Bytes(params * std::max(e, 4.0))
                                            : 0;
-  const auto chunks = ResolveChunks(engine, T);
+  const auto chunks = ResolveChunks(engine, std::max<int64_t>(seq_len, 1));
   m.chunk = chunks.chunk;
   m.logits_chunk = chunks.logits_chunk;
-  const int64_t lc = chunks.logits_chunk;
+  const double lc = chunks.logits_chunk;
   // lm_head + loss of one logits chunk: logits, log-softmax, their gradients, at f bytes
   // (streambp-bench measured ~4 B x lc x V tensors alive at the head's peak).
-  const int64_t head = 4 * B * lc * V * f + 2 * B * lc * d * e;
+  const double head = 4 * B * lc * V * f + 2 * B * lc * d * e;
   // One layer's graph for q positions against k keys visited in tiles of `tile`: scores,
   // probabilities and their gradient for one tile (f bytes), the mask over all k keys,
   // Q/attention output/MLP activations, and `kv_copies` B x k x d_kv buffers of keys.
-  auto layer_graph = [&](int64_t q, int64_t k, int64_t tile, int64_t kv_copies) {
+  auto layer_graph = [&](double q, double k, double tile, double kv_copies) {
     // Materialized: scores, masked scores, probabilities and a gradient (4, as measured);
     // tiled: one tile's scores/probabilities and its gradient (3).
-    const int64_t attention = (tile < k ? 3 : 4) * B * H * q * tile * f + B * q * k;
-    const int64_t mlp = 5 * B * q * F * e;
-    const int64_t projections = B * q * (6 * d + 3 * qd) * e + kv_copies * B * k * kvd * e;
+    const double attention = (tile < k ? 3 : 4) * B * H * q * tile * f + B * q * k;
+    const double mlp = 5 * B * q * F * e;
+    const double projections = B * q * (6 * d + 3 * qd) * e + kv_copies * B * k * kvd * e;
     return attention + mlp + projections;
   };
-  const int64_t Td = B * T * d * e, Tkv = B * T * kvd * e;
+  const double Td = B * T * d * e, Tkv = B * T * kvd * e;
   if (engine.kind == EngineKind::kFull) {
-    m.activation_bytes = L * layer_graph(T, T, T, 4) + 2 * Td + 3 * B * T * V * f;
+    m.activation_bytes = Bytes(L * layer_graph(T, T, T, 4) + 2 * Td + 3 * B * T * V * f);
   } else if (engine.kind == EngineKind::kCheckpoint) {
-    m.activation_bytes = (L + 1) * Td + 3 * Td + std::max(layer_graph(T, T, T, 4), head);
+    m.activation_bytes = Bytes((L + 1) * Td + 3 * Td + std::max(layer_graph(T, T, T, 4), head));
   } else {
     // The head runs with every layer input, h_last and dL/dh_last alive; a layer's backward
     // with the inputs below it, g, dx, K^, V^, dK^, dV^ and one chunk, whose prefix key and
     // value gradients (2 x d_kv) are transient.
-    const int64_t head_phase = (L + 2) * Td + head;
-    const int64_t layer_phase = L * Td + 2 * Td + 4 * Tkv +
-                                layer_graph(chunks.chunk, T, std::min(chunks.key_chunk, T), 2);
-    m.activation_bytes = std::max(head_phase, layer_phase);
+    const double head_phase = (L + 2) * Td + head;
+    const double layer_phase = L * Td + 2 * Td + 4 * Tkv +
+                               layer_graph(chunks.chunk, T, std::min<double>(chunks.key_chunk, T), 2);
+    m.activation_bytes = Bytes(std::max(head_phase, layer_phase));
   }
   m.key_chunk = chunks.key_chunk;
+  return m;
+}
+
+MemoryEstimate EstimateForwardMemory(const ModelConfig& c, torch::Dtype dtype, int64_t rows, int64_t seq_len,
+                                     int64_t logits_chunk) {
+  // TokenLogprobs: the no-grad StreamBP forward (x, y, K, V of the whole batch and one query
+  // chunk's working set), then the head chunk by chunk, and the float64 [rows, T] result.
+  const double e = static_cast<double>(c10::elementSize(dtype)), f = dtype == torch::kFloat64 ? 8 : 4;
+  const double B = std::max<int64_t>(rows, 1), T = std::max<int64_t>(seq_len, 1), d = c.hidden_size;
+  const double H = c.num_attention_heads, kvd = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
+  const double q = std::min<double>(kDefaultChunk, T), tile = std::min<double>(kDefaultKeyChunk, T);
+  const double lc = std::min<double>(logits_chunk > 0 ? logits_chunk : kDefaultLogitsChunk, T);
+  MemoryEstimate m;
+  m.weights_bytes = Bytes(ParameterCount(c) * e);
+  const double layer = 3 * B * T * d * e + 2 * B * T * kvd * e + 3 * B * H * q * tile * f + 5 * B * q * F * e;
+  const double head = 3 * B * lc * V * f + B * T * d * e;
+  m.activation_bytes = Bytes(std::max(layer, head) + 2 * B * T * 8);
+  m.chunk = static_cast<int64_t>(q);
+  m.logits_chunk = static_cast<int64_t>(lc);
+  m.key_chunk = static_cast<int64_t>(tile);
+  return m;
+}
+
+MemoryEstimate EstimateSampleMemory(const ModelConfig& c, torch::Dtype dtype, int64_t prompts,
+                                    int64_t longest_prompt, int64_t n, int64_t max_tokens) {
+  // Prefill of P prompts (left-padded to the longest, L): as the no-grad forward, plus the
+  // K/V cache of every layer. Decode of B = P n rows up to L + M positions: the cache of
+  // every layer, one layer's cache copied by the append, the attention scores of one step,
+  // and the logits of every row (float32, then float64 log-probs and probabilities on the CPU).
+  const double e = static_cast<double>(c10::elementSize(dtype)), f = dtype == torch::kFloat64 ? 8 : 4;
+  const double P = std::max<int64_t>(prompts, 1), Lp = std::max<int64_t>(longest_prompt, 1);
+  const double B = P * std::max<int64_t>(n, 1), M = std::max<int64_t>(max_tokens, 1), NL = c.num_hidden_layers;
+  const double kvd = c.kv_dim(), H = c.num_attention_heads, V = c.vocab_size;
+  const auto prefill = EstimateForwardMemory(c, dtype, prompts, longest_prompt, 1);
+  const double prefill_cache = 2 * NL * P * Lp * kvd * e;
+  const double cache = 2 * NL * B * (Lp + M) * kvd * e;
+  const double decode = cache + 2 * B * (Lp + M) * kvd * e + 3 * B * H * (Lp + M) * f + B * V * (f + 3 * 8);
+  MemoryEstimate m;
+  m.weights_bytes = prefill.weights_bytes;
+  m.activation_bytes = Bytes(std::max(static_cast<double>(prefill.activation_bytes) + prefill_cache,
+                                      decode + prefill_cache));
   return m;
 }
 

@@ -416,6 +416,10 @@ void WriteFileAtomic(const std::string& path, const std::string& bytes) {
       path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   const auto fail_io = [&](const std::string& step, int err, bool remove_tmp) {
     if (remove_tmp) ::unlink(tmp.c_str());
+    if (err == ENOSPC || err == EDQUOT) {
+      throw ResourceExhausted("writing " + std::filesystem::path(path).filename().string() +
+                              ": no space left on the device (" + errno_text(err) + ")");
+    }
     throw Error(ErrorCode::kInternal, "writing " + path + ": " + step + " " + tmp + ": " + errno_text(err));
   };
 

@@ -163,4 +163,17 @@ void SaveModel(const CausalLM& model, const std::string& dir) {
   WriteFileAtomic((fs::path(dir) / "config.json").string(), config.ToJson().dump(2) + "\n");
 }
 
+std::string ModelSource::describe() const {
+  return dir.empty() ? "embedded " + preset + " preset (seed " + std::to_string(seed) + ")" : dir;
+}
+
+CausalLM LoadOrInitModel(const ModelSource& source, const torch::Device* device) {
+  const auto dtype = ParseDtype(source.dtype);
+  torch::Device target = device ? *device : torch::Device(source.device);
+  if (!source.dir.empty()) return LoadModel(source.dir, dtype, target);
+  CausalLM model = InitModel(PresetConfig(source.preset), source.seed, dtype);
+  model->to(target);
+  return model;
+}
+
 }  // namespace streambp

@@ -40,7 +40,7 @@ class OptionReader {
   OptionReader(const std::string& objective, const nlohmann::json& options);
   double number(const char* key, double fallback);
   bool boolean(const char* key, bool fallback);
-  std::string choice(const char* key, const std::string& fallback, std::initializer_list<const char*> allowed);
+  std::string choice(const char* key, const std::string& fallback, const std::vector<std::string>& allowed);
   /// Throws InvalidArgument for any key not read.
   void done() const;
 

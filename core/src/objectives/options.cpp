@@ -29,15 +29,15 @@ bool OptionReader::boolean(const char* key, bool fallback) {
 }
 
 std::string OptionReader::choice(const char* key, const std::string& fallback,
-                                 std::initializer_list<const char*> allowed) {
+                                 const std::vector<std::string>& allowed) {
   known_.push_back(key);
   auto it = options_.find(key);
   if (it == options_.end() || it->is_null()) return fallback;
   std::string list;
-  for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+  for (const auto& a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
   if (!it->is_string()) throw InvalidArgument(objective_ + ": option '" + key + "' must be one of " + list);
   const auto value = it->get<std::string>();
-  for (const char* a : allowed) {
+  for (const auto& a : allowed) {
     if (value == a) return value;
   }
   throw InvalidArgument(objective_ + ": unknown " + key + " '" + value + "' (known: " + list + ")");

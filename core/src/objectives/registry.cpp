@@ -1,5 +1,10 @@
+// The objective registry, and each built-in objective's options as one table (key, type,
+// default, help, and the struct member it sets): the JSON reader below, the server's proto
+// converter and the tools all read options through it.
+#include <functional>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -10,73 +15,176 @@
 namespace streambp {
 namespace {
 
+using Type = ObjectiveOption::Type;
+
+struct Registered {
+  ObjectiveFactory factory = nullptr;
+  std::vector<ObjectiveOption> schema;
+  std::string batch_kind;
+};
+
 std::mutex& RegistryMutex() {
   static std::mutex m;
   return m;
 }
-std::map<std::string, ObjectiveFactory>& Registry() {
-  static std::map<std::string, ObjectiveFactory> r;
+std::map<std::string, Registered>& Registry() {
+  static std::map<std::string, Registered> r;
   return r;
 }
 
-std::unique_ptr<Objective> CreateSft(const nlohmann::json& options) {
-  objectives::OptionReader r("sft", options);
-  SftOptions o;
-  o.normalizer = r.number("normalizer", o.normalizer);
+std::string Text(double v) {
+  std::ostringstream ss;
+  ss << v;
+  return ss.str();
+}
+
+// One option of an options struct O: its schema, how it is read into O, and its default.
+template <class O>
+struct Field {
+  ObjectiveOption spec;
+  std::function<void(objectives::OptionReader&, O&)> read;
+  std::function<std::string(const O&)> text;
+};
+
+template <class O>
+Field<O> Number(const char* key, double O::*m, const char* help) {
+  return {ObjectiveOption{key, Type::kNumber, {}, "", help},
+          [key, m](objectives::OptionReader& r, O& o) { o.*m = r.number(key, o.*m); },
+          [m](const O& o) { return Text(o.*m); }};
+}
+
+template <class O>
+Field<O> Bool(const char* key, bool O::*m, const char* help) {
+  return {ObjectiveOption{key, Type::kBool, {}, "", help},
+          [key, m](objectives::OptionReader& r, O& o) { o.*m = r.boolean(key, o.*m); },
+          [m](const O& o) { return std::string(o.*m ? "true" : "false"); }};
+}
+
+template <class O>
+Field<O> Choice(const char* key, std::string O::*m, std::vector<std::string> choices, const char* help) {
+  return {ObjectiveOption{key, Type::kChoice, choices, "", help},
+          [key, m, choices](objectives::OptionReader& r, O& o) { o.*m = r.choice(key, o.*m, choices); },
+          [m](const O& o) { return o.*m; }};
+}
+
+template <class O>
+std::vector<ObjectiveOption> Schema(const std::vector<Field<O>>& fields) {
+  const O defaults{};
+  std::vector<ObjectiveOption> out;
+  for (const auto& f : fields) {
+    out.push_back(f.spec);
+    out.back().default_value = f.text(defaults);
+  }
+  return out;
+}
+
+template <class O>
+O Read(const std::string& objective, const nlohmann::json& options, const std::vector<Field<O>>& fields) {
+  objectives::OptionReader r(objective, options);
+  O o;
+  for (const auto& f : fields) f.read(r, o);
   r.done();
+  return o;
+}
+
+const std::vector<Field<SftOptions>>& SftFields() {
+  static const std::vector<Field<SftOptions>> f = {
+      Number("normalizer", &SftOptions::normalizer,
+             "selected target tokens of the whole step when it spans several calls; 0 = this call's"),
+  };
+  return f;
+}
+
+const std::vector<Field<DpoOptions>>& DpoFields() {
+  static const std::vector<Field<DpoOptions>> f = {
+      Number("beta", &DpoOptions::beta, "inverse temperature of the implicit reward"),
+      Choice("loss_type", &DpoOptions::loss_type, {"sigmoid", "ipo", "hinge", "robust"}, "the DPO loss"),
+      Number("label_smoothing", &DpoOptions::label_smoothing, "sigmoid and robust: assumed label noise in [0, 0.5)"),
+      Number("normalizer", &DpoOptions::normalizer, "pairs of the whole step; 0 = this call's pairs"),
+  };
+  return f;
+}
+
+const std::vector<Field<GrpoOptions>>& GrpoFields() {
+  static const std::vector<Field<GrpoOptions>> f = {
+      Number("beta", &GrpoOptions::beta, "weight of the k3 KL to the reference (0: no reference needed)"),
+      Number("epsilon_low", &GrpoOptions::epsilon_low, "lower clip of the ratio: 1 - epsilon_low"),
+      Number("epsilon_high", &GrpoOptions::epsilon_high, "upper clip of the ratio: 1 + epsilon_high"),
+      Choice("loss_type", &GrpoOptions::loss_type, {"grpo", "bnpo", "dr_grpo", "dapo"},
+             "aggregation of the token losses"),
+      Choice("scale_rewards", &GrpoOptions::scale_rewards, {"group", "batch", "none"}, "std used to scale advantages"),
+      Choice("importance_sampling_level", &GrpoOptions::importance_sampling_level, {"token", "sequence"},
+             "ratio per token, or per sequence (GSPO)"),
+      Number("temperature", &GrpoOptions::temperature, "logits are divided by it (use the sampler's)"),
+      Choice("old_logprobs", &GrpoOptions::old_logprobs, {"current", "sampler"}, "the denominator of the ratio"),
+      Number("tis_cap", &GrpoOptions::tis_cap, "cap of the trainer/sampler importance weight; 0 = off"),
+      Number("max_completion_length", &GrpoOptions::max_completion_length,
+             "dr_grpo's fixed length; 0 = the longest completion of the step"),
+      Number("normalizer", &GrpoOptions::normalizer, "replaces the denominator of the aggregation; 0 = computed"),
+      Bool("entropy", &GrpoOptions::entropy, "report the mean token entropy (one softmax per chunk)"),
+  };
+  return f;
+}
+
+std::unique_ptr<Objective> CreateSft(const nlohmann::json& options) {
+  auto o = Read("sft", options, SftFields());
   if (o.normalizer < 0) throw InvalidArgument("sft: normalizer must be >= 0");
   return MakeSftObjective(o);
 }
 
 std::unique_ptr<Objective> CreateDpo(const nlohmann::json& options) {
-  objectives::OptionReader r("dpo", options);
-  DpoOptions o;
-  o.beta = r.number("beta", o.beta);
-  o.loss_type = r.choice("loss_type", o.loss_type, {"sigmoid", "ipo", "hinge", "robust"});
-  o.label_smoothing = r.number("label_smoothing", o.label_smoothing);
-  o.normalizer = r.number("normalizer", o.normalizer);
-  r.done();
-  return MakeDpoObjective(o);
+  return MakeDpoObjective(Read("dpo", options, DpoFields()));
 }
 
 std::unique_ptr<Objective> CreateGrpo(const nlohmann::json& options) {
-  objectives::OptionReader r("grpo", options);
-  GrpoOptions o;
-  o.beta = r.number("beta", o.beta);
-  o.epsilon_low = r.number("epsilon_low", o.epsilon_low);
-  o.epsilon_high = r.number("epsilon_high", o.epsilon_high);
-  o.loss_type = r.choice("loss_type", o.loss_type, {"grpo", "bnpo", "dr_grpo", "dapo"});
-  o.scale_rewards = r.choice("scale_rewards", o.scale_rewards, {"group", "batch", "none"});
-  o.importance_sampling_level =
-      r.choice("importance_sampling_level", o.importance_sampling_level, {"token", "sequence"});
-  o.temperature = r.number("temperature", o.temperature);
-  o.old_logprobs = r.choice("old_logprobs", o.old_logprobs, {"current", "sampler"});
-  o.tis_cap = r.number("tis_cap", o.tis_cap);
-  o.max_completion_length = r.number("max_completion_length", o.max_completion_length);
-  o.normalizer = r.number("normalizer", o.normalizer);
-  o.entropy = r.boolean("entropy", o.entropy);
-  r.done();
-  return MakeGrpoObjective(o);
+  return MakeGrpoObjective(Read("grpo", options, GrpoFields()));
 }
 
 }  // namespace
 
-void RegisterObjective(const std::string& name, ObjectiveFactory factory) {
+void RegisterObjective(const std::string& name, ObjectiveFactory factory, std::vector<ObjectiveOption> schema,
+                       const std::string& batch_kind) {
   std::lock_guard<std::mutex> lock(RegistryMutex());
-  Registry()[name] = factory;
+  Registry()[name] = Registered{factory, std::move(schema), batch_kind.empty() ? name : batch_kind};
 }
 
 void RegisterBuiltinObjectives() {
-  RegisterObjective("sft", &CreateSft);
-  RegisterObjective("dpo", &CreateDpo);
-  RegisterObjective("grpo", &CreateGrpo);
+  RegisterObjective("sft", &CreateSft, Schema(SftFields()));
+  RegisterObjective("dpo", &CreateDpo, Schema(DpoFields()));
+  RegisterObjective("grpo", &CreateGrpo, Schema(GrpoFields()));
 }
 
 std::vector<std::string> ObjectiveNames() {
   std::lock_guard<std::mutex> lock(RegistryMutex());
   std::vector<std::string> names;
-  for (const auto& [name, f] : Registry()) names.push_back(name);
+  for (const auto& [name, r] : Registry()) names.push_back(name);
   return names;
+}
+
+namespace {
+std::string KnownNames() {
+  std::string known;
+  for (const auto& n : ObjectiveNames()) known += (known.empty() ? "" : ", ") + n;
+  return known;
+}
+}  // namespace
+
+std::vector<ObjectiveOption> ObjectiveOptionSchema(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    auto it = Registry().find(name);
+    if (it != Registry().end()) return it->second.schema;
+  }
+  throw InvalidArgument("unknown objective '" + name + "' (known: " + KnownNames() + ")");
+}
+
+std::string ObjectiveBatchKind(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    auto it = Registry().find(name);
+    if (it != Registry().end()) return it->second.batch_kind;
+  }
+  throw InvalidArgument("unknown objective '" + name + "' (known: " + KnownNames() + ")");
 }
 
 std::unique_ptr<Objective> CreateObjective(const std::string& name, const nlohmann::json& options) {
@@ -84,13 +192,9 @@ std::unique_ptr<Objective> CreateObjective(const std::string& name, const nlohma
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
     auto it = Registry().find(name);
-    if (it != Registry().end()) factory = it->second;
+    if (it != Registry().end()) factory = it->second.factory;
   }
-  if (factory == nullptr) {
-    std::string known;
-    for (const auto& n : ObjectiveNames()) known += (known.empty() ? "" : ", ") + n;
-    throw InvalidArgument("unknown objective '" + name + "' (known: " + known + ")");
-  }
+  if (factory == nullptr) throw InvalidArgument("unknown objective '" + name + "' (known: " + KnownNames() + ")");
   return factory(options);
 }
 

@@ -13,31 +13,15 @@
 
 #include <ATen/core/Generator.h>
 #include <nlohmann/json.hpp>
-#include <openssl/sha.h>
 #include <torch/torch.h>
 
+#include "streambp/digest.h"
 #include "streambp/error.h"
 #include "streambp/safetensors.h"
 #include "streambp/trainer.h"
 #include "train_internal.h"
 
 namespace streambp {
-namespace train {
-
-std::string Sha256Hex(const std::string& bytes) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * SHA256_DIGEST_LENGTH);
-  for (unsigned char b : digest) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
-}
-
-}  // namespace train
 
 namespace {
 
@@ -47,6 +31,7 @@ using nlohmann::json;
 constexpr const char* kFormat = "streambp-trainer-checkpoint";
 constexpr int kVersion = 1;
 constexpr const char* kManifest = "manifest.json";
+constexpr const char* kStagingDir = ".staging";
 
 void FsyncDir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -65,6 +50,10 @@ fs::path CleanDir(const std::string& dir) {
   if (p.filename().empty()) p = p.parent_path();
   if (p.empty()) throw InvalidArgument("checkpoint folder name is empty");
   return p;
+}
+
+fs::path StagingDir(const fs::path& target) {
+  return (target.parent_path().empty() ? fs::path(".") : target.parent_path()) / kStagingDir;
 }
 
 std::string ReadFileBytes(const fs::path& path, const std::string& what) {
@@ -113,7 +102,7 @@ std::map<std::string, std::string> ReadVerified(const fs::path& dir) {
       throw InvalidArgument(where + name + " has " + std::to_string(bytes.size()) +
                             " bytes, the manifest says " + std::to_string(size) + " (truncated or modified)");
     }
-    if (train::Sha256Hex(bytes) != entry["sha256"].get<std::string>()) {
+    if (Sha256Hex(bytes) != entry["sha256"].get<std::string>()) {
       throw InvalidArgument(where + name +
                             " does not match its SHA-256 in the manifest (corrupt or modified)");
     }
@@ -130,7 +119,11 @@ std::map<std::string, std::string> ReadVerified(const fs::path& dir) {
 
 void Trainer::save_checkpoint(const std::string& dir) const {
   const fs::path target = CleanDir(dir);
-  const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
+  // Temporary folders live in a hidden ".staging" folder beside the checkpoints: a name no
+  // checkpoint can have, so saving never deletes a user's folder, and CleanStaging() removes
+  // what an interrupted save left behind.
+  const fs::path staging = StagingDir(target);
+  const fs::path tmp = staging / (target.filename().string() + ".tmp-" + std::to_string(::getpid()));
   const auto dtype = train::ModelDtype(*model_);
 
   // The files, in memory first: their bytes are what the manifest describes.
@@ -170,11 +163,11 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   json manifest = {{"format", kFormat}, {"version", kVersion}, {"files", json::array()}};
   for (const auto& [name, bytes] : files) {
     manifest["files"].push_back(
-        {{"name", name}, {"size", bytes.size()}, {"sha256", train::Sha256Hex(bytes)}});
+        {{"name", name}, {"size", bytes.size()}, {"sha256", Sha256Hex(bytes)}});
   }
 
   try {
-    if (!target.parent_path().empty()) fs::create_directories(target.parent_path());
+    fs::create_directories(staging);
     fs::remove_all(tmp);
     fs::create_directories(tmp);
     for (const auto& [name, bytes] : files) WriteFileAtomic((tmp / name).string(), bytes);
@@ -183,7 +176,7 @@ void Trainer::save_checkpoint(const std::string& dir) const {
     const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
     if (fs::exists(target)) {
       // Keep the old checkpoint until the new one is in place.
-      const fs::path old = target.string() + ".old-" + std::to_string(::getpid());
+      const fs::path old = staging / (target.filename().string() + ".old-" + std::to_string(::getpid()));
       fs::remove_all(old);
       fs::rename(target, old);
       fs::rename(tmp, target);
@@ -193,9 +186,15 @@ void Trainer::save_checkpoint(const std::string& dir) const {
       fs::rename(tmp, target);
     }
     FsyncDir(parent);
+    std::error_code ignored;
+    fs::remove(staging, ignored);  // only when empty: another save may be using it
   } catch (const fs::filesystem_error& e) {
     std::error_code ignored;
     fs::remove_all(tmp, ignored);
+    if (e.code() == std::errc::no_space_on_device) {
+      throw ResourceExhausted("saving checkpoint " + target.filename().string() +
+                              ": no space left on the device; nothing was replaced");
+    }
     throw Error(ErrorCode::kInternal, "saving checkpoint " + target.string() + ": " + e.what());
   } catch (...) {
     std::error_code ignored;
@@ -281,6 +280,40 @@ std::unique_ptr<Trainer> Trainer::LoadCheckpoint(const std::string& dir, const T
   trainer->step_ = step;
   trainer->policy_version_ = policy_version;
   return trainer;
+}
+
+std::string FindNewestCheckpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  std::string best;
+  int64_t best_step = -1;
+  fs::file_time_type best_time;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto manifest = entry.path() / kManifest;
+    if (name.empty() || name.front() == '.' || !entry.is_directory(ec) || !fs::exists(manifest, ec)) continue;
+    int64_t step = 0;
+    try {
+      step = ParseJson(ReadFileBytes(entry.path() / "trainer_state.json", "trainer_state.json"), name)
+                 .at("step")
+                 .get<int64_t>();
+    } catch (...) {
+      continue;  // incomplete or not ours
+    }
+    const auto time = fs::last_write_time(manifest, ec);
+    const bool newer = step > best_step || (step == best_step && (time > best_time || (time == best_time && name > best)));
+    if (newer) {
+      best = name;
+      best_step = step;
+      best_time = time;
+    }
+  }
+  return best;
+}
+
+void CleanStaging(const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(fs::path(dir) / kStagingDir, ec);
 }
 
 }  // namespace streambp

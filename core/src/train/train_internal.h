@@ -22,7 +22,4 @@ CausalLM ModelFromTensors(const ModelConfig& config, const TensorMap& tensors, t
 /// The frozen reference: a copy of `model`'s weights, or the model in options.dir.
 CausalLM MakeReference(const CausalLMImpl& model, const ReferenceOptions& options);
 
-/// Lower-case hex SHA-256 of `bytes`.
-std::string Sha256Hex(const std::string& bytes);
-
 }  // namespace streambp::train

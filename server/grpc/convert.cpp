@@ -1,0 +1,411 @@
+#include "convert.h"
+
+#include <cmath>
+#include <random>
+
+#include "streambp/error.h"
+#include "streambp/objective.h"
+#include "streambp/runtime.h"
+
+namespace streambp::server {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+
+std::string Index(const std::string& base, int i) { return base + "[" + std::to_string(i) + "]"; }
+
+class Converter {
+ public:
+  explicit Converter(const InputLimits& limits) : limits_(limits) {}
+
+  std::vector<int64_t> Tokens(const google::protobuf::RepeatedField<int32_t>& ids, const std::string& field) {
+    std::vector<int64_t> out(ids.begin(), ids.end());
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i] < 0 || out[i] >= limits_.vocab_size) {
+        throw InvalidArgument(field + "[" + std::to_string(i) + "] = " + std::to_string(out[i]) +
+                              " is outside the vocabulary [0, " + std::to_string(limits_.vocab_size) + ")");
+      }
+    }
+    return out;
+  }
+
+  void Count(const Sequence& s, const std::string& field) {
+    const int64_t n = s.tokens.size();
+    if (n == 0) throw InvalidArgument(field + ": the sequence is empty");
+    if (n > limits_.max_sequence_length) {
+      throw InvalidArgument(field + ": " + std::to_string(n) + " tokens exceed the maximum sequence length " +
+                            std::to_string(limits_.max_sequence_length));
+    }
+    tokens_ += n;
+    if (tokens_ > limits_.max_tokens_per_request) {
+      throw ResourceExhausted("the request has more than " + std::to_string(limits_.max_tokens_per_request) +
+                              " tokens (limits.max_tokens_per_request); split it into several calls (steps: with a "
+                              "step-wide normalizer)");
+    }
+  }
+
+  static Sequence PromptCompletion(std::vector<int64_t> prompt, const std::vector<int64_t>& completion) {
+    Sequence s;
+    s.loss_mask.assign(prompt.size(), 0);
+    s.tokens = std::move(prompt);
+    s.tokens.insert(s.tokens.end(), completion.begin(), completion.end());
+    s.loss_mask.resize(s.tokens.size(), 1);
+    return s;
+  }
+
+  int64_t tokens() const { return tokens_; }
+
+ private:
+  const InputLimits& limits_;
+  int64_t tokens_ = 0;
+};
+
+std::vector<double> Values(const google::protobuf::RepeatedField<float>& v, size_t prompt_len, size_t expected,
+                           const std::string& field, bool logprobs) {
+  if (v.empty()) return {};
+  if (static_cast<size_t>(v.size()) != expected) {
+    throw InvalidArgument(field + " has " + std::to_string(v.size()) + " entries but the completion has " +
+                          std::to_string(expected) + " tokens");
+  }
+  std::vector<double> out(prompt_len, 0.0);
+  for (int i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) throw InvalidArgument(field + "[" + std::to_string(i) + "] is not finite");
+    if (logprobs && v[i] > 0) {
+      throw InvalidArgument(field + "[" + std::to_string(i) + "] = " + std::to_string(v[i]) +
+                            " is positive: a log-probability is <= 0");
+    }
+    out.push_back(v[i]);
+  }
+  return out;
+}
+
+std::string KindName(v1::Batch::KindCase kind) {
+  switch (kind) {
+    case v1::Batch::kSft: return "sft";
+    case v1::Batch::kDpo: return "dpo";
+    case v1::Batch::kGrpo: return "grpo";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+nlohmann::json OptionsToJson(const google::protobuf::Message& options) {
+  nlohmann::json out = nlohmann::json::object();
+  const auto* d = options.GetDescriptor();
+  const auto* r = options.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const auto* f = d->field(i);
+    if (f->is_repeated() || !r->HasField(options, f)) continue;
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_DOUBLE: out[f->name()] = r->GetDouble(options, f); break;
+      case FieldDescriptor::CPPTYPE_FLOAT: out[f->name()] = r->GetFloat(options, f); break;
+      case FieldDescriptor::CPPTYPE_BOOL: out[f->name()] = r->GetBool(options, f); break;
+      case FieldDescriptor::CPPTYPE_STRING: out[f->name()] = r->GetString(options, f); break;
+      case FieldDescriptor::CPPTYPE_INT32: out[f->name()] = r->GetInt32(options, f); break;
+      case FieldDescriptor::CPPTYPE_INT64: out[f->name()] = r->GetInt64(options, f); break;
+      default: throw InvalidArgument("options." + f->name() + " has a type the server cannot read");
+    }
+  }
+  return out;
+}
+
+EngineRequest ConvertEngine(const v1::EngineOptions& e) {
+  return EngineRequest{e.engine(), e.chunk(), e.logits_chunk(), e.key_chunk()};
+}
+
+StepRequest ConvertStep(const v1::Batch& batch, const std::string& objective, const google::protobuf::Message* options,
+                        const v1::EngineOptions& engine, const InputLimits& limits) {
+  StepRequest in;
+  Converter c(limits);
+  const std::string kind = KindName(batch.kind_case());
+  if (kind.empty()) throw InvalidArgument("batch is empty: set batch.sft, batch.dpo or batch.grpo");
+  in.objective = objective.empty() ? kind : objective;
+  const std::string objective_kind = ObjectiveBatchKind(in.objective);  // unknown objective: refused
+  if (objective_kind != kind) {
+    throw InvalidArgument("objective '" + in.objective + "' trains on " + objective_kind + " batches, but batch." +
+                          kind + " was given");
+  }
+  if (options != nullptr) {
+    const std::string options_kind = options->GetDescriptor()->name();  // SftOptions, DpoOptions, GrpoOptions
+    const std::string expected = kind == "sft" ? "SftOptions" : kind == "dpo" ? "DpoOptions" : "GrpoOptions";
+    if (options_kind != expected) {
+      const std::string given = options_kind == "SftOptions" ? "sft" : options_kind == "DpoOptions" ? "dpo" : "grpo";
+      throw InvalidArgument("options." + given + " given for a " + kind + " batch");
+    }
+    in.objective_options = OptionsToJson(*options);
+  }
+  in.engine = ConvertEngine(engine);
+
+  if (kind == "sft") {
+    const auto& examples = batch.sft().examples();
+    if (examples.empty()) throw InvalidArgument("batch.sft.examples is empty");
+    for (int i = 0; i < examples.size(); ++i) {
+      const auto& e = examples[i];
+      const std::string f = Index("batch.sft.examples", i);
+      Sequence s;
+      if (!e.tokens().empty()) {
+        if (!e.prompt().empty() || !e.completion().empty()) {
+          throw InvalidArgument(f + ": give tokens, or prompt and completion, not both");
+        }
+        s.tokens = c.Tokens(e.tokens(), f + ".tokens");
+        if (!e.loss_mask().empty()) {
+          if (e.loss_mask_size() != e.tokens_size()) {
+            throw InvalidArgument(f + ".loss_mask has " + std::to_string(e.loss_mask_size()) +
+                                  " entries but tokens has " + std::to_string(e.tokens_size()));
+          }
+          for (int t = 0; t < e.loss_mask_size(); ++t) {
+            if (e.loss_mask(t) != 0 && e.loss_mask(t) != 1) {
+              throw InvalidArgument(f + ".loss_mask[" + std::to_string(t) + "] must be 0 or 1");
+            }
+            s.loss_mask.push_back(static_cast<uint8_t>(e.loss_mask(t)));
+          }
+        }
+      } else {
+        if (e.completion().empty()) throw InvalidArgument(f + ": tokens (or prompt and completion) is empty");
+        s = Converter::PromptCompletion(c.Tokens(e.prompt(), f + ".prompt"), c.Tokens(e.completion(), f + ".completion"));
+      }
+      c.Count(s, f);
+      in.sequences.push_back(std::move(s));
+    }
+  } else if (kind == "dpo") {
+    const auto& pairs = batch.dpo().pairs();
+    if (pairs.empty()) throw InvalidArgument("batch.dpo.pairs is empty");
+    for (int i = 0; i < pairs.size(); ++i) {
+      const auto& p = pairs[i];
+      const std::string f = Index("batch.dpo.pairs", i);
+      if (p.prompt().empty()) throw InvalidArgument(f + ".prompt is empty");
+      if (p.chosen().empty()) throw InvalidArgument(f + ".chosen is empty");
+      if (p.rejected().empty()) throw InvalidArgument(f + ".rejected is empty");
+      if (p.has_ref_chosen_logp() != p.has_ref_rejected_logp()) {
+        throw InvalidArgument(f + ": give both ref_chosen_logp and ref_rejected_logp, or neither");
+      }
+      auto prompt = c.Tokens(p.prompt(), f + ".prompt");
+      const std::vector<int64_t> completions[2] = {c.Tokens(p.chosen(), f + ".chosen"),
+                                                   c.Tokens(p.rejected(), f + ".rejected")};
+      for (int role = 0; role < 2; ++role) {
+        Sequence s = Converter::PromptCompletion(prompt, completions[role]);
+        s.group = i;
+        s.role = role;
+        if (p.has_ref_chosen_logp()) {
+          const double ref = role == 0 ? p.ref_chosen_logp() : p.ref_rejected_logp();
+          const std::string rf = f + (role == 0 ? ".ref_chosen_logp" : ".ref_rejected_logp");
+          if (!std::isfinite(ref)) throw InvalidArgument(rf + " is not finite");
+          if (ref > 0) throw InvalidArgument(rf + " is positive: a log-probability is <= 0");
+          s.ref_logp = ref;
+        }
+        c.Count(s, f + (role == 0 ? ".chosen" : ".rejected"));
+        in.sequences.push_back(std::move(s));
+      }
+    }
+  } else {
+    const auto& groups = batch.grpo().groups();
+    if (groups.empty()) throw InvalidArgument("batch.grpo.groups is empty");
+    for (int g = 0; g < groups.size(); ++g) {
+      const auto& group = groups[g];
+      const std::string f = Index("batch.grpo.groups", g);
+      if (group.prompt().empty()) throw InvalidArgument(f + ".prompt is empty");
+      if (group.completions().empty()) throw InvalidArgument(f + ".completions is empty");
+      auto prompt = c.Tokens(group.prompt(), f + ".prompt");
+      for (int k = 0; k < group.completions_size(); ++k) {
+        const auto& comp = group.completions(k);
+        const std::string fc = Index(f + ".completions", k);
+        if (comp.tokens().empty()) throw InvalidArgument(fc + ".tokens is empty");
+        if (!std::isfinite(comp.reward())) throw InvalidArgument(fc + ".reward is not finite");
+        Sequence s = Converter::PromptCompletion(prompt, c.Tokens(comp.tokens(), fc + ".tokens"));
+        s.group = g;
+        s.reward = comp.reward();
+        s.sampler_logprobs = Values(comp.logprobs(), prompt.size(), comp.tokens_size(), fc + ".logprobs", true);
+        s.advantages = Values(comp.advantages(), prompt.size(), comp.tokens_size(), fc + ".advantages", false);
+        c.Count(s, fc);
+        in.sequences.push_back(std::move(s));
+      }
+    }
+  }
+  in.tokens = c.tokens();
+  return in;
+}
+
+LogprobsRequest ConvertLogprobs(const v1::ComputeLogprobsRequest& r, const InputLimits& limits) {
+  if (r.sequences().empty()) throw InvalidArgument("sequences is empty");
+  Converter c(limits);
+  LogprobsRequest out;
+  for (int i = 0; i < r.sequences_size(); ++i) {
+    Sequence s;
+    s.tokens = c.Tokens(r.sequences(i).tokens(), Index("sequences", i) + ".tokens");
+    c.Count(s, Index("sequences", i));
+    out.sequences.push_back(std::move(s));
+  }
+  out.reference = r.reference();
+  out.temperature = r.has_temperature() ? r.temperature() : 1.0;
+  return out;
+}
+
+SampleRequest ConvertSample(const v1::SampleRequest& r, const InputLimits& limits) {
+  if (r.prompts().empty()) throw InvalidArgument("prompts is empty");
+  Converter c(limits);
+  SampleRequest out;
+  for (int i = 0; i < r.prompts_size(); ++i) {
+    Sequence s;
+    s.tokens = c.Tokens(r.prompts(i).tokens(), Index("prompts", i) + ".tokens");
+    c.Count(s, Index("prompts", i));
+    out.prompts.push_back(std::move(s.tokens));
+  }
+  auto& o = out.options;
+  o.n = r.n() > 0 ? r.n() : (r.n() == 0 ? 1 : r.n());
+  o.temperature = r.has_temperature() ? r.temperature() : 1.0;
+  o.top_p = r.has_top_p() ? r.top_p() : 1.0;
+  o.max_tokens = r.max_tokens();
+  o.stop_tokens.assign(r.stop_tokens().begin(), r.stop_tokens().end());
+  o.seed = r.has_seed() ? r.seed() : std::random_device{}();
+  return out;
+}
+
+PushItem ConvertRolloutGroup(const v1::RolloutGroup& g, int index) {
+  PushItem item;
+  item.index = index;
+  RolloutGroup group;
+  group.prompt.assign(g.prompt().begin(), g.prompt().end());
+  group.policy_version = g.policy_version();
+  group.group_id = g.group_id();
+  for (const auto& c : g.completions()) {
+    RolloutCompletion rc;
+    rc.tokens.assign(c.tokens().begin(), c.tokens().end());
+    rc.reward = c.reward();
+    rc.logprobs.assign(c.logprobs().begin(), c.logprobs().end());
+    rc.advantages.assign(c.advantages().begin(), c.advantages().end());
+    group.completions.push_back(std::move(rc));
+  }
+  item.group = std::move(group);
+  return item;
+}
+
+void ToProto(const StepStats& s, v1::StepStats* out) {
+  out->set_loss(s.result.loss);
+  for (const auto& [k, v] : s.result.metrics) (*out->mutable_metrics())[k] = v;
+  out->set_tokens(s.result.tokens);
+  out->set_targets(s.result.targets);
+  out->set_sequences(s.sequences);
+  out->set_micro_batches(s.micro_batches);
+  out->set_engine(EngineName(s.engine));
+  out->set_chunk(s.chunks.chunk);
+  out->set_logits_chunk(s.chunks.logits_chunk);
+  out->set_key_chunk(s.engine == EngineKind::kStream ? s.chunks.key_chunk : 0);
+  out->set_peak_memory_bytes(s.peak_memory_bytes);
+  out->set_seconds(s.seconds);
+  out->set_queue_seconds(s.queue_seconds);
+}
+
+void ToProto(const OptimStats& o, v1::OptimStepResponse* out) {
+  out->set_policy_version(o.policy_version);
+  out->set_step(o.step);
+  out->set_learning_rate(o.optim.lr);
+  out->set_grad_norm(o.optim.grad_norm);
+  out->set_skipped(o.optim.skipped);
+  out->set_skip_reason(o.optim.reason);
+}
+
+void ToProto(const HostInfo& i, v1::GetInfoResponse* out) {
+  const auto& mc = i.model;
+  out->set_architecture(mc.architecture);
+  out->set_num_layers(mc.num_hidden_layers);
+  out->set_hidden_size(mc.hidden_size);
+  out->set_num_heads(mc.num_attention_heads);
+  out->set_num_kv_heads(mc.num_key_value_heads);
+  out->set_head_dim(mc.head_dim);
+  out->set_vocab_size(mc.vocab_size);
+  out->set_num_parameters(i.num_parameters);
+  out->set_dtype(i.dtype);
+  out->set_device(i.device);
+  out->set_engine(EngineName(i.engine.kind));
+  // The defaults as they resolve for a long sequence (0 = the whole sequence at once).
+  constexpr int64_t kLong = int64_t{1} << 40;
+  const auto defaults = ResolveChunks(i.engine, kLong);
+  const bool stream = i.engine.kind == EngineKind::kStream;
+  out->set_chunk(stream ? defaults.chunk : 0);
+  out->set_logits_chunk(defaults.logits_chunk == kLong ? 0 : defaults.logits_chunk);
+  out->set_key_chunk(stream ? defaults.key_chunk : 0);
+  out->set_world_size(i.world_size);
+  out->set_optimizer(i.optimizer);
+  out->set_learning_rate(i.learning_rate);
+  out->set_max_sequence_length(i.max_sequence_length);
+  out->set_max_tokens_per_request(i.max_tokens_per_request);
+  out->set_reference_model(i.reference_model);
+  out->set_runtime(GetRuntimeInfo().describe());
+  out->set_policy_version(i.policy_version);
+  out->set_step(i.step);
+  out->set_pending_micro_batches(i.pending_micro_batches);
+}
+
+void ToProto(const EstimateReply& e, v1::EstimateMemoryResponse* out) {
+  out->set_weights_bytes(e.estimate.weights_bytes);
+  out->set_gradient_bytes(e.estimate.gradient_bytes);
+  out->set_optimizer_bytes(e.estimate.optimizer_bytes);
+  out->set_activation_bytes(e.estimate.activation_bytes);
+  out->set_total_bytes(e.estimate.total());
+  out->set_budget_bytes(e.budget_bytes);
+  out->set_fits(e.fits);
+  out->set_engine(EngineName(e.engine));
+  out->set_chunk(e.estimate.chunk);
+  out->set_logits_chunk(e.estimate.logits_chunk);
+  out->set_key_chunk(e.engine == EngineKind::kStream ? e.estimate.key_chunk : 0);
+}
+
+void ToProto(const LogprobsReply& r, v1::ComputeLogprobsResponse* out) {
+  for (const auto& seq : r.logprobs) {
+    auto* o = out->add_sequences()->mutable_logprobs();
+    o->Reserve(static_cast<int>(seq.size()));
+    for (double v : seq) o->Add(static_cast<float>(v));
+  }
+  out->set_policy_version(r.policy_version);
+}
+
+void ToProto(const SampleReply& r, v1::SampleResponse* out) {
+  for (const auto& c : r.completions) {
+    auto* o = out->add_completions();
+    o->set_prompt_index(static_cast<int32_t>(c.prompt_index));
+    o->mutable_tokens()->Add(c.tokens.begin(), c.tokens.end());
+    for (double lp : c.logprobs) o->add_logprobs(static_cast<float>(lp));
+    o->set_finish_reason(c.finish_reason);
+  }
+  out->set_policy_version(r.policy_version);
+}
+
+void ToProto(const RolloutAck& a, v1::RolloutAck* out) {
+  out->set_index(a.index);
+  out->set_group_id(a.group_id);
+  out->set_status(RolloutStatusName(a.status));
+  out->set_message(a.message);
+  out->set_queue_depth(a.queue_depth);
+  out->set_policy_version(a.policy_version);
+}
+
+void ToProto(const RolloutStats& s, v1::RolloutStats* out) {
+  out->set_queue_depth(s.queue_depth);
+  out->set_accepted(s.accepted);
+  out->set_consumed(s.consumed);
+  out->set_dropped_stale(s.dropped_stale);
+  out->set_duplicates(s.duplicates);
+  out->set_invalid(s.invalid);
+  out->set_steps_run(s.steps_run);
+  out->set_last_step_seconds(s.last_step_seconds);
+  out->set_groups_per_step(s.groups_per_step);
+  out->set_max_staleness(s.max_staleness);
+  out->set_policy_version(s.policy_version);
+}
+
+void ToProto(const PolicyUpdate& u, v1::PolicyUpdate* out) {
+  out->set_policy_version(u.policy_version);
+  out->set_step(u.step);
+  out->set_source(u.source);
+  out->set_loss(u.loss);
+  out->set_reward_mean(u.reward_mean);
+  out->set_kl(u.kl);
+  out->set_clip_fraction(u.clip_fraction);
+  out->set_tokens(u.tokens);
+  out->set_groups_consumed(u.groups_consumed);
+  out->set_groups_dropped(u.groups_dropped);
+  for (const auto& [k, v] : u.metrics) (*out->mutable_metrics())[k] = v;
+}
+
+}  // namespace streambp::server

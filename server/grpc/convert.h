@@ -1,0 +1,51 @@
+#pragma once
+// The edge between protobuf messages and the host's core types. Every field is validated
+// while converting, with messages that name it ("batch.grpo.groups[1].completions[0].logprobs:
+// 3 entries, ..."); the host never sees a wire type.
+#include <string>
+
+#include <google/protobuf/message.h>
+#include <nlohmann/json.hpp>
+
+#include "streambp/v1/trainer.pb.h"
+#include "types.h"
+
+namespace streambp::server {
+
+/// A batch with its objective, options and engine options. InvalidArgument naming the field
+/// (an objective whose batch kind is not the batch's, options of another kind, bad token
+/// ids, lengths, masks, non-finite side inputs); ResourceExhausted over the token limit.
+StepRequest ConvertStep(const v1::Batch& batch, const std::string& objective, const google::protobuf::Message* options,
+                        const v1::EngineOptions& engine, const InputLimits& limits);
+
+/// The three request types that carry a step.
+template <typename Request>
+StepRequest ConvertStepRequest(const Request& r, const InputLimits& limits) {
+  const google::protobuf::Message* options = nullptr;
+  if (r.has_sft()) options = &r.sft();
+  if (r.has_dpo()) options = &r.dpo();
+  if (r.has_grpo()) options = &r.grpo();
+  return ConvertStep(r.batch(), r.objective(), options, r.engine(), limits);
+}
+
+/// An objective's options message as JSON: every field that is set, under its own name
+/// (the core's option schema names them the same; a test keeps the two in step).
+nlohmann::json OptionsToJson(const google::protobuf::Message& options);
+
+EngineRequest ConvertEngine(const v1::EngineOptions& e);
+LogprobsRequest ConvertLogprobs(const v1::ComputeLogprobsRequest& r, const InputLimits& limits);
+SampleRequest ConvertSample(const v1::SampleRequest& r, const InputLimits& limits);
+/// A pushed group in core terms (validated by the host, which names its fields).
+PushItem ConvertRolloutGroup(const v1::RolloutGroup& g, int index);
+
+void ToProto(const StepStats& s, v1::StepStats* out);
+void ToProto(const OptimStats& o, v1::OptimStepResponse* out);
+void ToProto(const HostInfo& i, v1::GetInfoResponse* out);
+void ToProto(const EstimateReply& e, v1::EstimateMemoryResponse* out);
+void ToProto(const LogprobsReply& r, v1::ComputeLogprobsResponse* out);
+void ToProto(const SampleReply& r, v1::SampleResponse* out);
+void ToProto(const RolloutAck& a, v1::RolloutAck* out);
+void ToProto(const RolloutStats& s, v1::RolloutStats* out);
+void ToProto(const PolicyUpdate& u, v1::PolicyUpdate* out);
+
+}  // namespace streambp::server

@@ -1,0 +1,157 @@
+// PushRolloutsStream: every group read goes to the host (validation and the rollout log's
+// fsync run on the host's I/O thread, never in a reaction); acks come back in order and
+// are written one at a time. At most kMaxInFlight groups wait for their ack: reading
+// pauses beyond that (backpressure to the client).
+#include <deque>
+#include <mutex>
+
+#include "convert.h"
+#include "streams.h"
+
+namespace streambp::server {
+namespace {
+
+constexpr int kMaxInFlight = 64;
+
+class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  PushStream(grpc::CallbackServerContext* ctx, TrainingHost* host, const EdgeContext& edge)
+      : ctx_(ctx), host_(host), edge_(edge) {}
+
+  /// Owned by `self` (callbacks from the host keep it alive until their ack is handled).
+  void begin(std::shared_ptr<PushStream> self) {
+    self_ = std::move(self);
+    try {
+      edge_.auth->authorize(*ctx_, Access::kWrite);
+      lease_ = host_->acquire_stream();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finish_locked(std::current_exception());
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!ok) {
+      reads_done_ = true;
+      maybe_finish_locked();
+      return;
+    }
+    if (finished_) return;
+    v1::RolloutGroup group;
+    PushItem item;
+    if (ParseMessage(in_, &group)) {
+      item = ConvertRolloutGroup(group, index_);
+    } else {
+      item.index = index_;
+      item.error = "groups[" + std::to_string(index_) + "]: not a valid streambp.v1.RolloutGroup message";
+    }
+    ++index_;
+    ++in_flight_;
+    const bool read_more = in_flight_ < kMaxInFlight;
+    if (!read_more) read_paused_ = true;
+    auto self = self_;
+    lock.unlock();  // the host may answer at once (a refusal), into on_acks
+    CallContext c;
+    c.method = "PushRolloutsStream";
+    c.cancelled = [ctx = ctx_] { return ctx->IsCancelled(); };
+    std::vector<PushItem> items;
+    items.push_back(std::move(item));
+    host_->push_rollouts(c, std::move(items), [self](const Outcome<std::vector<RolloutAck>>& o) {
+      self->on_acks(o);
+    });
+    lock.lock();
+    if (read_more && !finished_) StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    acks_.pop_front();
+    if (!ok) {
+      writing_ = false;
+      finish_locked(std::make_exception_ptr(Cancelled("the client went away")));
+      return;
+    }
+    if (!acks_.empty()) {
+      StartWrite(&acks_.front());
+    } else {
+      writing_ = false;
+      maybe_finish_locked();
+    }
+  }
+
+  void OnDone() override {
+    std::shared_ptr<PushStream> self;  // the host's pending callbacks may keep it a little longer
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+      self = std::move(self_);
+    }
+  }
+
+ private:
+  void on_acks(const Outcome<std::vector<RolloutAck>>& o) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --in_flight_;
+    if (done_ || finished_) return;
+    if (!o.ok()) {
+      finish_locked(o.error);
+      return;
+    }
+    for (const auto& a : *o.value) {
+      v1::RolloutAck ack;
+      ToProto(a, &ack);
+      acks_.emplace_back();
+      SerializeMessage(ack, &acks_.back());
+    }
+    if (!writing_ && !acks_.empty()) {
+      writing_ = true;
+      StartWrite(&acks_.front());
+    }
+    if (read_paused_ && !reads_done_) {
+      read_paused_ = false;
+      StartRead(&in_);
+    }
+    maybe_finish_locked();
+  }
+
+  void maybe_finish_locked() {
+    if (reads_done_ && in_flight_ == 0 && !writing_) finish_locked(nullptr);
+  }
+
+  void finish_locked(std::exception_ptr error) {
+    if (finished_ || done_) return;
+    finished_ = true;
+    const auto status = ToStatus(error);
+    edge_.observer->finished("PushRolloutsStream", "", 0,
+                             std::chrono::duration<double>(Clock::now() - start_).count(), status);
+    Finish(status);
+  }
+
+  grpc::CallbackServerContext* ctx_;
+  TrainingHost* host_;
+  EdgeContext edge_;
+  Clock::time_point start_ = Clock::now();
+  std::shared_ptr<PushStream> self_;
+  TrainingHost::Lease lease_;
+  grpc::ByteBuffer in_;
+  int index_ = 0, in_flight_ = 0;
+  std::mutex mutex_;
+  std::deque<grpc::ByteBuffer> acks_;
+  bool writing_ = false, reads_done_ = false, read_paused_ = false, finished_ = false, done_ = false;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartPushStream(grpc::CallbackServerContext* ctx,
+                                                                             TrainingHost* host,
+                                                                             const EdgeContext& edge) {
+  auto stream = std::make_shared<PushStream>(ctx, host, edge);
+  auto* raw = stream.get();
+  raw->begin(std::move(stream));
+  return raw;
+}
+
+}  // namespace streambp::server

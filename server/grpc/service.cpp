@@ -1,0 +1,147 @@
+// The unary handlers: authorize -> convert -> submit to the host -> finish.
+#include "service.h"
+
+#include "convert.h"
+#include "streams.h"
+
+namespace streambp::server {
+
+using Unary = grpc::ServerUnaryReactor;
+
+Unary* TrainerService::GetInfo(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::GetInfoRequest, v1::GetInfoResponse>;
+  return Call::Run(ctx, in, out, "GetInfo", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    ToProto(host_->info(), &call->response);
+    call->response.set_server_version(STREAMBP_VERSION);
+    call->finish();
+  });
+}
+
+Unary* TrainerService::EstimateMemory(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::EstimateMemoryRequest, v1::EstimateMemoryResponse>;
+  return Call::Run(ctx, in, out, "EstimateMemory", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    const auto& r = call->request;
+    ToProto(host_->estimate(r.batch(), r.seq_len(), ConvertEngine(r.engine())), &call->response);
+    call->finish();
+  });
+}
+
+Unary* TrainerService::ForwardBackward(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::ForwardBackwardRequest, v1::ForwardBackwardResponse>;
+  return Call::Run(ctx, in, out, "ForwardBackward", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    auto step = ConvertStepRequest(call->request, host_->limits());
+    call->tokens = step.tokens;
+    host_->forward_backward(call->context(), std::move(step),
+                            call->template reply<StepStats>([](const StepStats& s, v1::ForwardBackwardResponse* r) {
+                              ToProto(s, r->mutable_stats());
+                              r->set_policy_version(s.policy_version);
+                            }));
+  });
+}
+
+Unary* TrainerService::TrainStep(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::TrainStepRequest, v1::TrainStepResponse>;
+  return Call::Run(ctx, in, out, "TrainStep", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    auto step = ConvertStepRequest(call->request, host_->limits());
+    call->tokens = step.tokens;
+    host_->train_step(call->context(), std::move(step),
+                      call->template reply<TrainStats>([](const TrainStats& t, v1::TrainStepResponse* r) {
+                        ToProto(t.forward, r->mutable_stats());
+                        ToProto(t.optim, r->mutable_optim());
+                      }));
+  });
+}
+
+Unary* TrainerService::OptimStep(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::OptimStepRequest, v1::OptimStepResponse>;
+  return Call::Run(ctx, in, out, "OptimStep", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    host_->optim_step(call->context(), call->template reply<OptimStats>([](const OptimStats& o, v1::OptimStepResponse* r) {
+      ToProto(o, r);
+    }));
+  });
+}
+
+Unary* TrainerService::ComputeLogprobs(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::ComputeLogprobsRequest, v1::ComputeLogprobsResponse>;
+  return Call::Run(ctx, in, out, "ComputeLogprobs", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    auto request = ConvertLogprobs(call->request, host_->limits());
+    for (const auto& s : request.sequences) call->tokens += static_cast<int64_t>(s.tokens.size());
+    host_->compute_logprobs(
+        call->context(), std::move(request),
+        call->template reply<LogprobsReply>([](const LogprobsReply& l, v1::ComputeLogprobsResponse* r) { ToProto(l, r); }));
+  });
+}
+
+Unary* TrainerService::SaveCheckpoint(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::SaveCheckpointRequest, v1::SaveCheckpointResponse>;
+  return Call::Run(ctx, in, out, "SaveCheckpoint", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    host_->save_checkpoint(call->context(), call->request.name(),
+                           call->template reply<CheckpointReply>([](const CheckpointReply& c, v1::SaveCheckpointResponse* r) {
+                             r->set_name(c.name);
+                             r->set_step(c.step);
+                             r->set_policy_version(c.policy_version);
+                             r->set_bytes(c.bytes);
+                           }));
+  });
+}
+
+Unary* TrainerService::LoadCheckpoint(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::LoadCheckpointRequest, v1::LoadCheckpointResponse>;
+  return Call::Run(ctx, in, out, "LoadCheckpoint", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    host_->load_checkpoint(call->context(), call->request.name(),
+                           call->template reply<CheckpointReply>([](const CheckpointReply& c, v1::LoadCheckpointResponse* r) {
+                             r->set_name(c.name);
+                             r->set_step(c.step);
+                             r->set_policy_version(c.policy_version);
+                           }));
+  });
+}
+
+Unary* TrainerService::Sample(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::SampleRequest, v1::SampleResponse>;
+  return Call::Run(ctx, in, out, "Sample", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    auto request = ConvertSample(call->request, host_->limits());
+    for (const auto& p : request.prompts) call->tokens += static_cast<int64_t>(p.size());
+    host_->sample(call->context(), std::move(request),
+                  call->template reply<SampleReply>([](const SampleReply& s, v1::SampleResponse* r) { ToProto(s, r); }));
+  });
+}
+
+Unary* TrainerService::PushRollouts(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::PushRolloutsRequest, v1::PushRolloutsResponse>;
+  return Call::Run(ctx, in, out, "PushRollouts", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    std::vector<PushItem> items;
+    for (int i = 0; i < call->request.groups_size(); ++i) {
+      const auto& g = call->request.groups(i);
+      for (const auto& c : g.completions()) call->tokens += g.prompt_size() + c.tokens_size();
+      items.push_back(ConvertRolloutGroup(g, i));
+    }
+    host_->push_rollouts(call->context(), std::move(items),
+                         call->template reply<std::vector<RolloutAck>>(
+                             [](const std::vector<RolloutAck>& acks, v1::PushRolloutsResponse* r) {
+                               for (const auto& a : acks) ToProto(a, r->add_acks());
+                             }));
+  });
+}
+
+Unary* TrainerService::GetRolloutStats(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::GetRolloutStatsRequest, v1::RolloutStats>;
+  return Call::Run(ctx, in, out, "GetRolloutStats", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    ToProto(host_->rollout_stats(), &call->response);
+    call->finish();
+  });
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainerService::ExportWeights(Ctx* ctx, const Bytes* in) {
+  return StartWeightsWriter(ctx, in, host_, edge_);
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainerService::WatchPolicy(Ctx* ctx, const Bytes* in) {
+  return StartPolicyWatcher(ctx, in, host_, edge_);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* TrainerService::PushRolloutsStream(Ctx* ctx) {
+  return StartPushStream(ctx, host_, edge_);
+}
+
+}  // namespace streambp::server

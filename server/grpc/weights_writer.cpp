@@ -1,0 +1,114 @@
+// ExportWeights: streams the shared snapshot of the current version, one message at a time
+// (OnWriteDone drives the next write).
+#include <atomic>
+
+#include "convert.h"
+#include "streams.h"
+
+namespace streambp::server {
+namespace {
+
+class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  WeightsWriter(grpc::CallbackServerContext* ctx, TrainingHost* host, const EdgeContext& edge)
+      : ctx_(ctx), host_(host), edge_(edge) {}
+
+  void begin(const grpc::ByteBuffer* in) {
+    try {
+      edge_.auth->authorize(*ctx_, Access::kRead);
+      v1::ExportWeightsRequest request;
+      if (!ParseMessage(*in, &request)) {
+        throw InvalidArgument("the request body is not a valid streambp.v1.ExportWeightsRequest message");
+      }
+      const int64_t floor = host_->config().limits.min_export_chunk_bytes;
+      const int64_t want = request.max_chunk_bytes();
+      if (want < 0 || (want > 0 && want < floor) || want > kMaxWeightsChunk) {
+        throw InvalidArgument("max_chunk_bytes must be 0 (the default, 4 MiB) or in [" + std::to_string(floor) + ", " +
+                              std::to_string(kMaxWeightsChunk) + "]");
+      }
+      chunk_bytes_ = want > 0 ? want : kMaxWeightsChunk;
+      lease_ = host_->acquire_export();
+      CallContext c;
+      c.method = "ExportWeights";
+      c.deadline = ctx_->deadline();
+      c.cancelled = [ctx = ctx_] { return ctx->IsCancelled(); };
+      host_->export_weights(c, request.version(), [this](const Outcome<ExportReply>& o) {
+        if (!o.ok()) {
+          finish(o.error);
+          return;
+        }
+        reply_ = o.value;
+        next();
+      });
+    } catch (...) {
+      finish(std::current_exception());
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      finish(std::make_exception_ptr(Cancelled("the client went away during the export")));
+      return;
+    }
+    next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void next() {
+    const auto& snapshot = *reply_->snapshot;
+    const int64_t total = static_cast<int64_t>(snapshot.bytes.size());
+    if (done_) {
+      finish(nullptr);
+      return;
+    }
+    const int64_t n = std::min(chunk_bytes_, total - offset_);
+    v1::WeightsChunk chunk;
+    chunk.set_policy_version(snapshot.policy_version);
+    chunk.set_total_bytes(total);
+    chunk.set_offset(offset_);
+    chunk.set_data(snapshot.bytes.data() + offset_, static_cast<size_t>(n));
+    if (offset_ == 0) chunk.set_note(reply_->note);
+    offset_ += n;
+    if (offset_ >= total) {
+      chunk.set_sha256(snapshot.sha256);
+      chunk.set_config_json(snapshot.config_json);
+      chunk.set_last(true);
+      done_ = true;
+    }
+    buffer_.Clear();
+    SerializeMessage(chunk, &buffer_);
+    StartWrite(&buffer_);
+  }
+
+  void finish(std::exception_ptr error) {
+    if (finished_.exchange(true)) return;
+    const auto status = ToStatus(error);
+    edge_.observer->finished("ExportWeights", "", 0, std::chrono::duration<double>(Clock::now() - start_).count(),
+                             status);
+    Finish(status);
+  }
+
+  grpc::CallbackServerContext* ctx_;
+  TrainingHost* host_;
+  EdgeContext edge_;
+  Clock::time_point start_ = Clock::now();
+  TrainingHost::Lease lease_;
+  std::shared_ptr<const ExportReply> reply_;
+  int64_t chunk_bytes_ = kMaxWeightsChunk, offset_ = 0;
+  bool done_ = false;
+  std::atomic<bool> finished_{false};
+  grpc::ByteBuffer buffer_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartWeightsWriter(grpc::CallbackServerContext* ctx,
+                                                               const grpc::ByteBuffer* in, TrainingHost* host,
+                                                               const EdgeContext& edge) {
+  auto* writer = new WeightsWriter(ctx, host, edge);
+  writer->begin(in);
+  return writer;
+}
+
+}  // namespace streambp::server

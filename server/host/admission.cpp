@@ -1,0 +1,143 @@
+#include "admission.h"
+
+#include <algorithm>
+
+#include "streambp/error.h"
+#include "streambp/estimate.h"
+
+namespace streambp::server {
+namespace {
+
+std::string MiB(int64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+int64_t Longest(const std::vector<Sequence>& sequences) {
+  int64_t longest = 1;
+  for (const auto& s : sequences) longest = std::max<int64_t>(longest, s.tokens.size());
+  return longest;
+}
+
+}  // namespace
+
+Admission::Admission(const ServerConfig& config, const ModelConfig& model, torch::Dtype dtype)
+    : config_(config), model_(model), dtype_(dtype) {}
+
+EngineOptions Admission::resolve_engine(const EngineRequest& r) const {
+  EngineOptions o = config_.trainer.engine;
+  if (!r.engine.empty()) {
+    try {
+      o.kind = ParseEngine(r.engine);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("engine.engine: ") + e.what());
+    }
+  }
+  auto size = [](int64_t value, int64_t floor, const char* field, const char* limit) {
+    if (value < 0) throw InvalidArgument(std::string("engine.") + field + " must be >= 0 (0 = the server's default)");
+    if (value > 0 && value < floor) {
+      throw InvalidArgument(std::string("engine.") + field + " = " + std::to_string(value) +
+                            " is below the server's floor " + std::to_string(floor) + " (limits." + limit +
+                            "); use 0 for the server's default");
+    }
+  };
+  size(r.chunk, config_.limits.min_chunk, "chunk", "min_chunk");
+  size(r.logits_chunk, config_.limits.min_logits_chunk, "logits_chunk", "min_logits_chunk");
+  size(r.key_chunk, config_.limits.min_key_chunk, "key_chunk", "min_key_chunk");
+  if (r.chunk > 0) o.chunk = r.chunk;
+  if (r.logits_chunk > 0) o.logits_chunk = r.logits_chunk;
+  if (r.key_chunk > 0) o.key_chunk = r.key_chunk;
+  return o;
+}
+
+int64_t Admission::rows_of(const std::vector<Sequence>& sequences, int64_t tokens) const {
+  const int64_t longest = Longest(sequences);
+  const int64_t mb = config_.trainer.micro_batch_tokens > 0 ? config_.trainer.micro_batch_tokens : tokens;
+  return std::max<int64_t>(1, (std::min(mb, tokens) + longest - 1) / longest);
+}
+
+void Admission::check_budget(const MemoryEstimate& est, const std::string& what, const std::string& advice) const {
+  const int64_t budget = config_.limits.memory_budget_bytes;
+  if (budget <= 0 || est.total() <= budget) return;
+  if (on_refusal) on_refusal("estimate");
+  throw ResourceExhausted(what + " is estimated at " + std::to_string(est.total()) + " bytes (" + MiB(est.total()) +
+                          "; activations " + MiB(est.activation_bytes) + ") but the memory budget is " +
+                          std::to_string(budget) + " bytes (limits.memory_budget_bytes); " + advice);
+}
+
+void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t tokens, bool chunks_given,
+                           EngineOptions* engine) const {
+  const int64_t longest = Longest(sequences);
+  const int64_t rows = rows_of(sequences, tokens);
+  if (config_.limits.auto_chunks && engine->kind == EngineKind::kStream && !chunks_given) {
+    // The largest chunks whose estimated peak fits the memory budget.
+    auto chosen = ChooseChunks(model_, dtype_, rows, longest, config_.limits.memory_budget_bytes,
+                               config_.trainer.optimizer.name);
+    engine->chunk = chosen.chunk;
+    engine->logits_chunk = chosen.logits_chunk;
+    engine->key_chunk = chosen.key_chunk;
+  }
+  check_budget(EstimateStepMemory(model_, dtype_, rows, longest, *engine, config_.trainer.optimizer.name), "the step",
+               "use the stream engine, smaller chunks, smaller micro-batches (trainer.micro_batch_tokens) or shorter "
+               "sequences");
+}
+
+void Admission::admit_sample(const SampleRequest& r) const {
+  const auto& l = config_.limits;
+  const int64_t prompts = static_cast<int64_t>(r.prompts.size());
+  const int64_t rows = prompts * r.options.n;
+  if (rows > l.max_sample_rows) {
+    throw ResourceExhausted("prompts x n = " + std::to_string(prompts) + " x " + std::to_string(r.options.n) + " = " +
+                            std::to_string(rows) + " completions exceed limits.max_sample_rows " +
+                            std::to_string(l.max_sample_rows) + "; split the request");
+  }
+  const double sampled = static_cast<double>(rows) * static_cast<double>(r.options.max_tokens);
+  if (sampled > static_cast<double>(l.max_sampled_tokens)) {
+    throw ResourceExhausted("prompts x n x max_tokens = " + std::to_string(static_cast<int64_t>(sampled)) +
+                            " sampled tokens exceed limits.max_sampled_tokens " + std::to_string(l.max_sampled_tokens) +
+                            "; lower n or max_tokens, or split the request");
+  }
+  int64_t longest = 1;
+  for (const auto& p : r.prompts) longest = std::max<int64_t>(longest, p.size());
+  const auto est = EstimateSampleMemory(model_, dtype_, prompts, longest, r.options.n, r.options.max_tokens);
+  if (est.activation_bytes > l.max_kv_cache_bytes) {
+    throw ResourceExhausted("the K/V cache and logits of this Sample are estimated at " + MiB(est.activation_bytes) +
+                            ", over limits.max_kv_cache_bytes (" + MiB(l.max_kv_cache_bytes) +
+                            "); lower n, max_tokens or the number of prompts");
+  }
+  check_budget(est, "the Sample", "lower n, max_tokens or the number of prompts");
+}
+
+void Admission::admit_logprobs(const LogprobsRequest& r) const {
+  int64_t tokens = 0;
+  for (const auto& s : r.sequences) tokens += static_cast<int64_t>(s.tokens.size());
+  const int64_t longest = Longest(r.sequences);
+  const int64_t rows = std::max<int64_t>(1, (tokens + longest - 1) / longest);
+  check_budget(EstimateForwardMemory(model_, dtype_, rows, longest, config_.trainer.engine.logits_chunk),
+               "ComputeLogprobs", "send fewer or shorter sequences per call");
+}
+
+EstimateReply Admission::estimate(int64_t rows, int64_t seq_len, const EngineRequest& engine) const {
+  const auto& l = config_.limits;
+  if (seq_len <= 0) throw InvalidArgument("seq_len must be > 0");
+  if (seq_len > l.max_sequence_length) {
+    throw InvalidArgument("seq_len " + std::to_string(seq_len) + " exceeds the maximum sequence length " +
+                          std::to_string(l.max_sequence_length) + " (limits.max_sequence_length)");
+  }
+  if (rows < 0) throw InvalidArgument("batch must be >= 0 (0 = 1 row)");
+  rows = std::max<int64_t>(1, rows);
+  if (rows > l.max_tokens_per_request / seq_len) {
+    throw InvalidArgument("batch x seq_len = " + std::to_string(rows) + " x " + std::to_string(seq_len) +
+                          " exceeds limits.max_tokens_per_request " + std::to_string(l.max_tokens_per_request));
+  }
+  EstimateReply r;
+  const auto options = resolve_engine(engine);
+  r.engine = options.kind;
+  r.estimate = EstimateStepMemory(model_, dtype_, rows, seq_len, options, config_.trainer.optimizer.name);
+  r.budget_bytes = l.memory_budget_bytes;
+  r.fits = l.memory_budget_bytes <= 0 || r.estimate.total() <= l.memory_budget_bytes;
+  return r;
+}
+
+}  // namespace streambp::server

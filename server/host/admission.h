@@ -1,0 +1,49 @@
+#pragma once
+// Admission (DESIGN §7): every request's cost is bounded before it is queued. Chunk sizes
+// have floors; a step's, a Sample's and a ComputeLogprobs' peak memory is estimated with
+// the same analytic model (streambp/estimate.h) and refused when it does not fit the
+// budget; Sample is bounded in rows, sampled tokens and K/V-cache bytes. Refusals name the
+// limit and say what to change. Stateless after construction; thread-safe.
+#include <cstdint>
+#include <string>
+
+#include <torch/types.h>
+
+#include "config.h"
+#include "types.h"
+
+namespace streambp::server {
+
+class Admission {
+ public:
+  Admission(const ServerConfig& config, const ModelConfig& model, torch::Dtype dtype);
+
+  /// The engine options of a request over the server's defaults. InvalidArgument for an
+  /// unknown engine, a negative size, or a size below the configured floor.
+  EngineOptions resolve_engine(const EngineRequest& request) const;
+
+  /// Automatic chunks (when configured and the request set none: `chunks_given` false) and
+  /// the budget check of a training step of `sequences` with `engine` (resolved).
+  /// ResourceExhausted (nothing runs) when the estimate exceeds the budget.
+  void admit_step(const std::vector<Sequence>& sequences, int64_t tokens, bool chunks_given,
+                  EngineOptions* engine) const;
+  /// Rows, sampled tokens, K/V-cache bytes and the budget of a Sample.
+  void admit_sample(const SampleRequest& request) const;
+  /// The budget of a ComputeLogprobs.
+  void admit_logprobs(const LogprobsRequest& request) const;
+  /// EstimateMemory: InvalidArgument for lengths or rows the server would refuse anyway.
+  EstimateReply estimate(int64_t rows, int64_t seq_len, const EngineRequest& engine) const;
+
+  /// Called when a refusal happens (metrics): reason "estimate".
+  std::function<void(const std::string& reason)> on_refusal;
+
+ private:
+  int64_t rows_of(const std::vector<Sequence>& sequences, int64_t tokens) const;
+  void check_budget(const MemoryEstimate& estimate, const std::string& what, const std::string& advice) const;
+
+  const ServerConfig& config_;
+  ModelConfig model_;
+  torch::Dtype dtype_;
+};
+
+}  // namespace streambp::server

@@ -1,0 +1,156 @@
+#include "command.h"
+
+#include "streambp/error.h"
+#include "streambp/objective.h"
+#include "streambp/trainer.h"
+
+namespace streambp::server {
+namespace {
+
+using nlohmann::json;
+
+json SequencesToJson(const std::vector<Sequence>& sequences) {
+  json out = json::array();
+  for (const auto& s : sequences) {
+    json j{{"tokens", s.tokens}, {"loss_mask", s.loss_mask}, {"group", s.group}, {"role", s.role}, {"reward", s.reward}};
+    if (s.ref_logp) j["ref_logp"] = *s.ref_logp;
+    if (!s.sampler_logprobs.empty()) j["sampler_logprobs"] = s.sampler_logprobs;
+    if (!s.advantages.empty()) j["advantages"] = s.advantages;
+    if (!s.ref_logprobs.empty()) j["ref_logprobs"] = s.ref_logprobs;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<Sequence> SequencesFromJson(const json& j) {
+  std::vector<Sequence> out;
+  for (const auto& e : j) {
+    Sequence s;
+    s.tokens = e.at("tokens").get<std::vector<int64_t>>();
+    s.loss_mask = e.at("loss_mask").get<std::vector<uint8_t>>();
+    s.group = e.at("group").get<int64_t>();
+    s.role = e.at("role").get<int>();
+    s.reward = e.at("reward").get<double>();
+    if (e.contains("ref_logp")) s.ref_logp = e["ref_logp"].get<double>();
+    if (e.contains("sampler_logprobs")) s.sampler_logprobs = e["sampler_logprobs"].get<std::vector<double>>();
+    if (e.contains("advantages")) s.advantages = e["advantages"].get<std::vector<double>>();
+    if (e.contains("ref_logprobs")) s.ref_logprobs = e["ref_logprobs"].get<std::vector<double>>();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+const char* StepKindName(StepKind k) {
+  switch (k) {
+    case StepKind::kForwardBackward: return "forward_backward";
+    case StepKind::kForwardBackwardLast: return "forward_backward_last";
+    case StepKind::kTrainStep: return "train_step";
+  }
+  return "?";
+}
+
+StepKind ParseStepKind(const std::string& name) {
+  for (auto k : {StepKind::kForwardBackward, StepKind::kForwardBackwardLast, StepKind::kTrainStep}) {
+    if (name == StepKindName(k)) return k;
+  }
+  throw InvalidArgument("unknown step kind '" + name + "'");
+}
+
+}  // namespace
+
+std::string CommandName(const Command& command) {
+  return std::visit(
+      [](const auto& c) -> std::string {
+        using T = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<T, StepCommand>) return StepKindName(c.kind);
+        if constexpr (std::is_same_v<T, OptimStepCommand>) return "optim_step";
+        if constexpr (std::is_same_v<T, ZeroGradientsCommand>) return "zero_gradients";
+        if constexpr (std::is_same_v<T, SaveCommand>) return "save";
+        if constexpr (std::is_same_v<T, LoadCommand>) return "load";
+        if constexpr (std::is_same_v<T, PingCommand>) return "ping";
+        return "stop";
+      },
+      command);
+}
+
+std::string EncodeCommand(const Command& command) {
+  json j = std::visit(
+      [](const auto& c) -> json {
+        using T = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<T, StepCommand>) {
+          return {{"session", c.session}, {"sequences", SequencesToJson(c.sequences)}, {"objective", c.objective},
+                  {"options", c.options}, {"engine", EngineOptionsToJson(c.engine)}};
+        } else if constexpr (std::is_same_v<T, SaveCommand> || std::is_same_v<T, LoadCommand>) {
+          return {{"session", c.session}, {"dir", c.dir}};
+        } else if constexpr (std::is_same_v<T, OptimStepCommand> || std::is_same_v<T, ZeroGradientsCommand>) {
+          return {{"session", c.session}};
+        } else {
+          return json::object();
+        }
+      },
+      command);
+  j["op"] = CommandName(command);
+  const auto bytes = json::to_cbor(j);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+Command DecodeCommand(const std::string& bytes) {
+  try {
+    const json j = json::from_cbor(bytes);
+    const std::string op = j.at("op").get<std::string>();
+    if (op == "forward_backward" || op == "forward_backward_last" || op == "train_step") {
+      StepCommand c;
+      c.session = j.at("session").get<std::string>();
+      c.kind = ParseStepKind(op);
+      c.sequences = SequencesFromJson(j.at("sequences"));
+      c.objective = j.at("objective").get<std::string>();
+      c.options = j.at("options");
+      c.engine = EngineOptionsFromJson(j.at("engine"));
+      return c;
+    }
+    if (op == "optim_step") return OptimStepCommand{j.at("session").get<std::string>()};
+    if (op == "zero_gradients") return ZeroGradientsCommand{j.at("session").get<std::string>()};
+    if (op == "save") return SaveCommand{j.at("session").get<std::string>(), j.at("dir").get<std::string>()};
+    if (op == "load") return LoadCommand{j.at("session").get<std::string>(), j.at("dir").get<std::string>()};
+    if (op == "ping") return PingCommand{};
+    if (op == "stop") return StopCommand{};
+    throw InvalidArgument("unknown command '" + op + "'");
+  } catch (const json::exception& e) {
+    throw InvalidArgument(std::string("not an encoded command: ") + e.what());
+  }
+}
+
+CommandResult Apply(Replica& replica, const Command& command, const ApplyHooks& hooks) {
+  CommandResult r;
+  std::visit(
+      [&](const auto& c) {
+        using T = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<T, StepCommand>) {
+          auto& trainer = replica.trainer(c.session);
+          auto objective = CreateObjective(c.objective, c.options);
+          EngineOptions engine = c.engine;
+          engine.on_progress = hooks.on_progress;
+          if (c.kind == StepKind::kForwardBackward) {
+            r.step = trainer.forward_backward(c.sequences, *objective, &engine);
+          } else if (c.kind == StepKind::kForwardBackwardLast) {
+            r.step = trainer.forward_backward_last(c.sequences, *objective, &engine);
+          } else {
+            auto t = trainer.train_step(c.sequences, *objective, &engine);
+            r.step = t.forward;
+            r.optim = t.optim;
+          }
+        } else if constexpr (std::is_same_v<T, OptimStepCommand>) {
+          r.optim = replica.trainer(c.session).optim_step();
+        } else if constexpr (std::is_same_v<T, ZeroGradientsCommand>) {
+          replica.trainer(c.session).zero_gradients();
+        } else if constexpr (std::is_same_v<T, SaveCommand>) {
+          replica.trainer(c.session).save_checkpoint(c.dir);
+        } else if constexpr (std::is_same_v<T, LoadCommand>) {
+          replica.load(c.session, c.dir);
+        }
+      },
+      command);
+  return r;
+}
+
+}  // namespace streambp::server

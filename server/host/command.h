@@ -1,0 +1,73 @@
+#pragma once
+// Everything that changes a model is a typed Command (DESIGN §1): rank 0 runs it through
+// its Executor, which first sends it to the other ranks (encoded here, in one place), and
+// every rank applies it with the same function, Apply(). Replication therefore cannot
+// drift from what rank 0 runs.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "replica.h"
+#include "streambp/batch.h"
+#include "streambp/engine.h"
+
+namespace streambp::server {
+
+enum class StepKind {
+  kForwardBackward,      ///< accumulate gradients
+  kForwardBackwardLast,  ///< the step's last forward-backward: starts the gradient sum over the ranks
+  kTrainStep,            ///< forward-backward and the optimizer step
+};
+
+struct StepCommand {
+  std::string session;
+  StepKind kind = StepKind::kForwardBackward;
+  std::vector<Sequence> sequences;
+  std::string objective;
+  nlohmann::json options = nlohmann::json::object();
+  EngineOptions engine;  ///< its hooks are not sent (they are rank 0's own)
+};
+struct OptimStepCommand {
+  std::string session;
+};
+struct ZeroGradientsCommand {
+  std::string session;
+};
+struct SaveCommand {
+  std::string session;
+  std::string dir;
+};
+struct LoadCommand {
+  std::string session;
+  std::string dir;
+};
+struct PingCommand {};
+struct StopCommand {};
+
+using Command = std::variant<StepCommand, OptimStepCommand, ZeroGradientsCommand, SaveCommand, LoadCommand,
+                             PingCommand, StopCommand>;
+
+std::string CommandName(const Command& command);
+/// Bytes for the other ranks (CBOR).
+std::string EncodeCommand(const Command& command);
+/// InvalidArgument for bytes that are not an encoded command.
+Command DecodeCommand(const std::string& bytes);
+
+struct CommandResult {
+  StepResult step;    ///< StepCommand
+  OptimResult optim;  ///< OptimStepCommand, StepCommand kTrainStep
+};
+
+/// What rank 0 adds to a command it applies (never sent).
+struct ApplyHooks {
+  std::function<void(const EngineProgress&)> on_progress;
+};
+
+/// The one place where a command meets the model, on every rank. Ping and Stop do nothing.
+CommandResult Apply(Replica& replica, const Command& command, const ApplyHooks& hooks = {});
+
+}  // namespace streambp::server

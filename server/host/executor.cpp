@@ -1,0 +1,89 @@
+#include "executor.h"
+
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "streambp/error.h"
+#include "streambp/objective.h"
+#include "streambp/safetensors.h"
+
+namespace streambp::server {
+namespace {
+
+class LocalExecutor final : public Executor {
+ public:
+  LocalExecutor(std::unique_ptr<Replica> replica, std::shared_ptr<Communicator> comm,
+                std::function<void(const std::string&)> on_command)
+      : replica_(std::move(replica)), comm_(std::move(comm)), on_command_(std::move(on_command)) {}
+
+  CommandResult run(const Command& command, const ApplyHooks& hooks) override {
+    if (on_command_ || world_size() > 1) {
+      const auto bytes = EncodeCommand(command);
+      if (on_command_) on_command_(bytes);
+      if (world_size() > 1) comm_->broadcast_bytes(bytes, 0);  // the followers apply it too
+    }
+    return Apply(*replica_, command, hooks);
+  }
+  Replica& replica() override { return *replica_; }
+  int world_size() const override { return comm_ ? comm_->world_size() : 1; }
+
+ private:
+  std::unique_ptr<Replica> replica_;
+  std::shared_ptr<Communicator> comm_;
+  std::function<void(const std::string&)> on_command_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> MakeExecutor(std::unique_ptr<Replica> replica, std::shared_ptr<Communicator> comm,
+                                       std::function<void(const std::string&)> on_command) {
+  return std::make_unique<LocalExecutor>(std::move(replica), std::move(comm), std::move(on_command));
+}
+
+int RunFollower(const ServerConfig& config, const DistOptions& dist) {
+  RegisterBuiltinObjectives();
+  DistOptions options = dist;
+  const auto device = RankDevice(config.model.device, dist);
+  if (options.backend.empty()) options.backend = device.is_cuda() ? "nccl" : "gloo";
+  auto comm = Communicator::Create(options);
+  auto replica = Replica::Create(config, device, comm);
+  spdlog::info("rank {} of {} joined; following rank 0", dist.rank, dist.world_size);
+  int rc = 0;
+  for (;;) {
+    Command command;
+    try {
+      command = DecodeCommand(comm->broadcast_bytes("", 0));
+    } catch (const Error& e) {
+      spdlog::error("rank {}: lost rank 0: {}", dist.rank, e.what());
+      rc = 1;
+      break;
+    }
+    if (std::holds_alternative<StopCommand>(command)) break;
+    try {
+      Apply(*replica, command);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kUnavailable) {
+        spdlog::error("rank {}: the process group broke: {}", dist.rank, e.what());
+        rc = 1;
+        break;
+      }
+      // Rank 0 applied the same command to the same input and got the same error.
+      spdlog::info("rank {}: {} refused: {}", dist.rank, CommandName(command), e.what());
+    } catch (const std::exception& e) {
+      spdlog::warn("rank {}: {} failed: {}", dist.rank, CommandName(command), e.what());
+    }
+  }
+  if (rc == 0 && !config.checkpoint_dir.empty()) {
+    std::filesystem::create_directories(config.checkpoint_dir);
+    WriteSafetensors((std::filesystem::path(config.checkpoint_dir) /
+                      ("replica-" + std::to_string(dist.rank) + ".safetensors"))
+                         .string(),
+                     replica->trainer().model()->hf_tensors(), {{"format", "pt"}});
+  }
+  spdlog::info("rank {}: {}", dist.rank, rc == 0 ? "stopped by rank 0" : "exiting: the group is broken");
+  return rc;
+}
+
+}  // namespace streambp::server

@@ -1,0 +1,217 @@
+#pragma once
+// What the TrainingHost takes and gives, in core types: the gRPC edge converts protobuf to
+// these and back, and nothing in server/host/ knows the wire format.
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "streambp/batch.h"
+#include "streambp/engine.h"
+#include "streambp/estimate.h"
+#include "streambp/objective.h"
+#include "streambp/sampler.h"
+#include "streambp/trainer_options.h"
+
+namespace streambp::server {
+
+using Clock = std::chrono::steady_clock;
+
+/// Who calls and until when: what every host method gets besides its input.
+struct CallContext {
+  std::string method;      ///< for logs and metrics ("TrainStep")
+  std::string request_id;  ///< mutating calls: a repeated id returns the first answer
+  std::string digest;      ///< of the request body without its id: a reused id with another body is refused
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  std::function<bool()> cancelled;  ///< true once the caller has gone (may be empty)
+  Clock::time_point received = Clock::now();
+};
+
+/// The answer of an asynchronous host call: a value, or the error (a core exception the
+/// edge turns into a status with ToStatus).
+template <class T>
+struct Outcome {
+  std::shared_ptr<const T> value;
+  std::exception_ptr error;
+  bool ok() const { return error == nullptr; }
+};
+template <class T>
+using Done = std::function<void(const Outcome<T>&)>;
+
+/// The bounds the edge validates input against while converting it.
+struct InputLimits {
+  int64_t vocab_size = 0;
+  int64_t max_sequence_length = 0;
+  int64_t max_tokens_per_request = 0;
+};
+
+/// Engine options as a request gives them: empty / 0 = the server's default.
+struct EngineRequest {
+  std::string engine;
+  int64_t chunk = 0;
+  int64_t logits_chunk = 0;
+  int64_t key_chunk = 0;
+  bool any_chunk() const { return chunk != 0 || logits_chunk != 0 || key_chunk != 0; }
+};
+
+/// A training step's input (ForwardBackward, TrainStep), validated field by field.
+struct StepRequest {
+  std::vector<Sequence> sequences;
+  std::string objective;  ///< registered objective name
+  nlohmann::json objective_options = nlohmann::json::object();
+  EngineRequest engine;
+  int64_t tokens = 0;
+};
+
+/// What a forward-backward did (StepStats on the wire).
+struct StepStats {
+  StepResult result;
+  int64_t sequences = 0;
+  int64_t micro_batches = 0;
+  EngineKind engine = EngineKind::kStream;
+  ResolvedChunks chunks{0, 0, 0};
+  int64_t peak_memory_bytes = 0;
+  double seconds = 0;        ///< on the device
+  double queue_seconds = 0;  ///< waiting for the device
+  int64_t policy_version = 0;  ///< of the weights the gradients were computed on
+};
+
+struct OptimStats {
+  OptimResult optim;
+  int64_t policy_version = 0;  ///< after the step
+  int64_t step = 0;
+};
+
+struct TrainStats {
+  StepStats forward;
+  OptimStats optim;
+};
+
+struct LogprobsRequest {
+  std::vector<Sequence> sequences;
+  bool reference = false;
+  double temperature = 1.0;
+};
+
+struct LogprobsReply {
+  std::vector<std::vector<double>> logprobs;  ///< per sequence, one fewer than its tokens
+  int64_t policy_version = 0;
+};
+
+struct SampleRequest {
+  std::vector<std::vector<int64_t>> prompts;
+  SampleOptions options;
+};
+
+struct SampleReply {
+  std::vector<SampledCompletion> completions;
+  int64_t policy_version = 0;
+};
+
+struct CheckpointReply {
+  std::string name;
+  int64_t step = 0;
+  int64_t policy_version = 0;
+  int64_t bytes = 0;
+};
+
+/// One serialized version of the weights, shared by every export of that version.
+struct WeightsSnapshot {
+  std::string bytes;  ///< a safetensors file, HF names
+  std::string sha256;
+  std::string config_json;
+  int64_t policy_version = 0;
+};
+
+struct ExportReply {
+  std::shared_ptr<const WeightsSnapshot> snapshot;
+  std::string note;  ///< set when the version asked for is not the one served
+};
+
+struct EstimateReply {
+  MemoryEstimate estimate;
+  EngineKind engine = EngineKind::kStream;
+  int64_t budget_bytes = 0;
+  bool fits = true;
+};
+
+// --- The RL loop ---------------------------------------------------------------------
+
+struct RolloutCompletion {
+  std::vector<int64_t> tokens;
+  double reward = 0.0;
+  std::vector<double> logprobs;    ///< the sampler's, per completion token (may be empty)
+  std::vector<double> advantages;  ///< per completion token (may be empty)
+};
+
+struct RolloutGroup {
+  std::vector<int64_t> prompt;
+  std::vector<RolloutCompletion> completions;
+  int64_t policy_version = 0;  ///< the version that sampled it (0 = unknown)
+  std::string group_id;        ///< the client's id, or "" (the server makes one)
+};
+
+/// A pushed group as the edge converted it: the group, or why it could not be converted.
+struct PushItem {
+  int index = 0;
+  std::optional<RolloutGroup> group;
+  std::string error;  ///< set when group is empty: the conversion's message (field named)
+};
+
+enum class RolloutStatus {
+  kAccepted,   ///< durably queued: it will be trained exactly once
+  kDuplicate,  ///< its group_id was accepted before; not trained twice
+  kStale,      ///< sampled by a version older than current - max_staleness; dropped
+  kInvalid,    ///< bad input; the message names the field
+  kRetry,      ///< not queued now (queue full, rollout log not writable): push it again later
+};
+const char* RolloutStatusName(RolloutStatus status);  ///< accepted | duplicate | stale | invalid | retry
+
+struct RolloutAck {
+  int index = 0;
+  std::string group_id;
+  RolloutStatus status = RolloutStatus::kInvalid;
+  std::string message;
+  int64_t queue_depth = 0;
+  int64_t policy_version = 0;
+};
+
+struct RolloutStats {
+  int64_t queue_depth = 0, accepted = 0, consumed = 0, dropped_stale = 0, duplicates = 0, invalid = 0;
+  int64_t steps_run = 0, groups_per_step = 0, max_staleness = 0, policy_version = 0;
+  double last_step_seconds = 0;
+};
+
+/// A new policy version, as WatchPolicy streams it.
+struct PolicyUpdate {
+  int64_t policy_version = 0;
+  int64_t step = 0;
+  std::string source;  ///< start | rollouts | train | load
+  double loss = 0, reward_mean = 0, kl = 0, clip_fraction = 0;
+  int64_t tokens = 0;
+  int64_t groups_consumed = 0;
+  int64_t groups_dropped = 0;
+  Metrics metrics;
+};
+
+/// What GetInfo reports.
+struct HostInfo {
+  ModelConfig model;
+  int64_t num_parameters = 0;
+  std::string dtype, device;
+  EngineOptions engine;  ///< the defaults
+  int world_size = 1;
+  std::string optimizer;
+  double learning_rate = 0;
+  int64_t max_sequence_length = 0, max_tokens_per_request = 0;
+  bool reference_model = false;
+  int64_t policy_version = 0, step = 0, pending_micro_batches = 0;
+};
+
+}  // namespace streambp::server

@@ -1,0 +1,21 @@
+#include "weights_snapshot.h"
+
+#include <torch/torch.h>
+
+#include "streambp/digest.h"
+#include "streambp/safetensors.h"
+
+namespace streambp::server {
+
+WeightsSnapshot MakeWeightsSnapshot(const CausalLM& model, int64_t policy_version) {
+  WeightsSnapshot s;
+  s.bytes = SerializeSafetensors(model->hf_tensors(), {{"format", "pt"}});
+  s.sha256 = Sha256Hex(s.bytes);
+  auto config = model->config();
+  config.torch_dtype = DtypeName(model->named_hf_parameters().front().second.scalar_type());
+  s.config_json = config.ToJson().dump(2);
+  s.policy_version = policy_version;
+  return s;
+}
+
+}  // namespace streambp::server

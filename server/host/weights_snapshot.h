@@ -1,0 +1,12 @@
+#pragma once
+// One serialized version of the weights for ExportWeights.
+#include "streambp/model.h"
+#include "types.h"
+
+namespace streambp::server {
+
+/// The model's weights as one safetensors file (HF names), its SHA-256 and config.json
+/// (torch_dtype = the weights' dtype).
+WeightsSnapshot MakeWeightsSnapshot(const CausalLM& model, int64_t policy_version);
+
+}  // namespace streambp::server

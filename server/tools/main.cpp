@@ -1,0 +1,197 @@
+// streambp-server: the training service and its local tools.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include "streambp/error.h"
+#include "streambp/memory.h"
+#include "streambp/runtime.h"
+#include "tools.h"
+#include "health_tool.h"
+#include "serve_tool.h"
+#include "train_tool.h"
+
+namespace {
+
+void AddModelFlags(CLI::App* cmd, streambp::ModelSource& m) {
+  cmd->add_option("--model", m.dir, "Hugging Face model folder (config.json + safetensors); "
+                                    "default: the embedded preset");
+  cmd->add_option("--preset", m.preset, "embedded model when --model is not given")
+      ->check(CLI::IsMember({"tiny", "small"}));
+  cmd->add_option("--seed", m.seed, "seed of the embedded model");
+  cmd->add_option("--dtype", m.dtype, "float32 | float64 | bfloat16 | float16")
+      ->check(CLI::IsMember({"float32", "float64", "bfloat16", "float16"}));
+}
+
+void AddEngineFlags(CLI::App* cmd, streambp::tools::EngineFlags& f) {
+  cmd->add_option("--chunk", f.chunk, "stream: query positions per layer chunk (0 = default)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--logits-chunk", f.logits_chunk,
+                  "positions per lm_head+loss chunk (0 = all at once, -1 = default)")
+      ->check(CLI::Range(-1, 1 << 30));
+  cmd->add_option("--key-chunk", f.key_chunk, "stream: keys per attention tile inside a chunk (0 = default)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+// `--version`: what was built and what it runs on (DESIGN §2: speed depends on the BLAS).
+std::string BuildInfo() {
+  const auto rt = streambp::GetRuntimeInfo();
+#if defined(STREAMBP_WITH_CUDA)
+  const std::string cuda = std::string("built with CUDA; device ") + (rt.cuda ? "available" : "not available");
+#else
+  const std::string cuda = "CPU-only build (no CUDA)";
+#endif
+#if defined(__clang__)
+  const std::string compiler = "clang " __clang_version__;
+#else
+  const std::string compiler = "GCC " __VERSION__;
+#endif
+  return "streambp-server " STREAMBP_VERSION "\nLibTorch " + rt.torch_version + "\nBLAS " + rt.blas + "\n" + cuda +
+         "\ncompiler " + compiler + ", C++" + std::to_string(__cplusplus / 100 % 100);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  streambp::memory::InstallTrackingAllocator();
+  CLI::App app{"streambp-server: exact StreamBP training as a service"};
+  app.require_subcommand(1);
+  int threads = 0;
+  app.add_option("--threads", threads, "LibTorch threads (0 = number of cores)");
+  app.set_version_flag("--version", BuildInfo, "print version and build info (LibTorch, BLAS, CUDA) and exit");
+
+  streambp::tools::InitModelArgs init;
+  auto* init_cmd = app.add_subcommand("init-model", "write a deterministic random-init model in HF format");
+  init_cmd->add_option("--preset", init.preset, "tiny | small")->check(CLI::IsMember({"tiny", "small"}));
+  init_cmd->add_option("--seed", init.seed, "random seed");
+  init_cmd->add_option("--dtype", init.dtype, "dtype of the written weights")
+      ->check(CLI::IsMember({"float32", "float64", "bfloat16", "float16"}));
+  init_cmd->add_option("--out", init.out, "output folder")->required();
+
+  streambp::tools::GradArgs grad;
+  auto* grad_cmd = app.add_subcommand("grad", "loss and gradient of every parameter, as safetensors");
+  AddModelFlags(grad_cmd, grad.model);
+  grad_cmd->add_option("--data", grad.data, "JSONL file of examples")->required();
+  grad_cmd->add_option("--objective", grad.objective, "loss plugin: sft | dpo | grpo");
+  grad_cmd->add_option("--objective-options", grad.objective_options,
+                       "the objective's options as a JSON object, e.g. '{\"beta\":0.1}'");
+  grad_cmd->add_option("--engine", grad.engine, "full | checkpoint | stream")
+      ->check(CLI::IsMember({"full", "checkpoint", "stream"}));
+  grad_cmd->add_option("--layout", grad.layout, "right | left | packed")
+      ->check(CLI::IsMember({"right", "left", "packed"}));
+  AddEngineFlags(grad_cmd, grad.flags);
+  grad_cmd->add_option("--out", grad.out, "output .safetensors file")->required();
+
+  streambp::tools::VerifyArgs verify;
+  auto* verify_cmd = app.add_subcommand(
+      "verify", "run every engine on the same batch and check they give the same gradients");
+  AddModelFlags(verify_cmd, verify.model);
+  verify_cmd->add_option("--data", verify.data, "JSONL file (default: a synthetic batch)");
+  verify_cmd->add_option("--objective", verify.objective, "loss plugin: sft | dpo | grpo");
+  verify_cmd->add_option("--objective-options", verify.objective_options,
+                         "the objective's options as a JSON object");
+  verify_cmd->add_option("--layout", verify.layout, "right | left | packed")
+      ->check(CLI::IsMember({"right", "left", "packed"}));
+  verify_cmd->add_option("--seq-len", verify.seq_len, "synthetic batch: longest sequence")
+      ->check(CLI::PositiveNumber);
+  verify_cmd->add_option("--batch", verify.batch, "synthetic batch: number of sequences")
+      ->check(CLI::PositiveNumber);
+  verify_cmd->add_option("--tolerance", verify.tolerance, "max relative difference (0 = dtype default)");
+  AddEngineFlags(verify_cmd, verify.flags);
+
+  // --- train: a local training loop (train_tool.h) ---
+  streambp::tools::TrainArgs train;
+  auto* train_cmd = app.add_subcommand("train", "train on a JSONL file with the Trainer, one line per step");
+  AddModelFlags(train_cmd, train.model);  // --seed seeds the embedded model and the trainer
+  train_cmd->add_option("--data", train.data, "JSONL file of examples")->required();
+  train_cmd->add_option("--objective", train.objective, "loss plugin: sft | dpo | grpo");
+  train_cmd->add_option("--objective-options", train.objective_options,
+                        "the objective's options as a JSON object");
+  train_cmd->add_option("--steps", train.steps, "optimizer steps")->required()->check(CLI::PositiveNumber);
+  train_cmd->add_option("--batch-size", train.batch_size,
+                        "examples per step (a DPO pair or GRPO group is one; 0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--optimizer", train.optimizer, "adamw | sgd")->check(CLI::IsMember({"adamw", "sgd"}));
+  train_cmd->add_option("--lr", train.lr, "peak learning rate")->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--weight-decay", train.weight_decay, "adamw: decoupled; sgd: L2")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--schedule", train.schedule, "constant | linear | cosine (over --steps)")
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}));
+  train_cmd->add_option("--warmup", train.warmup, "linear warmup steps")->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--max-grad-norm", train.max_grad_norm, "clip the gradient norm (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--engine", train.engine, "full | checkpoint | stream")
+      ->check(CLI::IsMember({"full", "checkpoint", "stream"}));
+  train_cmd->add_option("--layout", train.layout, "right | left | packed")
+      ->check(CLI::IsMember({"right", "left", "packed"}));
+  AddEngineFlags(train_cmd, train.flags);
+  train_cmd->add_option("--micro-batch-tokens", train.micro_batch_tokens,
+                        "padded tokens per micro-batch (0 = the whole step at once)")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--save", train.save, "write a checkpoint folder at the end");
+  // --- end train ---
+
+  // --- serve: the gRPC training service (serve_tool.h) ---
+  streambp::tools::ServeArgs serve;
+  auto* serve_cmd = app.add_subcommand("serve", "start the gRPC training service (Ctrl-C or SIGTERM drains and stops)");
+  serve_cmd->add_option("--config", serve.config_file, "JSON config file; the flags below override it");
+  serve_cmd->add_option("--model", serve.model_dir, "Hugging Face model folder (default: the embedded preset)");
+  serve_cmd->add_option("--preset", serve.preset, "embedded model when --model is not given: tiny | small");
+  serve_cmd->add_option("--seed", serve.seed, "seed of the embedded model");
+  serve_cmd->add_option("--dtype", serve.dtype, "float32 | float64 | bfloat16");
+  serve_cmd->add_option("--device", serve.device, "cpu | cuda | cuda:N");
+  serve_cmd->add_option("--listen", serve.listen, "host:port (port 0 picks a free one, logged)");
+  serve_cmd->add_option("--port-file", serve.port_file, "write the bound port to this file");
+  serve_cmd->add_option("--engine", serve.engine, "default engine: full | checkpoint | stream");
+  serve_cmd->add_option("--chunk", serve.chunk, "default stream chunk (0 = default)");
+  serve_cmd->add_option("--logits-chunk", serve.logits_chunk, "default logits chunk (-1 = default, 0 = all)");
+  serve_cmd->add_option("--key-chunk", serve.key_chunk, "default stream attention key tile (0 = default)");
+  serve_cmd->add_option("--optimizer", serve.optimizer, "adamw | sgd");
+  serve_cmd->add_option("--lr", serve.lr, "learning rate");
+  serve_cmd->add_option("--micro-batch-tokens", serve.micro_batch_tokens, "padded tokens per micro-batch (0 = whole)");
+  serve_cmd->add_option("--checkpoint-dir", serve.checkpoint_dir, "folder of Save/LoadCheckpoint names");
+  serve_cmd->add_option("--token", serve.tokens, "bearer token clients must send (repeatable)");
+  serve_cmd->add_option("--queue-depth", serve.queue_depth, "requests that may wait for the device");
+  serve_cmd->add_option("--max-seq-len", serve.max_sequence_length, "longest sequence accepted");
+  serve_cmd->add_option("--memory-budget", serve.memory_budget, "refuse steps estimated above this many bytes");
+  serve_cmd->add_option("--log-format", serve.log_format, "text | json");
+  serve_cmd->add_flag("--check-config", serve.check_config, "validate the config, print it, and exit");
+  // --- end serve ---
+
+  streambp::tools::HealthArgs health;
+  auto* health_cmd = app.add_subcommand("health", "grpc.health.v1 check of a running server (exit 0 = SERVING)");
+  health_cmd->add_option("--server", health.target, "host:port");
+  health_cmd->add_option("--service", health.service, "service name (\"\" = the whole server)");
+  health_cmd->add_option("--ca", health.ca, "PEM roots: connect with TLS");
+  health_cmd->add_option("--server-name", health.server_name, "name expected in the server certificate");
+  health_cmd->add_option("--timeout", health.timeout_seconds, "seconds")->check(CLI::PositiveNumber);
+
+  CLI11_PARSE(app, argc, argv);
+  streambp::ConfigureThreads(threads);
+  try {
+    if (*init_cmd) return streambp::tools::InitModel(init);
+    if (*grad_cmd) return streambp::tools::Grad(grad);
+    if (*verify_cmd) return streambp::tools::Verify(verify);
+    if (*train_cmd) return streambp::tools::Train(train);
+    if (*health_cmd) return streambp::tools::Health(health);
+    if (*serve_cmd) {
+      serve.threads = threads;
+      return streambp::tools::Serve(serve);
+    }
+  } catch (const streambp::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const c10::OutOfMemoryError& e) {
+    std::fprintf(stderr, "error: out of memory: %s\n", e.what_without_backtrace());
+    return 3;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,244 @@
+#include "tools.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "streambp/data.h"
+#include "streambp/engine.h"
+#include "streambp/error.h"
+#include "streambp/gradients.h"
+#include "streambp/memory.h"
+#include "streambp/model.h"
+#include "streambp/objective.h"
+#include "streambp/runtime.h"
+
+namespace streambp::tools {
+namespace {
+
+struct LoadedModel {
+  CausalLM model{nullptr};
+  std::string description;
+};
+
+LoadedModel Load(const ModelSource& src) {
+  LoadedModel m;
+  m.model = LoadOrInitModel(src);
+  m.description = src.describe();
+  return m;
+}
+
+std::string Describe(const LoadedModel& m, const std::string& dtype) {
+  const auto& c = m.model->config();
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s from %s: %lld layers, hidden %lld, heads %lld/%lld, head_dim %lld, vocab %lld%s, %s",
+                c.architecture.c_str(), m.description.c_str(), (long long)c.num_hidden_layers,
+                (long long)c.hidden_size, (long long)c.num_attention_heads,
+                (long long)c.num_key_value_heads, (long long)c.head_dim, (long long)c.vocab_size,
+                c.tie_word_embeddings ? ", tied embeddings" : "", dtype.c_str());
+  return buf;
+}
+
+std::string FormatMetrics(const Metrics& metrics) {
+  std::string out;
+  char buf[128];
+  for (const auto& [k, v] : metrics) {
+    std::snprintf(buf, sizeof buf, "%s%s=%.6g", out.empty() ? "" : " ", k.c_str(), v);
+    out += buf;
+  }
+  return out;
+}
+
+// A reproducible batch: `count` sequences of random tokens, the longest `seq_len`, the
+// others shorter, each with a prompt part that is not trained on.
+std::vector<Sequence> SyntheticSequences(const std::string& objective, int64_t count, int64_t seq_len,
+                                         int64_t vocab, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto random_tokens = [&](int64_t n) {
+    auto ids = at::randint(0, vocab, {n}, gen, torch::kInt64);
+    return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n);
+  };
+  std::vector<Sequence> out;
+  if (objective == "sft") {
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t n = std::max<int64_t>(2, seq_len - i * seq_len / (2 * std::max<int64_t>(count, 1)));
+      Sequence s;
+      s.tokens = random_tokens(n);
+      s.loss_mask.assign(n, 1);
+      for (int64_t t = 0; t < n / 4; ++t) s.loss_mask[t] = 0;
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+  // dpo: `count` pairs; grpo: one group of max(count, 2) completions with spread rewards.
+  // Prompts take a quarter of the length, completions vary.
+  const int64_t prompt_len = std::max<int64_t>(1, seq_len / 4);
+  const int64_t units = objective == "dpo" ? count : 1;
+  const int64_t per_unit = objective == "dpo" ? 2 : std::max<int64_t>(count, 2);
+  for (int64_t u = 0; u < units; ++u) {
+    const auto prompt = random_tokens(prompt_len);
+    for (int64_t k = 0; k < per_unit; ++k) {
+      const int64_t n = std::max<int64_t>(1, seq_len - prompt_len - k * (seq_len - prompt_len) / (2 * per_unit));
+      Sequence s;
+      s.tokens = prompt;
+      const auto completion = random_tokens(n);
+      s.tokens.insert(s.tokens.end(), completion.begin(), completion.end());
+      s.loss_mask.assign(prompt.size(), 0);
+      s.loss_mask.resize(s.tokens.size(), 1);
+      s.group = u;
+      s.role = objective == "dpo" ? static_cast<int>(k) : 0;
+      s.reward = static_cast<double>(k) / per_unit;
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+// Objectives that compare with a reference (DPO; GRPO with beta > 0) get reference
+// log-probs from the model itself, as it is before any training step.
+void FillReferenceFromModel(CausalLM& model, Objective& objective, std::vector<Sequence>& sequences) {
+  if (!objective.needs_reference(sequences)) return;
+  auto batch = MakeBatch(sequences, Layout::kRightPad);
+  auto logp = TokenLogprobs(model, batch, kDefaultLogitsChunk, objective.reference_temperature());
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    auto where = (batch.sequence_ids == static_cast<int64_t>(i)).nonzero();
+    const int64_t row = where[0][0].item<int64_t>(), start = where[0][1].item<int64_t>();
+    auto& s = sequences[i];
+    s.ref_logprobs.assign(s.tokens.size(), 0.0);
+    for (size_t t = 1; t < s.tokens.size(); ++t) s.ref_logprobs[t] = logp[row][start + t - 1].item<double>();
+  }
+  std::printf("reference log-probs: computed with the model itself (its weights before any step)\n");
+}
+
+}  // namespace
+
+std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::string& options_json) {
+  RegisterBuiltinObjectives();
+  nlohmann::json options;
+  try {
+    options = nlohmann::json::parse(options_json);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InvalidArgument("--objective-options is not valid JSON: " + std::string(e.what()));
+  }
+  if (!options.is_object()) throw InvalidArgument("--objective-options must be a JSON object");
+  return CreateObjective(name, options);
+}
+
+int InitModel(const InitModelArgs& args) {
+  auto config = PresetConfig(args.preset);
+  auto model = streambp::InitModel(config, args.seed, ParseDtype(args.dtype));
+  SaveModel(model, args.out);
+  int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  std::printf("wrote %s model (seed %llu, %lld parameters, %s) to %s\n", args.preset.c_str(),
+              (unsigned long long)args.seed, (long long)params, args.dtype.c_str(), args.out.c_str());
+  return 0;
+}
+
+int Grad(const GradArgs& args) {
+  auto m = Load(args.model);
+  auto objective = MakeObjective(args.objective, args.objective_options);
+  auto sequences = ReadExamples(args.data, args.objective);
+  ValidateSequences(sequences, m.model->config().vocab_size);
+  FillReferenceFromModel(m.model, *objective, sequences);
+  auto batch = MakeBatch(sequences, ParseLayout(args.layout));
+  EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false,
+                        args.flags.key_chunk};
+  auto t0 = std::chrono::steady_clock::now();
+  auto result = ForwardBackward(m.model, batch, *objective, options);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.metrics = objective->finish();
+  auto grads = CollectGradients(*m.model);
+  char loss[64];
+  std::snprintf(loss, sizeof loss, "%.17g", result.loss);
+  Metadata meta{{"loss", loss},
+                {"targets", std::to_string(result.targets)},
+                {"tokens", std::to_string(result.tokens)},
+                {"objective", args.objective},
+                {"engine", args.engine},
+                {"dtype", args.model.dtype}};
+  WriteSafetensors(args.out, grads, meta);
+  std::printf("%s: loss %.10g over %lld target tokens (%s engine, %.3f s); %zu gradients written to %s\n",
+              args.objective.c_str(), result.loss, (long long)result.targets, args.engine.c_str(), secs,
+              grads.size(), args.out.c_str());
+  if (!result.metrics.empty()) std::printf("metrics: %s\n", FormatMetrics(result.metrics).c_str());
+  return 0;
+}
+
+int Verify(const VerifyArgs& args) {
+  auto m = Load(args.model);
+  const auto dtype = ParseDtype(args.model.dtype);
+  const auto& config = m.model->config();
+  std::vector<Sequence> sequences =
+      args.data.empty()
+          ? SyntheticSequences(args.objective, args.batch, args.seq_len, config.vocab_size, args.data_seed)
+                        : ReadExamples(args.data, args.objective);
+  ValidateSequences(sequences, config.vocab_size);
+  FillReferenceFromModel(m.model, *MakeObjective(args.objective, args.objective_options), sequences);
+  auto batch = MakeBatch(sequences, ParseLayout(args.layout));
+  const int64_t T = batch.length();
+  const double tolerance = args.tolerance > 0 ? args.tolerance : GradientTolerance(dtype);
+  // Default stream chunks: several per sequence and not dividing it, so that chunking is
+  // exercised (the defaults of training are larger).
+  EngineFlags stream = args.flags;
+  if (stream.chunk == 0) stream.chunk = std::max<int64_t>(1, (T + 3) / 4);
+  if (stream.logits_chunk < 0) stream.logits_chunk = std::max<int64_t>(1, (T + 2) / 3);
+  if (stream.key_chunk == 0) stream.key_chunk = std::max<int64_t>(1, (T + 4) / 5);
+
+  std::printf("model:   %s\n", Describe(m, args.model.dtype).c_str());
+  std::printf("batch:   %lld rows x %lld positions, %s layout, %lld tokens, %lld targets; objective %s\n",
+              (long long)batch.rows(), (long long)T, args.layout.c_str(),
+              (long long)(batch.sequence_ids >= 0).sum().item<int64_t>(), (long long)batch.num_targets(),
+              args.objective.c_str());
+  std::printf("runtime: %s\n\n", GetRuntimeInfo().describe().c_str());
+  std::printf("%-11s %6s %7s %6s %22s %12s %12s %10s %9s\n", "engine", "chunk", "logits", "keys", "loss",
+              "max|dg|", "max rel dg", "peak MiB", "time s");
+  std::fflush(stdout);
+
+  TensorMap reference;
+  double reference_loss = 0;
+  bool ok = true;
+  for (auto kind : {EngineKind::kFull, EngineKind::kCheckpoint, EngineKind::kStream}) {
+    EngineOptions options{kind, 0, -1};
+    if (kind == EngineKind::kStream) options = {kind, stream.chunk, stream.logits_chunk, false, stream.key_chunk};
+    const auto chunks = ResolveChunks(options, T);
+    auto objective = MakeObjective(args.objective, args.objective_options);
+    ZeroGradients(*m.model);
+    memory::ResetPeak();
+    const int64_t live_before = memory::LiveBytes();
+    auto t0 = std::chrono::steady_clock::now();
+    auto result = ForwardBackward(m.model, batch, *objective, options);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.metrics = objective->finish();
+    const double peak_mib = (memory::PeakBytes() - live_before) / (1024.0 * 1024.0);
+    auto grads = CollectGradients(*m.model);
+    GradientDiff diff;
+    if (kind == EngineKind::kFull) {
+      reference = grads;
+      reference_loss = result.loss;
+    } else {
+      diff = CompareGradients(reference, grads);
+      const double loss_rel = std::abs(result.loss - reference_loss) / std::max(std::abs(reference_loss), 1e-300);
+      if (!(diff.max_relative <= tolerance) || !(loss_rel <= tolerance)) ok = false;
+    }
+    std::printf("%-11s %6lld %7lld %6lld %22.15g %12.3e %12.3e %10.2f %9.3f\n", EngineName(kind).c_str(),
+                (long long)chunks.chunk, (long long)chunks.logits_chunk, (long long)chunks.key_chunk, result.loss,
+                diff.max_abs,
+                diff.max_relative, peak_mib, secs);
+    if (kind != EngineKind::kFull && !(diff.max_relative <= tolerance)) {
+      std::printf("            worst tensor: %s\n", diff.worst.c_str());
+    }
+    std::fflush(stdout);
+  }
+  ZeroGradients(*m.model);
+  std::printf("\ntolerance (%s): %.1e relative to full -> %s\n", args.model.dtype.c_str(), tolerance,
+              ok ? "PASS: all engines give the same loss and gradients" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+}  // namespace streambp::tools

@@ -1,0 +1,58 @@
+#pragma once
+// The local commands of streambp-server that need no network: init-model, grad, verify.
+#include <cstdint>
+#include <string>
+
+#include <memory>
+
+#include "streambp/model.h"
+#include "streambp/objective.h"
+
+namespace streambp::tools {
+
+/// A registered objective from --objective and --objective-options (a JSON object);
+/// InvalidArgument for bad JSON, unknown objectives or options.
+std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::string& options_json);
+
+
+struct EngineFlags {
+  int64_t chunk = 0;          ///< 0 = default
+  int64_t logits_chunk = -1;  ///< -1 = default, 0 = all positions at once
+  int64_t key_chunk = 0;      ///< stream: keys per attention tile, 0 = default
+};
+
+struct InitModelArgs {
+  std::string preset = "tiny";
+  uint64_t seed = 0;
+  std::string out;
+  std::string dtype = "float32";
+};
+int InitModel(const InitModelArgs& args);
+
+struct GradArgs {
+  ModelSource model;
+  std::string data;
+  std::string objective = "sft";
+  std::string objective_options = "{}";  ///< JSON object of the objective's options
+  std::string engine = "stream";
+  std::string layout = "right";
+  EngineFlags flags;
+  std::string out;
+};
+int Grad(const GradArgs& args);
+
+struct VerifyArgs {
+  ModelSource model;
+  std::string data;  ///< empty = synthetic batch
+  std::string objective = "sft";
+  std::string objective_options = "{}";
+  std::string layout = "right";
+  int64_t seq_len = 128;  ///< synthetic batch: longest sequence
+  int64_t batch = 2;      ///< synthetic batch: sequences
+  uint64_t data_seed = 1;
+  EngineFlags flags;      ///< stream chunk sizes (default: several chunks per sequence)
+  double tolerance = 0;   ///< 0 = the dtype's default
+};
+int Verify(const VerifyArgs& args);
+
+}  // namespace streambp::tools

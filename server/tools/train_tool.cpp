@@ -1,0 +1,117 @@
+#include "train_tool.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "streambp/data.h"
+#include "streambp/error.h"
+#include "streambp/model.h"
+#include "streambp/objective.h"
+#include "streambp/runtime.h"
+#include "streambp/trainer.h"
+
+namespace streambp::tools {
+namespace {
+
+// Examples: runs of sequences of one group (a DPO pair, a GRPO group), or one ungrouped
+// sequence. A step takes whole examples.
+std::vector<std::vector<Sequence>> Examples(const std::vector<Sequence>& sequences) {
+  std::vector<std::vector<Sequence>> out;
+  for (const auto& s : sequences) {
+    if (out.empty() || s.group < 0 || out.back().back().group != s.group) out.emplace_back();
+    out.back().push_back(s);
+  }
+  return out;
+}
+
+std::string FormatMetrics(const Metrics& metrics) {
+  std::string out;
+  char buf[128];
+  for (const auto& [k, v] : metrics) {
+    std::snprintf(buf, sizeof buf, "%s%s=%.4g", out.empty() ? "  " : " ", k.c_str(), v);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace
+
+int Train(const TrainArgs& args) {
+  if (args.steps <= 0) throw InvalidArgument("--steps must be > 0");
+  if (args.batch_size < 0) throw InvalidArgument("--batch-size must be >= 0 (0 = all examples)");
+  auto objective = MakeObjective(args.objective, args.objective_options);
+  const auto sequences = ReadExamples(args.data, args.objective);
+  if (sequences.empty()) throw InvalidArgument(args.data + ": no examples");
+  const auto examples = Examples(sequences);
+
+  CausalLM model = LoadOrInitModel(args.model);
+  const std::string source = args.model.describe();
+  // Refuse bad data before building anything else.
+  ValidateSequences(sequences, model->config().vocab_size);
+
+  TrainerOptions options;
+  options.optimizer.name = args.optimizer;
+  options.optimizer.lr = args.lr;
+  options.optimizer.weight_decay = args.weight_decay;
+  options.schedule.type = args.schedule;
+  options.schedule.warmup_steps = args.warmup;
+  options.schedule.total_steps = args.steps;
+  options.max_grad_norm = args.max_grad_norm;
+  options.engine = {ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false, args.flags.key_chunk};
+  options.layout = ParseLayout(args.layout);
+  options.micro_batch_tokens = args.micro_batch_tokens;
+  options.seed = args.model.seed;
+  // A reference model only when the data needs one (it costs a second copy of the weights).
+  options.reference.use_reference_model = objective->needs_reference(sequences);
+  auto trainer = Trainer::Create(std::move(model), options);
+
+  const int64_t per_step = args.batch_size > 0 ? std::min<int64_t>(args.batch_size, examples.size())
+                                               : static_cast<int64_t>(examples.size());
+  std::printf("model:   %s, %s\n", source.c_str(), args.model.dtype.c_str());
+  std::printf("data:    %s: %zu examples (%zu sequences), %lld per step; objective %s\n", args.data.c_str(),
+              examples.size(), sequences.size(), (long long)per_step, args.objective.c_str());
+  std::printf("trainer: %s lr %.3g, %s schedule (warmup %lld), max grad norm %g, %s engine, %s layout%s\n",
+              args.optimizer.c_str(), args.lr, args.schedule.c_str(), (long long)args.warmup,
+              args.max_grad_norm, args.engine.c_str(), args.layout.c_str(),
+              options.reference.use_reference_model ? ", reference model" : "");
+  std::printf("runtime: %s\n", GetRuntimeInfo().describe().c_str());
+  std::fflush(stdout);
+
+  double first_loss = 0, last_loss = 0;
+  size_t next = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < args.steps; ++step) {
+    std::vector<Sequence> batch;
+    for (int64_t k = 0; k < per_step; ++k) {
+      const auto& example = examples[next];
+      batch.insert(batch.end(), example.begin(), example.end());
+      next = (next + 1) % examples.size();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = trainer->train_step(batch, *objective);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step == 0) first_loss = r.forward.loss;
+    last_loss = r.forward.loss;
+    std::printf("step %lld/%lld  loss %.6f  tok/s %.0f  grad_norm %.4g  lr %.3e%s%s\n", (long long)(step + 1),
+                (long long)args.steps, r.forward.loss, r.forward.tokens / std::max(secs, 1e-9),
+                r.optim.grad_norm, r.optim.lr,
+                r.optim.skipped ? ("  skipped: " + r.optim.reason).c_str() : "",
+                FormatMetrics(r.forward.metrics).c_str());
+    std::fflush(stdout);
+  }
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double fall = first_loss != 0 ? 100.0 * (first_loss - last_loss) / std::abs(first_loss) : 0.0;
+  std::printf("summary: %lld steps in %.2f s, first loss %.6f, last loss %.6f, fell by %.1f%%\n",
+              (long long)args.steps, total, first_loss, last_loss, fall);
+  if (!args.save.empty()) {
+    trainer->save_checkpoint(args.save);
+    std::printf("saved checkpoint (step %lld, policy version %lld) to %s\n", (long long)trainer->step(),
+                (long long)trainer->policy_version(), args.save.c_str());
+  }
+  return 0;
+}
+
+}  // namespace streambp::tools

@@ -1,0 +1,230 @@
+// The TrainingHost without gRPC: this executable links no gRPC and no generated code, so it
+// also proves the host layer does not use them (a use would not link).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "command.h"
+#include "executor.h"
+#include "host.h"
+#include "replica.h"
+#include "streambp/error.h"
+#include "streambp/objective.h"
+#include "streambp/safetensors.h"
+#include "test_util/fixtures.h"
+
+namespace streambp::server {
+namespace {
+
+ServerConfig HostConfig() {
+  ServerConfig c;
+  c.model.preset = "tiny";
+  c.model.dtype = "float64";
+  c.trainer.optimizer.name = "adamw";
+  c.trainer.optimizer.lr = 1e-3;
+  c.trainer.engine = EngineOptions{EngineKind::kStream, 8, 8};
+  c.log.level = "warn";
+  return c;
+}
+
+// Waits for a host answer.
+template <class T>
+Outcome<T> Wait(std::function<void(Done<T>)> call) {
+  std::promise<Outcome<T>> p;
+  call([&p](const Outcome<T>& o) { p.set_value(o); });
+  return p.get_future().get();
+}
+
+std::string ErrorOf(std::exception_ptr e, ErrorCode* code = nullptr) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    if (code) *code = err.code();
+    return err.what();
+  } catch (const std::exception& err) {
+    return err.what();
+  }
+}
+
+StepRequest SftStep(std::vector<std::vector<int64_t>> seqs) {
+  StepRequest r;
+  for (auto& t : seqs) {
+    Sequence s;
+    s.tokens = std::move(t);
+    r.tokens += static_cast<int64_t>(s.tokens.size());
+    r.sequences.push_back(std::move(s));
+  }
+  r.objective = "sft";
+  return r;
+}
+
+CallContext Ctx(const std::string& method, const std::string& id = "", const std::string& digest = "") {
+  CallContext c;
+  c.method = method;
+  c.request_id = id;
+  c.digest = digest;
+  return c;
+}
+
+TensorMap Weights(TrainingHost& host) {
+  auto o = Wait<ExportReply>([&](auto done) { host.export_weights(Ctx("ExportWeights"), 0, done); });
+  EXPECT_TRUE(o.ok()) << ErrorOf(o.error);
+  return ParseSafetensors(o.value->snapshot->bytes, "weights").tensors;
+}
+
+void ExpectSame(const TensorMap& a, const TensorMap& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) EXPECT_TRUE(torch::equal(t, b.at(name))) << name;
+}
+
+TEST(Host, TrainStepEqualsTheTrainerInProcess) {
+  auto host = TrainingHost::Create(HostConfig());
+  auto step = SftStep({{1, 5, 9, 13, 17}, {2, 4, 6, 8}});
+  auto o = Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep"), step, done); });
+  ASSERT_TRUE(o.ok()) << ErrorOf(o.error);
+  EXPECT_EQ(o.value->optim.policy_version, 1);
+  EXPECT_EQ(host->policy_version(), 1);
+
+  // The same step on a Trainer made by hand.
+  RegisterBuiltinObjectives();
+  auto config = HostConfig();
+  auto trainer = Trainer::Create(LoadOrInitModel(config.model_source()), config.trainer);
+  auto objective = CreateObjective("sft", nlohmann::json::object());
+  EngineOptions engine = config.trainer.engine;
+  const auto r = trainer->train_step(step.sequences, *objective, &engine);
+  EXPECT_EQ(r.forward.loss, o.value->forward.result.loss);
+  ExpectSame(Weights(*host), trainer->model()->hf_tensors());
+}
+
+TEST(Host, RequestIdReplaysTheFirstAnswerAndRefusesAnotherBody) {
+  auto host = TrainingHost::Create(HostConfig());
+  auto step = SftStep({{1, 2, 3, 4, 5}});
+  auto first = Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep", "id-1", "digest-a"), step, done); });
+  auto again = Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep", "id-1", "digest-a"), step, done); });
+  ASSERT_TRUE(first.ok() && again.ok());
+  EXPECT_EQ(host->policy_version(), 1);  // applied once
+  EXPECT_EQ(again.value->forward.result.loss, first.value->forward.result.loss);
+  auto other = Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep", "id-1", "digest-b"), step, done); });
+  ASSERT_FALSE(other.ok());
+  ErrorCode code{};
+  EXPECT_NE(ErrorOf(other.error, &code).find("different request"), std::string::npos);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(host->policy_version(), 1);
+  // Ids have a length limit.
+  auto long_id = Wait<TrainStats>(
+      [&](auto done) { host->train_step(Ctx("TrainStep", std::string(129, 'x'), "d"), step, done); });
+  ASSERT_FALSE(long_id.ok());
+  EXPECT_NE(ErrorOf(long_id.error).find("request_id is 129 bytes"), std::string::npos);
+}
+
+TEST(Host, BudgetRefusesBeforeAnythingRuns) {
+  auto config = HostConfig();
+  config.limits.memory_budget_bytes = 4 << 20;
+  config.trainer.engine.kind = EngineKind::kFull;
+  auto host = TrainingHost::Create(config);
+  const auto before = Weights(*host);
+  std::vector<int64_t> tokens(2000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i % 256);
+  auto o = Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep"), SftStep({tokens}), done); });
+  ASSERT_FALSE(o.ok());
+  ErrorCode code{};
+  EXPECT_NE(ErrorOf(o.error, &code).find("memory budget"), std::string::npos);
+  EXPECT_EQ(code, ErrorCode::kResourceExhausted);
+  ExpectSame(Weights(*host), before);
+}
+
+TEST(Host, ChunkFloorsAreRefused) {
+  auto host = TrainingHost::Create(HostConfig());
+  auto step = SftStep({{1, 2, 3, 4, 5}});
+  step.engine.chunk = 1;
+  auto o = Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep"), step, done); });
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(ErrorOf(o.error).find("engine.chunk = 1 is below the server's floor 16"), std::string::npos);
+}
+
+TEST(Host, RolloutStepTrainsQueuedGroups) {
+  auto config = HostConfig();
+  config.rollouts.groups_per_step = 2;
+  auto host = TrainingHost::Create(config);
+  std::vector<PushItem> items;
+  for (int g = 0; g < 2; ++g) {
+    RolloutGroup group;
+    group.prompt = {1, 2, 3};
+    group.completions = {{{4, 5}, 1.0, {}, {}}, {{6}, 0.0, {}, {}}};
+    items.push_back(PushItem{g, group, ""});
+  }
+  auto acks = Wait<std::vector<RolloutAck>>([&](auto done) { host->push_rollouts(Ctx("PushRollouts"), items, done); });
+  ASSERT_TRUE(acks.ok()) << ErrorOf(acks.error);
+  for (const auto& a : *acks.value) EXPECT_EQ(a.status, RolloutStatus::kAccepted) << a.message;
+  for (int i = 0; i < 500 && host->policy_version() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(host->policy_version(), 1);
+  EXPECT_EQ(host->rollout_stats().consumed, 2);
+}
+
+TEST(Host, ShutdownAnswersWaitingJobsUnavailableAndRefusesNewOnes) {
+  auto host = TrainingHost::Create(HostConfig());
+  host->worker().pause();
+  std::vector<std::future<Outcome<TrainStats>>> answers;
+  std::vector<std::shared_ptr<std::promise<Outcome<TrainStats>>>> promises;
+  for (int i = 0; i < 3; ++i) {
+    auto p = std::make_shared<std::promise<Outcome<TrainStats>>>();
+    answers.push_back(p->get_future());
+    host->train_step(Ctx("TrainStep"), SftStep({{1, 2, 3, 4}}), [p](const Outcome<TrainStats>& o) { p->set_value(o); });
+    promises.push_back(p);
+  }
+  host->shutdown();
+  for (auto& a : answers) {
+    auto o = a.get();
+    ASSERT_FALSE(o.ok());
+    ErrorCode code{};
+    ErrorOf(o.error, &code);
+    EXPECT_EQ(code, ErrorCode::kUnavailable);
+  }
+  EXPECT_EQ(host->policy_version(), 0);
+  auto late = Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep"), SftStep({{1, 2}}), done); });
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(ErrorOf(late.error).find("shutting down"), std::string::npos);
+}
+
+TEST(Host, AFollowerFedTheRecordedCommandsEndsBitIdentical) {
+  std::vector<std::string> recorded;
+  std::mutex m;
+  TrainingHost::Hooks hooks;
+  hooks.on_command = [&](const std::string& bytes) {
+    std::lock_guard<std::mutex> lock(m);
+    recorded.push_back(bytes);
+  };
+  auto config = HostConfig();
+  config.checkpoint_dir = testing::TempDir("host-recorded");
+  auto host = TrainingHost::Create(config, hooks);
+  for (int i = 0; i < 3; ++i) {
+    auto step = SftStep({{1, 5, 9, 13, 17 + i}, {2, 4, 6, 8}});
+    auto fb = Wait<StepStats>([&](auto done) { host->forward_backward(Ctx("ForwardBackward"), step, done); });
+    ASSERT_TRUE(fb.ok()) << ErrorOf(fb.error);
+    auto o = Wait<OptimStats>([&](auto done) { host->optim_step(Ctx("OptimStep"), done); });
+    ASSERT_TRUE(o.ok()) << ErrorOf(o.error);
+  }
+  auto saved = Wait<CheckpointReply>([&](auto done) { host->save_checkpoint(Ctx("SaveCheckpoint"), "c", done); });
+  ASSERT_TRUE(saved.ok()) << ErrorOf(saved.error);
+  auto step = SftStep({{7, 8, 9, 10}});
+  ASSERT_TRUE(Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep"), step, done); }).ok());
+  const auto expected = Weights(*host);
+
+  // A fresh replica (what a follower builds) applies the same commands, decoded.
+  auto replica = Replica::Create(config, torch::kCPU, nullptr);
+  ASSERT_GE(recorded.size(), 8u);
+  for (const auto& bytes : recorded) Apply(*replica, DecodeCommand(bytes));
+  ExpectSame(replica->trainer().model()->hf_tensors(), expected);
+  EXPECT_EQ(replica->trainer().policy_version(), 4);
+  EXPECT_THROW(DecodeCommand("not cbor"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace streambp::server
