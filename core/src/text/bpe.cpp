@@ -47,6 +47,25 @@ class BpeModel::WordCache {
   std::array<Shard, kShards> shards_;
 };
 
+void BpeModel::MergeTable::reserve(size_t entries) {
+  // A power of two at least twice the entries: short probe runs.
+  int bits = 4;
+  while ((size_t{1} << bits) < 2 * entries) ++bits;
+  slots_.assign(size_t{1} << bits, Slot{});
+  mask_ = (size_t{1} << bits) - 1;
+  shift_ = 64 - bits;
+}
+
+void BpeModel::MergeTable::insert_or_assign(uint64_t key, MergeTarget target) {
+  for (size_t i = slot(key);; i = (i + 1) & mask_) {
+    if (slots_[i].key == key || slots_[i].key == kEmpty) {
+      slots_[i].key = key;
+      slots_[i].target = target;
+      return;
+    }
+  }
+}
+
 BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                    BpeOptions options)
     : vocab_(std::move(vocab)), options_(options), cache_(std::make_unique<WordCache>()) {
@@ -139,9 +158,9 @@ void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out) cons
   }
   auto push_pair = [&](int32_t pos) {
     if (pos < 0 || symbols[pos].next < 0) return;
-    auto it = merges_.find(PairKey(symbols[pos].id, symbols[symbols[pos].next].id));
-    if (it == merges_.end()) return;
-    queue.push_back({it->second.rank, pos, it->second.id});
+    const MergeTarget* merge = merges_.find(PairKey(symbols[pos].id, symbols[symbols[pos].next].id));
+    if (!merge) return;
+    queue.push_back({merge->rank, pos, merge->id});
     std::push_heap(queue.begin(), queue.end(), later);
   };
   for (int32_t pos = 0; pos + 1 < static_cast<int32_t>(symbols.size()); ++pos) push_pair(pos);
@@ -154,8 +173,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out) cons
     if (left.len == 0 || left.next < 0) continue;
     Symbol& right = symbols[left.next];
     // Stale when either side has changed since the candidate was queued.
-    auto it = merges_.find(PairKey(left.id, right.id));
-    if (it == merges_.end() || it->second.id != top.id) continue;
+    const MergeTarget* merge = merges_.find(PairKey(left.id, right.id));
+    if (!merge || merge->id != top.id) continue;
     left.id = top.id;
     left.len += right.len;
     right.len = 0;

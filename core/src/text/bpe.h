@@ -51,6 +51,30 @@ class BpeModel {
     uint32_t rank;
     int32_t id;
   };
+  /// (left id, right id) -> merge, open addressing with linear probing: one cache line per
+  /// lookup in the common case, which is what BPE spends its time on.
+  class MergeTable {
+   public:
+    void reserve(size_t entries);
+    void insert_or_assign(uint64_t key, MergeTarget target);
+    const MergeTarget* find(uint64_t key) const {
+      for (size_t i = slot(key);; i = (i + 1) & mask_) {
+        if (slots_[i].key == key) return &slots_[i].target;
+        if (slots_[i].key == kEmpty) return nullptr;
+      }
+    }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    struct Slot {
+      uint64_t key = kEmpty;
+      MergeTarget target{};
+    };
+    size_t slot(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ULL) >> shift_; }
+    std::vector<Slot> slots_;
+    size_t mask_ = 0;
+    int shift_ = 64;
+  };
   class WordCache;
 
   static uint64_t PairKey(int32_t left, int32_t right) {
@@ -59,7 +83,7 @@ class BpeModel {
   void merge_word(std::string_view word, std::vector<int64_t>& out) const;
 
   Vocab vocab_;
-  std::unordered_map<uint64_t, MergeTarget> merges_;
+  MergeTable merges_;
   std::array<int32_t, 256> byte_ids_;  // the token of each single byte, -1 when none
   BpeOptions options_;
   std::unique_ptr<WordCache> cache_;
