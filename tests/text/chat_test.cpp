@@ -33,17 +33,18 @@ std::vector<ChatMessage> Messages(const json& j) {
   return messages;
 }
 
-// The expected mask, from the reference's spans: a token is in it when the byte it starts at
-// (the sum of the byte lengths of the tokens before it) lies in a span.
+// The expected mask, from the reference's spans: a token is in it when the bytes it stands for
+// (after the sum of the byte lengths of the tokens before it) meet a span.
 std::vector<uint8_t> ExpectedMask(const Tokenizer& tokenizer, const std::vector<int64_t>& ids,
                                   const json& spans) {
   std::vector<uint8_t> mask;
   size_t at = 0;
   for (int64_t id : ids) {
+    const size_t end = at + tokenizer.token_bytes(id).size();
     bool inside = false;
-    for (const json& span : spans) inside |= span[0].get<size_t>() <= at && at < span[1].get<size_t>();
+    for (const json& span : spans) inside |= span[0].get<size_t>() < end && at < span[1].get<size_t>();
     mask.push_back(inside);
-    at += tokenizer.token_bytes(id).size();
+    at = end;
   }
   return mask;
 }
@@ -85,12 +86,20 @@ TEST(ChatReference, EveryCaseMatchesJinja2) {
     EXPECT_EQ(chat.loss_mask, expected_mask)
         << "trained: " << json(MaskedText(tokenizer, chat.ids, chat.loss_mask))
         << "\nexpected: " << json(MaskedText(tokenizer, expected_ids, expected_mask));
-    // The spans cover whole tokens: the masked tokens decode to exactly the assistant bodies.
+    // The masked tokens decode to the assistant bodies, each with what a token straddling its
+    // start brings from before it.
     std::string bodies;
-    for (const json& span : ref["assistant_spans"]) {
-      bodies += expected_text.substr(span[0].get<size_t>(), span[1].get<size_t>() - span[0].get<size_t>());
+    size_t at = 0;
+    for (size_t k = 0; k < expected_ids.size(); ++k) {
+      const std::string& bytes = tokenizer.token_bytes(expected_ids[k]);
+      if (expected_mask[k]) bodies += expected_text.substr(at, bytes.size());
+      at += bytes.size();
     }
     EXPECT_EQ(MaskedText(tokenizer, chat.ids, chat.loss_mask), bodies);
+    for (const json& span : ref["assistant_spans"]) {
+      const size_t begin = span[0], end = span[1];
+      EXPECT_NE(bodies.find(expected_text.substr(begin, end - begin)), std::string::npos);
+    }
     EXPECT_EQ(ref["assistant_spans"].size(),
               static_cast<size_t>(std::count_if(messages.begin(), messages.end(),
                                                 [](const ChatMessage& m) { return m.role == "assistant"; })));

@@ -232,6 +232,14 @@ SPECIAL = [
     "<|vision_start|><|image_pad|><|vision_end|>",
     "< |im_end| >",
     "<|IM_END|>",
+    "Hello   <|im_end|>   world",
+    "a\n\n<|endoftext|>\n\nb",
+    "<think>   \n reasoning</think>",
+    "  <|im_end|>",
+    "<|im_end|>\t\t",
+    "x \u00A0<|im_end|>\u3000 y",
+    "<|im_end|> <|im_end|>  <|im_end|>",
+    "word<|endoftext|> word <|endoftext|>word",
 ]
 for s in SPECIAL:
     add("special", s)

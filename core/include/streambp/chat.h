@@ -22,12 +22,15 @@
 ///             as the template's strftime_now gives it.
 ///   chatml    <|im_start|>role\n + content + <|im_end|>\n per turn, nothing else.
 ///
-/// Loss mask: a token is in the mask when its first byte lies in a trained turn's body: what
+/// Loss mask: a token is in the mask when any of its bytes lies in a trained turn's body: what
 /// the template writes for the turn after its role header, through the turn's end token
 /// (<|im_end|>, <|eot_id|>) — not the header, not the newline after the end token. That is the
-/// completion as TRL's assistant-only masks take it: for qwen3 it includes the turn's rendered
-/// <think> block. By default the assistant turns are trained and nothing else; a message's
-/// `train` overrides that (e.g. train only the completion turns of a prompt/completion pair).
+/// completion as TRL's assistant-only masks take it (transformers' assistant_masks take the
+/// tokens from the one holding a span's first character to the one holding its last, so a
+/// token that straddles the header and the body, "\n\n" before a body starting with "\n", is
+/// in); for qwen3 it includes the turn's rendered <think> block. By default the assistant
+/// turns are trained and nothing else; a message's `train` overrides that (e.g. train only
+/// the completion turns of a prompt/completion pair).
 /// The generation prompt is never in the mask.
 ///
 /// Content is used as given: special-token text inside it is read as those tokens, as

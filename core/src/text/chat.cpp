@@ -317,11 +317,16 @@ RenderedChat ChatFormat::render(const Tokenizer& tokenizer, std::span<const Chat
   Encoding encoding = tokenizer.encode_with_offsets(rendered.text);
   RenderedChat chat;
   chat.loss_mask.assign(encoding.ids.size(), 0);
+  // Token i covers [offsets[i], offsets[i + 1]) (at least its first byte where NFC mapped
+  // several tokens to one offset); it is trained when that meets a span.
+  const auto& spans = rendered.train_spans;
   size_t span = 0;
   for (size_t i = 0; i < encoding.ids.size(); ++i) {
-    const size_t at = encoding.offsets[i];
-    while (span < rendered.train_spans.size() && rendered.train_spans[span].second <= at) ++span;
-    if (span < rendered.train_spans.size() && rendered.train_spans[span].first <= at) chat.loss_mask[i] = 1;
+    const size_t begin = encoding.offsets[i];
+    const size_t next = i + 1 < encoding.ids.size() ? encoding.offsets[i + 1] : rendered.text.size();
+    const size_t end = std::max(next, begin + 1);
+    while (span < spans.size() && spans[span].second <= begin) ++span;
+    if (span < spans.size() && spans[span].first < end) chat.loss_mask[i] = 1;
   }
   chat.text = std::move(rendered.text);
   chat.train_spans = std::move(rendered.train_spans);

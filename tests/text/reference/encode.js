@@ -9,9 +9,10 @@
 //                   "decoded_skip_special": "..."}
 //   decode lines:  {"ids": [...], "decoded": "...", "text_decoder": "..."}
 //   other lines:   {}
-// Models: qwen3 and llama3 as shipped, and llama3-bos: llama3 with the post-processor Meta's
+// Models: qwen3 and llama3 as shipped; llama3-bos: llama3 with the post-processor Meta's
 // current tokenizer.json has (ByteLevel, then TemplateProcessing adding <|begin_of_text|>),
-// since the packaged file predates it and adds nothing.
+// since the packaged file predates it and adds nothing; qwen3-strip: qwen3 with lstrip/rstrip
+// on some added tokens.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -65,8 +66,17 @@ const llama3BosPostProcessor = {
   ],
 };
 
+// Added tokens that swallow the whitespace beside them (lstrip / rstrip): no model here has
+// them, so qwen3-strip gives some of Qwen3's tokens those flags.
+const stripFlags = {
+  "<|im_end|>": { lstrip: true, rstrip: true },
+  "<|endoftext|>": { lstrip: true },
+  "<think>": { rstrip: true },
+};
+
 const models = [
   { name: "qwen3", source: packageModels("qwen3") },
+  { name: "qwen3-strip", source: packageModels("qwen3"), addedTokenFlags: stripFlags },
   { name: "llama3", source: packageModels("llama3") },
   { name: "llama3-bos", source: packageModels("llama3"), postProcessor: llama3BosPostProcessor },
 ];
@@ -84,6 +94,7 @@ for (const model of models) {
   const tokenizerJSON = readJson(path.join(model.source, "tokenizer.json"));
   const tokenizerConfig = readJson(path.join(model.source, "tokenizer_config.json"));
   if (model.postProcessor) tokenizerJSON.post_processor = model.postProcessor;
+  for (const token of tokenizerJSON.added_tokens) Object.assign(token, model.addedTokenFlags?.[token.content]);
   const modelDir = path.join(outDir, "models", model.name);
   fs.mkdirSync(modelDir, { recursive: true });
   fs.writeFileSync(path.join(modelDir, "tokenizer.json"), JSON.stringify(tokenizerJSON));
