@@ -1,7 +1,11 @@
 // The tokenizer against the real Qwen3 and Llama 3 tokenizer files and an independent encoder
 // (transformers.js, through @lenml/tokenizers in Node): ids for every corpus line, with and
 // without special tokens, decode, and the errors the API promises.
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <map>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -262,6 +266,26 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementNamingIt) {
   EXPECT_NE(ErrorOf(bad_regex).find("does not compile"), std::string::npos) << ErrorOf(bad_regex);
   EXPECT_THROW(Tokenizer::FromJson("{not json"), InvalidArgument);
   EXPECT_THROW(Tokenizer::FromDir("/nonexistent/model"), NotFound);
+}
+
+TEST(Tokenizer, NamedTokensFromConfigSpecialTokensMapAndChatTemplateFile) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("streambp_text_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto write = [&](const char* name, const std::string& contents) { std::ofstream(dir / name) << contents; };
+  write("tokenizer.json", TinyTokenizer().dump());
+  // eos as an AddedToken object; pad only in special_tokens_map.json; templates as a named list.
+  write("tokenizer_config.json", R"({"eos_token": {"content": "<|end|>", "special": true}, "pad_token": null,
+      "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
+  write("special_tokens_map.json", R"({"pad_token": "<|end|>", "bos_token": "a"})");
+  auto tokenizer = Tokenizer::FromDir(dir.string());
+  EXPECT_EQ(tokenizer->eos_token_ids(), std::vector<int64_t>{7});
+  EXPECT_EQ(tokenizer->pad_token_id(), 7);
+  EXPECT_EQ(tokenizer->bos_token_id(), 0);
+  EXPECT_EQ(tokenizer->chat_template(), "D");
+  write("chat_template.jinja", "J");  // preferred to the config's, as transformers does
+  EXPECT_EQ(Tokenizer::FromDir(dir.string())->chat_template(), "J");
+  fs::remove_all(dir);
 }
 
 TEST(Tokenizer, InvalidUtf8IsRefusedWithItsOffset) {

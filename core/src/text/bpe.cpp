@@ -183,8 +183,13 @@ void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out) cons
     push_pair(left.prev);
     push_pair(top.pos);
   }
-  for (int32_t pos = symbols.empty() ? -1 : 0; pos >= 0; pos = symbols[pos].next)
+  for (int32_t pos = symbols.empty() ? -1 : 0; pos >= 0; pos = symbols[pos].next) {
     out.push_back(symbols[pos].id);
+  }
+  if (symbols.capacity() > (size_t{1} << 16)) {  // a huge word: do not keep its buffers
+    symbols = {};
+    queue = {};
+  }
 }
 
 }  // namespace streambp::text

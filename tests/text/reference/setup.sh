@@ -34,8 +34,8 @@ lock_digest="$(digest "$ref/package-lock.json")"
 if [ "$(cat "$cache/.lock-digest" 2>/dev/null)" != "$lock_digest" ] || [ ! -d "$cache/node_modules" ]; then
   rm -rf "$cache"; mkdir -p "$cache"
   cp "$ref/package.json" "$ref/package-lock.json" "$cache/"
-  if ! (cd "$cache" && timeout 300 npm ci --no-audit --no-fund --loglevel=error) > "$out/npm.log" 2>&1; then
-    unavailable "npm ci failed (is the npm registry reachable?): $(tail -n 5 "$out/npm.log" | tr '\n' ' ')"
+  if ! (cd "$cache" && timeout 300 npm ci --prefer-offline --no-audit --no-fund --loglevel=error) > "$out/npm.log" 2>&1; then
+    unavailable "npm ci failed (is the npm registry reachable?): $(grep -m 3 -E 'code|errno|reason' "$out/npm.log" | tr '\n' ' ')"
   fi
   echo "$lock_digest" > "$cache/.lock-digest"
   echo "npm ci: $((SECONDS - start)) s"
