@@ -7,14 +7,15 @@ strftime_now globals; the tokenizer's special tokens as variables).
     chat_reference.py TESTS_TEXT_DIR REFERENCE_DIR      (writes REFERENCE_DIR/chat.json)
 
 For every case of chat_cases.json it writes the rendered text and the byte ranges of the
-assistant turns' bodies, found in the rendered text by the format's own markers: what follows
-the assistant header, through the turn's end token.
+assistant turns' bodies, found by the format's own markers (what follows the assistant header,
+through the turn's end token) in the text as the tokenizer sees it (NFC for Qwen).
 """
 import datetime
 import json
 import os
 import re
 import sys
+import unicodedata
 
 import jinja2
 from jinja2.ext import loopcontrols
@@ -93,10 +94,16 @@ for case in cases:
     text = env.from_string(source).render(
         messages=case["messages"], tools=None, documents=None,
         add_generation_prompt=case.get("add_generation_prompt", False), **kwargs)
-    spans = [[byte_offset(text, m.start(1)), byte_offset(text, m.end(1))]
-             for m in ASSISTANT_BODY[case["format"]].finditer(text)]
+    # The spans in the text the tokenizer sees: NFC where its normalizer says so (the markers
+    # are ASCII, so normalization never moves them across a body's ends).
+    tokenizer_json = json.load(open(os.path.join(ref, "models", fmt["tokenizer"], "tokenizer.json"), encoding="utf-8"))
+    normalizer = tokenizer_json.get("normalizer") or {}
+    assert normalizer.get("type") in (None, "NFC"), normalizer
+    seen = unicodedata.normalize("NFC", text) if normalizer.get("type") == "NFC" else text
+    spans = [[byte_offset(seen, m.start(1)), byte_offset(seen, m.end(1))]
+             for m in ASSISTANT_BODY[case["format"]].finditer(seen)]
     results.append({"name": case["name"], "format": case["format"], "tokenizer": fmt["tokenizer"],
-                    "template": source, "text": text, "assistant_spans": spans})
+                    "template": source, "text": text, "normalized_text": seen, "assistant_spans": spans})
 
 with open(os.path.join(ref, "chat.json"), "w", encoding="utf-8") as out:
     json.dump(results, out, ensure_ascii=False, indent=1)

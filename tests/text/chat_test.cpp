@@ -34,7 +34,8 @@ std::vector<ChatMessage> Messages(const json& j) {
 }
 
 // The expected mask, from the reference's spans: a token is in it when the bytes it stands for
-// (after the sum of the byte lengths of the tokens before it) meet a span.
+// (after the sum of the byte lengths of the tokens before it, in the text as the tokenizer
+// sees it) meet a span.
 std::vector<uint8_t> ExpectedMask(const Tokenizer& tokenizer, const std::vector<int64_t>& ids,
                                   const json& spans) {
   std::vector<uint8_t> mask;
@@ -88,17 +89,20 @@ TEST(ChatReference, EveryCaseMatchesJinja2) {
         << "\nexpected: " << json(MaskedText(tokenizer, expected_ids, expected_mask));
     // The masked tokens decode to the assistant bodies, each with what a token straddling its
     // start brings from before it.
+    // (Positions are in the text as the tokenizer sees it: NFC for Qwen.)
+    const std::string seen = ref["normalized_text"];
     std::string bodies;
     size_t at = 0;
     for (size_t k = 0; k < expected_ids.size(); ++k) {
       const std::string& bytes = tokenizer.token_bytes(expected_ids[k]);
-      if (expected_mask[k]) bodies += expected_text.substr(at, bytes.size());
+      if (expected_mask[k]) bodies += seen.substr(at, bytes.size());
       at += bytes.size();
     }
+    EXPECT_EQ(at, seen.size());
     EXPECT_EQ(MaskedText(tokenizer, chat.ids, chat.loss_mask), bodies);
     for (const json& span : ref["assistant_spans"]) {
       const size_t begin = span[0], end = span[1];
-      EXPECT_NE(bodies.find(expected_text.substr(begin, end - begin)), std::string::npos);
+      EXPECT_NE(bodies.find(seen.substr(begin, end - begin)), std::string::npos);
     }
     EXPECT_EQ(ref["assistant_spans"].size(),
               static_cast<size_t>(std::count_if(messages.begin(), messages.end(),
