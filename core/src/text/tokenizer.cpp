@@ -476,19 +476,25 @@ std::unique_ptr<Tokenizer> Tokenizer::FromJson(const std::string& tokenizer_json
   if (!special_map.is_object()) throw InvalidArgument("special_tokens_map.json must be a JSON object");
 
   auto impl = std::make_unique<Impl>();
-  auto field = [&](const char* key) { return j.contains(key) ? j[key] : json(); };
-  impl->parse_model(field("model"));
-  impl->parse_normalizer(field("normalizer"), "tokenizer.json: normalizer");
-  bool byte_level = false;
-  impl->parse_pre_tokenizer(field("pre_tokenizer"), "tokenizer.json: pre_tokenizer", byte_level);
-  if (!byte_level) {
-    throw InvalidArgument(
-        "tokenizer.json: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
+  static const json kNull;
+  auto field = [&](const char* key) -> const json& { return j.contains(key) ? j[key] : kNull; };
+  try {
+    impl->parse_model(field("model"));
+    impl->parse_normalizer(field("normalizer"), "tokenizer.json: normalizer");
+    bool byte_level = false;
+    impl->parse_pre_tokenizer(field("pre_tokenizer"), "tokenizer.json: pre_tokenizer", byte_level);
+    if (!byte_level) {
+      throw InvalidArgument(
+          "tokenizer.json: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
+    }
+    impl->parse_post_processor(field("post_processor"), "tokenizer.json: post_processor");
+    impl->parse_decoder(field("decoder"), "tokenizer.json: decoder");
+    impl->parse_added_tokens(field("added_tokens"));
+    impl->parse_config(config, special_map);
+  } catch (const json::exception& e) {
+    // A field of the wrong JSON type somewhere the checks above do not look.
+    throw InvalidArgument(std::string("tokenizer files: unexpected JSON: ") + e.what());
   }
-  impl->parse_post_processor(field("post_processor"), "tokenizer.json: post_processor");
-  impl->parse_decoder(field("decoder"), "tokenizer.json: decoder");
-  impl->parse_added_tokens(field("added_tokens"));
-  impl->parse_config(config, special_map);
   impl->build_tables();
   for (int64_t id : impl->prefix_ids) {
     if (id < 0 || id >= static_cast<int64_t>(impl->exists.size()) || !impl->exists[id]) {
