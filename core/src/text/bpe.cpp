@@ -1,0 +1,195 @@
+#include "bpe.h"
+
+#include <algorithm>
+
+#include "byte_level.h"
+#include "streambp/error.h"
+
+namespace streambp::text {
+
+/// Word -> ids, split into shards with a mutex each so that concurrent encodes rarely wait.
+/// A full shard is emptied (the words that matter come back at once).
+class BpeModel::WordCache {
+ public:
+  static constexpr size_t kMaxWordBytes = 128;
+  static constexpr size_t kShards = 32;
+  static constexpr size_t kMaxEntriesPerShard = 8192;
+
+  bool lookup(std::string_view word, size_t hash, std::vector<int64_t>& out) {
+    Shard& shard = shards_[hash % kShards];
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.map.find(word);
+    if (it == shard.map.end()) return false;
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return true;
+  }
+
+  void insert(std::string_view word, size_t hash, const int64_t* ids, size_t n) {
+    Shard& shard = shards_[hash % kShards];
+    std::vector<int32_t> value(ids, ids + n);
+    std::lock_guard<std::mutex> lock(shard.mu);
+    if (shard.map.size() >= kMaxEntriesPerShard) shard.map.clear();
+    shard.map.emplace(std::string(word), std::move(value));
+  }
+
+  void clear() {
+    for (Shard& shard : shards_) {
+      std::lock_guard<std::mutex> lock(shard.mu);
+      shard.map.clear();
+    }
+  }
+
+ private:
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
+  };
+  std::array<Shard, kShards> shards_;
+};
+
+void BpeModel::MergeTable::reserve(size_t entries) {
+  // A power of two at least twice the entries: short probe runs.
+  int bits = 4;
+  while ((size_t{1} << bits) < 2 * entries) ++bits;
+  slots_.assign(size_t{1} << bits, Slot{});
+  mask_ = (size_t{1} << bits) - 1;
+  shift_ = 64 - bits;
+}
+
+void BpeModel::MergeTable::insert_or_assign(uint64_t key, MergeTarget target) {
+  for (size_t i = slot(key);; i = (i + 1) & mask_) {
+    if (slots_[i].key == key || slots_[i].key == kEmpty) {
+      slots_[i].key = key;
+      slots_[i].target = target;
+      return;
+    }
+  }
+}
+
+BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+                   BpeOptions options)
+    : vocab_(std::move(vocab)), options_(options), cache_(std::make_unique<WordCache>()) {
+  for (int b = 0; b < 256; ++b) {
+    auto it = vocab_.find(ByteToUtf8()[b]);
+    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+  }
+  merges_.reserve(merges.size());
+  std::string joined;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [left, right] = merges[rank];
+    auto id_of = [&](const std::string& token) {
+      auto it = vocab_.find(token);
+      if (it == vocab_.end()) {
+        throw InvalidArgument("model.merges[" + std::to_string(rank) + "]: '" + token +
+                              "' is not in the vocabulary");
+      }
+      return it->second;
+    };
+    const int32_t l = id_of(left), r = id_of(right);
+    joined = left;
+    joined += right;
+    const int32_t merged = id_of(joined);
+    merges_.insert_or_assign(PairKey(l, r), MergeTarget{static_cast<uint32_t>(rank), merged});
+  }
+}
+
+BpeModel::~BpeModel() = default;
+
+std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(token);
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BpeModel::clear_cache() const { cache_->clear(); }
+
+void BpeModel::encode_word(std::string_view word, std::vector<int64_t>& out) const {
+  if (word.empty()) return;
+  if (word.size() == 1 && byte_ids_[static_cast<unsigned char>(word[0])] >= 0) {
+    out.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
+    return;
+  }
+  const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
+  const size_t hash = cacheable ? StringHash{}(word) : 0;
+  if (cacheable && cache_->lookup(word, hash, out)) return;
+  const size_t first = out.size();
+  merge_word(word, out);
+  if (cacheable) cache_->insert(word, hash, out.data() + first, out.size() - first);
+}
+
+void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out) const {
+  if (options_.ignore_merges) {
+    thread_local std::string mapped;
+    mapped.clear();
+    for (char c : word) mapped += ByteToUtf8()[static_cast<unsigned char>(c)];
+    auto it = vocab_.find(mapped);
+    if (it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+
+  // One symbol per byte, in a doubly linked list; a merged-away symbol has len 0.
+  struct Symbol {
+    int32_t id, prev, next;
+    uint32_t len;
+  };
+  struct Candidate {
+    uint32_t rank;
+    int32_t pos, id;
+  };
+  // Lowest rank first; among equal ranks the leftmost.
+  auto later = [](const Candidate& a, const Candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  thread_local std::vector<Symbol> symbols;
+  thread_local std::vector<Candidate> queue;
+  symbols.clear();
+  queue.clear();
+  for (char c : word) {
+    int32_t id = byte_ids_[static_cast<unsigned char>(c)];
+    if (id < 0) {
+      if (!options_.unk_id) continue;  // no unk token: the byte is dropped, as HF does
+      id = *options_.unk_id;
+    }
+    const auto n = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, n - 1, -1, 1});
+    if (n > 0) symbols[n - 1].next = n;
+  }
+  auto push_pair = [&](int32_t pos) {
+    if (pos < 0 || symbols[pos].next < 0) return;
+    const MergeTarget* merge = merges_.find(PairKey(symbols[pos].id, symbols[symbols[pos].next].id));
+    if (!merge) return;
+    queue.push_back({merge->rank, pos, merge->id});
+    std::push_heap(queue.begin(), queue.end(), later);
+  };
+  for (int32_t pos = 0; pos + 1 < static_cast<int32_t>(symbols.size()); ++pos) push_pair(pos);
+
+  while (!queue.empty()) {
+    std::pop_heap(queue.begin(), queue.end(), later);
+    const Candidate top = queue.back();
+    queue.pop_back();
+    Symbol& left = symbols[top.pos];
+    if (left.len == 0 || left.next < 0) continue;
+    Symbol& right = symbols[left.next];
+    // Stale when either side has changed since the candidate was queued.
+    const MergeTarget* merge = merges_.find(PairKey(left.id, right.id));
+    if (!merge || merge->id != top.id) continue;
+    left.id = top.id;
+    left.len += right.len;
+    right.len = 0;
+    left.next = right.next;
+    if (left.next >= 0) symbols[left.next].prev = top.pos;
+    push_pair(left.prev);
+    push_pair(top.pos);
+  }
+  for (int32_t pos = symbols.empty() ? -1 : 0; pos >= 0; pos = symbols[pos].next) {
+    out.push_back(symbols[pos].id);
+  }
+  if (symbols.capacity() > (size_t{1} << 16)) {  // a huge word: do not keep its buffers
+    symbols = {};
+    queue = {};
+  }
+}
+
+}  // namespace streambp::text

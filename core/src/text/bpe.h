@@ -1,0 +1,92 @@
+#pragma once
+/// Byte-level BPE (internal): a vocabulary of byte-level strings, merges by rank, a cache of
+/// word -> ids. Thread-safe: encode_word may be called from several threads at once.
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace streambp::text {
+
+/// Hash of strings that also accepts string_views (heterogeneous lookup).
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+using Vocab = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+struct BpeOptions {
+  /// A word that is itself in the vocabulary becomes that token without merging (Llama 3).
+  bool ignore_merges = false;
+  /// The id of unk_token: a character not in the vocabulary becomes it (otherwise it is dropped).
+  std::optional<int32_t> unk_id;
+};
+
+class BpeModel {
+ public:
+  /// `merges` are (left, right) token strings, rank = position; a later duplicate overrides an
+  /// earlier one. Throws InvalidArgument when a merge names a token not in `vocab`
+  /// ("model.merges[12]: 'a' is not in the vocabulary").
+  BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options);
+  ~BpeModel();
+
+  /// Appends the ids of one pre-tokenized word, given as raw bytes, to `out`.
+  void encode_word(std::string_view word, std::vector<int64_t>& out) const;
+
+  const Vocab& vocab() const { return vocab_; }
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+
+  /// Empties the word cache (for measuring cold throughput).
+  void clear_cache() const;
+
+ private:
+  struct MergeTarget {
+    uint32_t rank;
+    int32_t id;
+  };
+  /// (left id, right id) -> merge, open addressing with linear probing: one cache line per
+  /// lookup in the common case, which is what BPE spends its time on.
+  class MergeTable {
+   public:
+    void reserve(size_t entries);
+    void insert_or_assign(uint64_t key, MergeTarget target);
+    const MergeTarget* find(uint64_t key) const {
+      for (size_t i = slot(key);; i = (i + 1) & mask_) {
+        if (slots_[i].key == key) return &slots_[i].target;
+        if (slots_[i].key == kEmpty) return nullptr;
+      }
+    }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    struct Slot {
+      uint64_t key = kEmpty;
+      MergeTarget target{};
+    };
+    size_t slot(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ULL) >> shift_; }
+    std::vector<Slot> slots_;
+    size_t mask_ = 0;
+    int shift_ = 64;
+  };
+  class WordCache;
+
+  static uint64_t PairKey(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+  void merge_word(std::string_view word, std::vector<int64_t>& out) const;
+
+  Vocab vocab_;
+  MergeTable merges_;
+  std::array<int32_t, 256> byte_ids_;  // the token of each single byte, -1 when none
+  BpeOptions options_;
+  std::unique_ptr<WordCache> cache_;
+};
+
+}  // namespace streambp::text
