@@ -12,6 +12,11 @@ for p in "${wanted[@]}"; do
     missing+=("$p")
   fi
 done
+# node and npm (the Node client and its test, the tokenizer references of the text tests):
+# whatever node the machine has, else Debian's.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -1,5 +1,6 @@
 #include "server.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
@@ -8,6 +9,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <spdlog/spdlog.h>
 
 #include "metrics.h"
@@ -77,6 +80,17 @@ void RegisterGauges(MetricsExporter& m, TrainingHost* host) {
                   {"cuda", rt.cuda ? "true" : "false"}});
 }
 
+// Keeps server reflection out of one server (the plugin is registered process-wide).
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const auto& p) { return p->name().find("reflection") != std::string::npos; }),
+                   plugins->end());
+  }
+};
+
 }  // namespace
 
 // Everything a running server owns, destroyed in reverse order of construction.
@@ -127,8 +141,9 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   // Reflection lists the service and its messages to anyone who connects: with auth on it is
   // off unless the config says otherwise.
   const bool reflection = !p->auth->enabled() || c.auth.reflection_without_token;
-  if (reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
   builder.AddListeningPort(c.listen, creds, &port);
   // One server per port: without this, gRPC sets SO_REUSEPORT and a second server on the

@@ -141,6 +141,7 @@ ServerConfig ServerConfig::FromJson(const json& j) {
     s.get("log", c.rollouts.log);
     s.get("grpo", c.rollouts.grpo);
     s.get("checkpoint_every", c.rollouts.checkpoint_every);
+    s.get("audit_log", c.rollouts.audit_log);
     s.done();
   }
   top.get("resume", c.resume);
@@ -273,7 +274,8 @@ json ServerConfig::ToJson(bool mask_secrets) const {
                             {"max_queue", rollouts.max_queue},
                             {"log", rollouts.log},
                             {"grpo", rollouts.grpo},
-                            {"checkpoint_every", rollouts.checkpoint_every}}},
+                            {"checkpoint_every", rollouts.checkpoint_every},
+                            {"audit_log", rollouts.audit_log}}},
               {"resume", resume}};
 }
 

@@ -85,6 +85,9 @@ struct RolloutSection {
   std::string log;                ///< rollout log file; acknowledged groups survive a restart
   nlohmann::json grpo = nlohmann::json::object();  ///< grpo objective options of server-side steps
   int64_t checkpoint_every = 0;   ///< save "policy-v<version>" into checkpoint_dir every N versions
+  /// JSON lines: {"run","resumed"} at start and {"run","version","ids"} after every applied
+  /// rollout step (fsynced): which groups made which version, across restarts. "" = none.
+  std::string audit_log;
 };
 
 struct ServerConfig {

@@ -2,6 +2,11 @@
 // thread, run on the device thread through the Executor), and the RL loop's queue.
 #include "host.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include <c10/util/Exception.h>
@@ -93,6 +98,9 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
   ro.log_path = c.rollouts.log;
   ro.max_group_id_bytes = c.limits.max_request_id_bytes;
   h->rollouts_ = std::make_unique<RolloutQueue>(ro, replica.trainer().policy_version());
+  h->run_id_ = std::to_string(std::chrono::system_clock::now().time_since_epoch().count()) + "-" +
+               std::to_string(::getpid());
+  h->audit({{"resumed", replica.trainer().policy_version()}});
   h->limits_ = InputLimits{replica.model_config().vocab_size, c.limits.max_sequence_length,
                            c.limits.max_tokens_per_request};
   h->admission_ = std::make_unique<Admission>(h->config_, replica.model_config(), replica.dtype());
@@ -851,6 +859,11 @@ void TrainingHost::run_rollout_step() {
     return;
   }
   announce("rollouts", &t.forward.result, static_cast<int64_t>(groups.size()));
+  {
+    std::vector<std::string> ids;
+    for (const auto& g : groups) ids.push_back(g.id);
+    audit({{"version", version_.load()}, {"ids", ids}});
+  }
   const int64_t every = config_.rollouts.checkpoint_every;
   if (every > 0 && version_ % every == 0) {
     const std::string name = "policy-v" + std::to_string(version_.load());
@@ -862,6 +875,22 @@ void TrainingHost::run_rollout_step() {
   }
   spdlog::info("rollout step: policy version {} from {} groups ({} tokens) in {:.2f} s", version_.load(),
                groups.size(), tokens, Since(start));
+}
+
+void TrainingHost::audit(const nlohmann::json& record) {
+  if (config_.rollouts.audit_log.empty()) return;
+  nlohmann::json line = record;
+  line["run"] = run_id_;
+  const std::string text = line.dump() + "\n";
+  const int fd = ::open(config_.rollouts.audit_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    spdlog::warn("rollouts.audit_log: cannot open: {}", std::strerror(errno));
+    return;
+  }
+  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) || ::fsync(fd) != 0) {
+    spdlog::warn("rollouts.audit_log: cannot write: {}", std::strerror(errno));
+  }
+  ::close(fd);
 }
 
 // --- Shutdown ----------------------------------------------------------------------------------

@@ -142,6 +142,8 @@ class TrainingHost {
   std::atomic<int64_t> streams_{0}, exports_{0};
   std::atomic<int64_t> invalid_groups_{0}, dropped_since_update_{0};
   std::atomic<bool> rollout_step_scheduled_{false};
+  std::string run_id_;  // this process's id in the audit log
+  void audit(const nlohmann::json& record);
 
   mutable std::mutex broken_mutex_;
   std::string broken_reason_;
