@@ -199,11 +199,15 @@ Outcome<T> Wait(std::function<void(Done<T>)> call) {
 
 TEST(HostRollouts, AStepWhoseConsumedRecordCannotBeWrittenIsNotApplied) {
   std::string why;
-  auto disk = testing::SmallDisk::Create(64 << 10, &why);
+  auto disk = testing::SmallDisk::Create(256 << 10, &why);
   if (!disk) GTEST_SKIP() << why;
+  // tmpfs allocates whole pages: the "consumed" record must need a new one to fail, so it
+  // names many long ids (> 4 KiB).
+  constexpr int kGroups = 40;
+  auto id = [](int i) { return std::string(100, 'a' + i % 26) + "-" + std::to_string(i); };
   ServerConfig c;
   c.model.dtype = "float64";
-  c.rollouts.groups_per_step = 2;
+  c.rollouts.groups_per_step = kGroups;
   c.rollouts.log = disk->path() + "/rollouts";
   auto host = TrainingHost::Create(c);
   auto push = [&](std::vector<RolloutGroup> groups) {
@@ -214,23 +218,25 @@ TEST(HostRollouts, AStepWhoseConsumedRecordCannotBeWrittenIsNotApplied) {
     return Wait<std::vector<RolloutAck>>([&](auto done) { host->push_rollouts(ctx, items, done); });
   };
   host->worker().pause();
-  auto acks = push({Group("a", 1), Group("b", 3)});
+  std::vector<RolloutGroup> groups;
+  for (int i = 0; i < kGroups; ++i) groups.push_back(Group(id(i), 1 + i));
+  auto acks = push(groups);
   ASSERT_TRUE(acks.ok());
   for (const auto& a : *acks.value) ASSERT_EQ(a.status, RolloutStatus::kAccepted) << a.message;
   disk->fill(0);
   host->worker().resume();
   ASSERT_TRUE(host->worker().wait_idle(std::chrono::seconds(30)));
   EXPECT_EQ(host->policy_version(), 0);  // not applied
-  EXPECT_EQ(host->rollout_stats().queue_depth, 2);
+  EXPECT_EQ(host->rollout_stats().queue_depth, kGroups);
   EXPECT_EQ(host->rollout_stats().consumed, 0);
   EXPECT_EQ(host->info().pending_micro_batches, 0);  // its gradients were dropped
   disk->unfill();
-  acks = push({Group("c", 5)});
+  acks = push({Group("one-more", 99)});
   ASSERT_TRUE(acks.ok());
   for (int i = 0; i < 500 && host->policy_version() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(host->worker().wait_idle(std::chrono::seconds(30)));
-  EXPECT_EQ(host->policy_version(), 1);  // a, b: trained once
-  EXPECT_EQ(host->rollout_stats().consumed, 2);
+  EXPECT_EQ(host->policy_version(), 1);  // trained once
+  EXPECT_EQ(host->rollout_stats().consumed, kGroups);
   EXPECT_EQ(host->rollout_stats().queue_depth, 1);
 }
 
