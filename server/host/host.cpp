@@ -480,10 +480,9 @@ void TrainingHost::compute_logprobs(CallContext ctx, LogprobsRequest request, Do
         memory::ScopedBudget budget(config_.limits.memory_budget_bytes);
         auto& trainer = executor_->replica().trainer();
         auto batch = MakeBatch(req->sequences, Layout::kPacked);
-        CausalLM model = req->reference ? trainer.reference_model() : trainer.model();
         const int64_t chunk = config_.trainer.engine.logits_chunk > 0 ? config_.trainer.engine.logits_chunk
                                                                        : kDefaultLogitsChunk;
-        auto logp = TokenLogprobs(model, batch, chunk, req->temperature).contiguous();
+        auto logp = trainer.token_logprobs(batch, req->reference, chunk, req->temperature).contiguous();
         auto ids = batch.sequence_ids.cpu().contiguous();
         auto lp = logp.accessor<double, 2>();
         auto sid = ids.accessor<int64_t, 2>();
@@ -542,7 +541,7 @@ void TrainingHost::sample(CallContext ctx, SampleRequest request, Done<SampleRep
         memory::ScopedBudget budget(config_.limits.memory_budget_bytes);
         auto& trainer = executor_->replica().trainer();
         SampleReply reply;
-        reply.completions = SampleCompletions(trainer.model(), req->prompts, req->options);
+        reply.completions = trainer.sample(req->prompts, req->options);
         reply.policy_version = trainer.policy_version();
         return Share(std::move(reply));
       },

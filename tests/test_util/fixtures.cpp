@@ -23,6 +23,11 @@ ModelConfig TinyConfig(const std::string& family) {
     j["num_key_value_heads"] = 1;
     j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}};
+  } else if (family == "llama3_tied") {
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["tie_word_embeddings"] = true;
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}};
   } else if (family == "qwen2") {
     j["architectures"] = {"Qwen2ForCausalLM"};
   } else if (family == "qwen3") {

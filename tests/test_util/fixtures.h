@@ -14,6 +14,7 @@
 namespace streambp::testing {
 
 /// Tiny configs: "llama", "llama_bias" (attention + mlp bias, llama3 rope scaling),
+/// "llama3_tied" (llama3 rope scaling, tied embeddings; not in TinyFamilies()),
 /// "qwen2", "qwen3", "qwen3_tied", "mistral_window" (sliding window 5, linear rope).
 ModelConfig TinyConfig(const std::string& family);
 std::vector<std::string> TinyFamilies();

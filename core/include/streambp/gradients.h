@@ -13,6 +13,11 @@ TensorMap CollectGradients(const CausalLMImpl& model);
 /// Sets every parameter's gradient to undefined (the next backward starts from zero).
 void ZeroGradients(CausalLMImpl& model);
 
+/// The same for any named tensors (an adapter's): copies of the gradients by name (zeros
+/// where there is none), and clearing them.
+TensorMap CollectGradients(const std::vector<std::pair<std::string, torch::Tensor>>& params);
+void ZeroGradients(const std::vector<std::pair<std::string, torch::Tensor>>& params);
+
 /// Difference of `other` against the reference `ref`, tensor by tensor:
 /// max_abs = max |other - ref|; relative = max |other - ref| / max |ref| for each tensor
 /// (a tensor whose reference is all zeros counts its absolute difference), and

@@ -5,6 +5,7 @@
 ///   kv = layer->keys_values(x, positions)            (N1, k/v projections, k-norm, RoPE)
 ///   y  = layer->forward_queries(x_c, positions_c, kv, mask_c)  (queries of one chunk)
 /// and layer->forward(x, positions, mask) is both over the whole sequence.
+#include <array>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,6 +21,9 @@
 #include "streambp/safetensors.h"
 
 namespace streambp {
+
+class LoraAdapter;
+struct LoraWeights;
 
 /// RMSNorm as in HF: normalize in at least float32, cast back, then scale.
 class RMSNormImpl : public torch::nn::Module {
@@ -79,9 +83,17 @@ class DecoderLayerImpl : public torch::nn::Module {
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // only with config.qk_norm
 
+  /// The adapter terms of this layer (set by CausalLMImpl::set_adapter): per projection
+  /// (q k v o gate up down) its A/B or null, and the scale.
+  void set_lora(const std::array<const LoraWeights*, 7>& weights, double scale);
+
  private:
+  /// base(x) plus the adapter term of projection `target` when it has one.
+  torch::Tensor project(int target, torch::nn::Linear& base, const torch::Tensor& x);
   int64_t heads_, kv_heads_, head_dim_;
   double scale_;
+  std::array<const LoraWeights*, 7> lora_{};
+  double lora_scale_ = 0.0;
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -111,6 +123,15 @@ class CausalLMImpl : public torch::nn::Module {
   void load_hf_tensors(const TensorMap& tensors);
   TensorMap hf_tensors() const;  ///< detached copies of the parameters, HF names
 
+  /// Attaches `adapter` (null: none, the base model alone): the projections it targets add
+  /// its terms from now on, in every engine. The model keeps it alive while attached.
+  /// InvalidArgument when the adapter was made for another model shape.
+  void set_adapter(std::shared_ptr<const LoraAdapter> adapter);
+  const std::shared_ptr<const LoraAdapter>& adapter() const { return adapter_; }
+  /// The weights with the attached adapter folded in (W + s B A, computed in the adapter's
+  /// dtype, stored in the model's), HF names: a plain model with the same outputs.
+  TensorMap merged_hf_tensors() const;
+
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   std::vector<DecoderLayer> layer_list;
@@ -120,8 +141,23 @@ class CausalLMImpl : public torch::nn::Module {
  private:
   ModelConfig config_;
   RotaryEmbedding rotary_;
+  std::shared_ptr<const LoraAdapter> adapter_;
 };
 TORCH_MODULE(CausalLM);
+
+/// Attaches `adapter` to `model` for a scope and restores the one attached before (the
+/// reference model of an adapter run is the base with its adapter off: a null adapter).
+class ScopedAdapter {
+ public:
+  ScopedAdapter(CausalLMImpl& model, std::shared_ptr<const LoraAdapter> adapter);
+  ~ScopedAdapter();
+  ScopedAdapter(const ScopedAdapter&) = delete;
+  ScopedAdapter& operator=(const ScopedAdapter&) = delete;
+
+ private:
+  CausalLMImpl& model_;
+  std::shared_ptr<const LoraAdapter> previous_;
+};
 
 /// Parses a dtype name: float32 | float64 | bfloat16 | float16 (also fp32, bf16, ...).
 torch::Dtype ParseDtype(const std::string& name);

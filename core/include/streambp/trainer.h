@@ -34,7 +34,9 @@
 #include "streambp/engine.h"
 #include "streambp/model.h"
 #include "streambp/objective.h"
+#include "streambp/lora.h"
 #include "streambp/optimizer.h"
+#include "streambp/sampler.h"
 #include "streambp/trainer_options.h"
 
 namespace streambp {
@@ -48,20 +50,37 @@ std::string FindNewestCheckpoint(const std::string& dir);
 /// Removes what interrupted saves left in `dir` (its hidden ".staging" folder).
 void CleanStaging(const std::string& dir);
 
+/// SHA-256 over a model's weights (HF names, dtypes, shapes and bytes, in order): the
+/// identity of the base an adapter was trained on.
+std::string BaseIdentity(const CausalLMImpl& model);
+
 class Trainer {
  public:
   /// Takes the model (its parameters become the trained weights). Validates `options`
   /// (InvalidArgument), makes the reference model (a frozen copy of the model, or loaded
   /// from options.reference.dir) and the optimizer state.
-  static std::unique_ptr<Trainer> Create(CausalLM model, const TrainerOptions& options);
+  ///
+  /// With an `adapter` (LoRA, made for this model) the base is frozen and only the adapter
+  /// trains: its tensors get the gradients and the optimizer state; the base never changes.
+  /// The reference model is then the base with the adapter off (no second copy), unless
+  /// options.reference.dir names one. Several Trainers may share one base model, each with
+  /// its own adapter: every call attaches this Trainer's adapter first (activate()).
+  static std::unique_ptr<Trainer> Create(CausalLM model, const TrainerOptions& options,
+                                         std::shared_ptr<LoraAdapter> adapter = nullptr);
 
   /// Restores a checkpoint written by save_checkpoint(). The manifest is verified first (a
   /// missing file, or a size or SHA-256 mismatch, is InvalidArgument naming the file), then
   /// everything is read; nothing outside the new Trainer is changed. `override` replaces the
   /// saved options (e.g. another lr or schedule); the weights, optimizer state, step, policy
   /// version and random generator are always the saved ones.
+  ///
+  /// A checkpoint of an adapter run holds the adapter (PEFT files), its optimizer state and
+  /// the identity of its base (config + BaseIdentity), not the base weights: it is loaded
+  /// onto `base`, which must be that very model (InvalidArgument "... a different base ..."
+  /// otherwise, nothing changed); `base` is required for it and ignored otherwise.
   static std::unique_ptr<Trainer> LoadCheckpoint(const std::string& dir,
-                                                 const TrainerOptions* override = nullptr);
+                                                 const TrainerOptions* override = nullptr,
+                                                 CausalLM base = nullptr);
 
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -102,7 +121,9 @@ class Trainer {
   bool has_pending_gradients() const { return pending_; }
 
   /// Writes the whole state to `dir` (replacing it atomically if it exists):
-  ///   config.json, model.safetensors   a Hugging Face model folder (LoadModel reads it)
+  ///   config.json, model.safetensors   a Hugging Face model folder (LoadModel reads it);
+  ///                                    with an adapter instead: adapter_config.json,
+  ///                                    adapter_model.safetensors (PEFT), base_config.json
   ///   optimizer.safetensors            Optimizer::state() + "rng_state" (uint8)
   ///   reference.safetensors            the reference weights, when there is a reference
   ///   trainer_state.json               step, policy version, dtype, options
@@ -131,8 +152,26 @@ class Trainer {
 
   CausalLM& model() { return model_; }
   const CausalLM& model() const { return model_; }
-  /// The frozen reference model; null when there is none.
+  /// The adapter this Trainer trains, or null (full fine-tuning).
+  const std::shared_ptr<LoraAdapter>& adapter() const { return adapter_; }
+  /// Attaches this Trainer's adapter (or none) to the model: done by every call; for
+  /// callers that use model() directly on a base shared with other Trainers.
+  void activate();
+  /// The tensors this Trainer trains, by name: the adapter's, or every model parameter.
+  std::vector<std::pair<std::string, torch::Tensor>> trainable() const;
+  /// The frozen reference model; null when there is none, or when it is the base with the
+  /// adapter off (an adapter run without reference.dir: see token_logprobs()).
   const CausalLM& reference_model() const { return reference_; }
+  /// Whether reference log-probs are available (a reference model, or the adapter's base).
+  bool has_reference() const { return reference_ || reference_from_base_; }
+  /// Per-token log-probs (TokenLogprobs) under the policy (its adapter attached) or the
+  /// reference (the reference model, or the base with the adapter off). FailedPrecondition
+  /// for a reference that does not exist.
+  torch::Tensor token_logprobs(const Batch& batch, bool reference, int64_t logits_chunk, double temperature);
+  /// Completions from the policy (its adapter attached).
+  std::vector<SampledCompletion> sample(const std::vector<std::vector<int64_t>>& prompts, const SampleOptions& options);
+  /// SHA-256 over the base weights (names, dtypes, shapes, bytes): computed once.
+  const std::string& base_identity() const;
   int64_t step() const { return step_; }                      ///< updates applied
   int64_t policy_version() const { return policy_version_; }  ///< bumped by every update
   const TrainerOptions& options() const { return options_; }
@@ -142,12 +181,15 @@ class Trainer {
   at::Generator& generator() { return generator_; }
 
  private:
-  Trainer(CausalLM model, CausalLM reference, const TrainerOptions& options);
+  Trainer(CausalLM model, CausalLM reference, const TrainerOptions& options, std::shared_ptr<LoraAdapter> adapter);
   std::vector<Sequence> with_reference_logprobs(const std::vector<Sequence>& sequences, int64_t logits_chunk,
                                                 double temperature);
 
   CausalLM model_;
   CausalLM reference_;
+  std::shared_ptr<LoraAdapter> adapter_;
+  bool reference_from_base_ = false;  // the reference is the base with the adapter off
+  mutable std::string base_identity_;
   TrainerOptions options_;
   std::unique_ptr<Optimizer> optimizer_;
   at::Generator generator_;

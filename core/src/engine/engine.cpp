@@ -233,6 +233,7 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last,
 }
 
 void EmbeddingBackward(CausalLMImpl& model, const Batch& batch, const torch::Tensor& grad) {
+  if (!model.embed_tokens->weight.requires_grad()) return;  // a frozen base (adapter training)
   torch::AutoGradMode grad_mode(true);
   auto emb = model.embed(batch.input_ids);
   torch::autograd::backward({emb}, {grad});

@@ -22,6 +22,21 @@ void ZeroGradients(CausalLMImpl& model) {
   for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
 }
 
+TensorMap CollectGradients(const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  TensorMap out;
+  for (const auto& [name, p] : params) {
+    out[name] = p.grad().defined() ? p.grad().detach().clone() : torch::zeros_like(p);
+  }
+  return out;
+}
+
+void ZeroGradients(const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  for (const auto& [name, p] : params) {
+    auto t = p;
+    t.mutable_grad() = torch::Tensor();
+  }
+}
+
 GradientDiff CompareGradients(const TensorMap& ref, const TensorMap& other) {
   if (ref.size() != other.size()) {
     throw InvalidArgument("gradient sets differ: " + std::to_string(ref.size()) + " vs " +

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "streambp/error.h"
+#include "streambp/lora.h"
 #include "streambp/model.h"
 #include "tiled_attention.h"
 
@@ -98,13 +99,27 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index)
   }
 }
 
+void DecoderLayerImpl::set_lora(const std::array<const LoraWeights*, 7>& weights, double scale) {
+  lora_ = weights;
+  lora_scale_ = scale;
+}
+
+torch::Tensor DecoderLayerImpl::project(int target, torch::nn::Linear& base, const torch::Tensor& x) {
+  auto y = base(x);
+  const LoraWeights* w = lora_[target];
+  if (w == nullptr) return y;
+  // PEFT: the input in the adapter's dtype, the term scaled and added in the output's.
+  auto term = F::linear(F::linear(x.to(w->a.scalar_type()), w->a), w->b) * lora_scale_;
+  return y + term.to(y.scalar_type());
+}
+
 KeysValues DecoderLayerImpl::keys_values(const torch::Tensor& x, const Rope& rope) {
   const int64_t B = x.size(0), T = x.size(1);
   auto h = input_layernorm(x);
-  auto k = k_proj(h).view({B, T, kv_heads_, head_dim_});
+  auto k = project(1, k_proj, h).view({B, T, kv_heads_, head_dim_});
   if (k_norm) k = k_norm(k);
   k = RotaryEmbedding::apply(k.transpose(1, 2), rope);
-  auto v = v_proj(h).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  auto v = project(2, v_proj, h).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
   return KeysValues{k, v};
 }
 
@@ -114,7 +129,7 @@ torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const 
   const int64_t B = x_q.size(0), C = x_q.size(1), L = kv.k.size(2);
   const int64_t groups = heads_ / kv_heads_;
   auto h = input_layernorm(x_q);
-  auto q = q_proj(h).view({B, C, heads_, head_dim_});
+  auto q = project(0, q_proj, h).view({B, C, heads_, head_dim_});
   if (q_norm) q = q_norm(q);
   q = RotaryEmbedding::apply(q.transpose(1, 2), rope_q);  // [B, H, C, hd]
   // Query heads of one kv head are adjacent: fold them into the row dimension so that one
@@ -134,9 +149,9 @@ torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const 
     attn = torch::matmul(probs.view({B, kv_heads_, groups * C, L}), kv.v);
   }
   attn = attn.view({B, heads_, C, head_dim_}).transpose(1, 2).reshape({B, C, heads_ * head_dim_});
-  auto x1 = x_q + o_proj(attn);
+  auto x1 = x_q + project(3, o_proj, attn);
   auto h2 = post_attention_layernorm(x1);
-  return x1 + down_proj(F::silu(gate_proj(h2)) * up_proj(h2));
+  return x1 + project(6, down_proj, F::silu(project(4, gate_proj, h2)) * project(5, up_proj, h2));
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const Rope& rope,
@@ -168,7 +183,32 @@ torch::Tensor CausalLMImpl::lm_head_weight() const {
 torch::Tensor CausalLMImpl::logits(const torch::Tensor& h_last) {
   auto h = norm(h_last);
   auto out = F::linear(h, lm_head_weight());
+  if (adapter_) {
+    if (const LoraWeights* w = adapter_->find(-1, LoraTarget::kLmHead)) {
+      auto term = F::linear(F::linear(h.to(w->a.scalar_type()), w->a), w->b) * adapter_->scale();
+      out = out + term.to(out.scalar_type());
+    }
+  }
   return out.to(ComputeDtype(out.scalar_type()));
 }
+
+void CausalLMImpl::set_adapter(std::shared_ptr<const LoraAdapter> adapter) {
+  if (adapter) adapter->check_fits(config_);
+  for (int64_t i = 0; i < static_cast<int64_t>(layer_list.size()); ++i) {
+    std::array<const LoraWeights*, 7> w{};
+    if (adapter) {
+      for (int t = 0; t < kLoraLayerTargets; ++t) w[t] = adapter->find(i, static_cast<LoraTarget>(t));
+    }
+    layer_list[i]->set_lora(w, adapter ? adapter->scale() : 0.0);
+  }
+  adapter_ = std::move(adapter);
+}
+
+ScopedAdapter::ScopedAdapter(CausalLMImpl& model, std::shared_ptr<const LoraAdapter> adapter)
+    : model_(model), previous_(model.adapter()) {
+  model_.set_adapter(std::move(adapter));
+}
+
+ScopedAdapter::~ScopedAdapter() { model_.set_adapter(previous_); }
 
 }  // namespace streambp

@@ -108,9 +108,14 @@ std::map<std::string, std::string> ReadVerified(const fs::path& dir) {
     }
     files[name] = std::move(bytes);
   }
-  for (const char* required :
-       {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json"}) {
-    if (!files.count(required)) throw corrupt(std::string(required) + " is not listed");
+  const bool adapter = files.count("adapter_model.safetensors") > 0;
+  const std::vector<const char*> required =
+      adapter ? std::vector<const char*>{"adapter_config.json", "adapter_model.safetensors", "base_config.json",
+                                         "optimizer.safetensors", "trainer_state.json"}
+              : std::vector<const char*>{"config.json", "model.safetensors", "optimizer.safetensors",
+                                         "trainer_state.json"};
+  for (const char* r : required) {
+    if (!files.count(r)) throw corrupt(std::string(r) + " is not listed");
   }
   return files;
 }
@@ -130,8 +135,15 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   std::vector<std::pair<std::string, std::string>> files;
   auto config = model_->config();
   config.torch_dtype = DtypeName(dtype);
-  files.emplace_back("config.json", config.ToJson().dump(2) + "\n");
-  files.emplace_back("model.safetensors", SerializeSafetensors(model_->hf_tensors(), {{"format", "pt"}}));
+  if (adapter_) {
+    // The adapter in PEFT's files (loadable by PEFT/vLLM as is) and the base's identity.
+    files.emplace_back("adapter_config.json", adapter_->config().ToPeftJson().dump(2) + "\n");
+    files.emplace_back("adapter_model.safetensors", SerializeSafetensors(adapter_->peft_tensors(), {{"format", "pt"}}));
+    files.emplace_back("base_config.json", config.ToJson().dump(2) + "\n");
+  } else {
+    files.emplace_back("config.json", config.ToJson().dump(2) + "\n");
+    files.emplace_back("model.safetensors", SerializeSafetensors(model_->hf_tensors(), {{"format", "pt"}}));
+  }
   auto optimizer_state = optimizer_->state();
   if (comm_ && comm_->world_size() > 1 && comm_->options().zero_stage >= 1) {
     // ZeRO: each rank holds the state of its own parameters; gather it (collective), so the
@@ -152,13 +164,18 @@ void Trainer::save_checkpoint(const std::string& dir) const {
     files.emplace_back("reference.safetensors",
                        SerializeSafetensors(reference_->hf_tensors(), {{"format", "pt"}}));
   }
-  const json state = {{"format", kFormat},
-                      {"version", kVersion},
-                      {"step", step_},
-                      {"policy_version", policy_version_},
-                      {"dtype", DtypeName(dtype)},
-                      {"has_reference", static_cast<bool>(reference_)},
-                      {"options", options_.ToJson()}};
+  json state = {{"format", kFormat},
+                {"version", kVersion},
+                {"step", step_},
+                {"policy_version", policy_version_},
+                {"dtype", DtypeName(dtype)},
+                {"has_reference", static_cast<bool>(reference_)},
+                {"options", options_.ToJson()}};
+  if (adapter_) {
+    state["adapter"] = adapter_->config().ToJson();
+    state["adapter_dtype"] = DtypeName(adapter_->dtype());
+    state["base_sha256"] = base_identity();
+  }
   files.emplace_back("trainer_state.json", state.dump(2) + "\n");
   json manifest = {{"format", kFormat}, {"version", kVersion}, {"files", json::array()}};
   for (const auto& [name, bytes] : files) {
@@ -203,7 +220,8 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   }
 }
 
-std::unique_ptr<Trainer> Trainer::LoadCheckpoint(const std::string& dir, const TrainerOptions* override) {
+std::unique_ptr<Trainer> Trainer::LoadCheckpoint(const std::string& dir, const TrainerOptions* override,
+                                                 CausalLM base) {
   const fs::path path = CleanDir(dir);
   if (!fs::is_directory(path)) throw NotFound("checkpoint folder " + path.string() + " does not exist");
   const std::string where = "checkpoint " + path.string() + ": ";
@@ -236,14 +254,56 @@ std::unique_ptr<Trainer> Trainer::LoadCheckpoint(const std::string& dir, const T
                           options.optimizer.name);
   }
 
-  const auto config = ModelConfig::FromJson(ParseJson(files.at("config.json"), where + "config.json"));
-  const torch::Device device = torch::kCPU;
-  auto model = train::ModelFromTensors(
-      config, ParseSafetensors(files.at("model.safetensors"), where + "model.safetensors").tensors, dtype,
-      device);
-  files.erase("model.safetensors");
+  const bool is_adapter = files.count("adapter_model.safetensors") > 0;
+  std::shared_ptr<LoraAdapter> adapter;
+  CausalLM model{nullptr};
+  const torch::Device device = base ? base->named_hf_parameters().front().second.device() : torch::Device(torch::kCPU);
+  if (is_adapter) {
+    if (!base) {
+      throw InvalidArgument(where + "holds a LoRA adapter: load it onto its base model (the base weights are not "
+                                    "in the checkpoint)");
+    }
+    const auto config = ModelConfig::FromJson(ParseJson(files.at("base_config.json"), where + "base_config.json"));
+    auto shape = [](const ModelConfig& c) {
+      auto j = c.ToJson();
+      j.erase("torch_dtype");
+      return j;
+    };
+    std::string saved_sha;
+    LoraConfig lora;
+    torch::Dtype adapter_dtype = torch::kFloat32;
+    try {
+      saved_sha = state.at("base_sha256").get<std::string>();
+      lora = LoraConfig::FromJson(state.at("adapter"));
+      adapter_dtype = ParseDtype(state.at("adapter_dtype").get<std::string>());
+    } catch (const json::exception& e) {
+      throw InvalidArgument(where + "trainer_state.json: " + e.what());
+    }
+    const std::string base_sha = BaseIdentity(*base);
+    if (shape(base->config()) != shape(config) || base_sha != saved_sha) {
+      throw InvalidArgument(where + "the adapter was trained on a different base (weights SHA-256 " +
+                            saved_sha.substr(0, 16) + "...) than this model (" + base_sha.substr(0, 16) +
+                            "...); load it onto the base it was trained on");
+    }
+    adapter = LoraAdapter::Create(base->config(), lora, adapter_dtype, device);
+    try {
+      adapter->load_peft_tensors(
+          ParseSafetensors(files.at("adapter_model.safetensors"), where + "adapter_model.safetensors").tensors);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(where + e.what());
+    }
+    model = base;
+  } else {
+    const auto config = ModelConfig::FromJson(ParseJson(files.at("config.json"), where + "config.json"));
+    model = train::ModelFromTensors(
+        config, ParseSafetensors(files.at("model.safetensors"), where + "model.safetensors").tensors, dtype, device);
+    files.erase("model.safetensors");
+  }
+  const auto& config = model->config();
   CausalLM reference{nullptr};
-  if (options.reference.use_reference_model) {
+  if (is_adapter && options.reference.use_reference_model && options.reference.dir.empty()) {
+    // the base with the adapter off: nothing to load
+  } else if (options.reference.use_reference_model) {
     if (has_reference) {
       reference = train::ModelFromTensors(
           config,
@@ -266,7 +326,8 @@ std::unique_ptr<Trainer> Trainer::LoadCheckpoint(const std::string& dir, const T
   const auto rng_state = rng->second;
   optimizer.tensors.erase(rng);
 
-  auto trainer = std::unique_ptr<Trainer>(new Trainer(std::move(model), std::move(reference), options));
+  auto trainer =
+      std::unique_ptr<Trainer>(new Trainer(std::move(model), std::move(reference), options, std::move(adapter)));
   try {
     trainer->optimizer_->load_state(optimizer.tensors);
   } catch (const InvalidArgument& e) {
@@ -280,6 +341,23 @@ std::unique_ptr<Trainer> Trainer::LoadCheckpoint(const std::string& dir, const T
   trainer->step_ = step;
   trainer->policy_version_ = policy_version;
   return trainer;
+}
+
+std::string BaseIdentity(const CausalLMImpl& model) {
+  Sha256 sha;
+  for (const auto& [name, p] : model.named_hf_parameters()) {
+    auto t = p.detach().to(torch::kCPU).contiguous();
+    std::string shape;
+    for (auto d : t.sizes()) shape += std::to_string(d) + ",";
+    sha.update(name + "|" + DtypeName(t.scalar_type()) + "|" + shape + "|");
+    sha.update(std::string_view(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size()));
+  }
+  return sha.hex();
+}
+
+const std::string& Trainer::base_identity() const {
+  if (base_identity_.empty()) base_identity_ = BaseIdentity(*model_);
+  return base_identity_;
 }
 
 std::string FindNewestCheckpoint(const std::string& dir) {

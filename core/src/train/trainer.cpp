@@ -10,6 +10,7 @@
 
 #include "streambp/error.h"
 #include "streambp/gradients.h"
+#include "streambp/lora.h"
 #include "train_internal.h"
 
 namespace streambp {
@@ -57,33 +58,75 @@ CausalLM MakeReference(const CausalLMImpl& model, const ReferenceOptions& option
 
 }  // namespace train
 
-Trainer::Trainer(CausalLM model, CausalLM reference, const TrainerOptions& options)
+Trainer::Trainer(CausalLM model, CausalLM reference, const TrainerOptions& options,
+                 std::shared_ptr<LoraAdapter> adapter)
     : model_(std::move(model)),
       reference_(std::move(reference)),
+      adapter_(std::move(adapter)),
       options_(options),
       generator_(at::make_generator<at::CPUGeneratorImpl>(options.seed)) {
-  for (auto& p : model_->parameters()) p.requires_grad_(true);
-  ZeroGradients(*model_);
-  optimizer_ = std::make_unique<Optimizer>(options_.optimizer, model_->named_hf_parameters());
+  if (adapter_) {
+    // The base is frozen: no gradient, no optimizer state; only A and B train.
+    for (auto& p : model_->parameters()) p.requires_grad_(false);
+    ZeroGradients(*model_);
+    for (auto& [name, p] : adapter_->named_parameters()) p.requires_grad_(true);
+    reference_from_base_ = options_.reference.use_reference_model && !reference_;
+  } else {
+    for (auto& p : model_->parameters()) p.requires_grad_(true);
+  }
+  activate();
+  ZeroGradients(trainable());
+  optimizer_ = std::make_unique<Optimizer>(options_.optimizer, trainable());
 }
 
 Trainer::~Trainer() = default;
 
-std::unique_ptr<Trainer> Trainer::Create(CausalLM model, const TrainerOptions& options) {
+std::unique_ptr<Trainer> Trainer::Create(CausalLM model, const TrainerOptions& options,
+                                         std::shared_ptr<LoraAdapter> adapter) {
   if (!model) throw InvalidArgument("Trainer::Create: no model");
   options.Validate();
+  if (adapter) adapter->check_fits(model->config());
   CausalLM reference{nullptr};
-  if (options.reference.use_reference_model) reference = train::MakeReference(*model, options.reference);
-  return std::unique_ptr<Trainer>(new Trainer(std::move(model), std::move(reference), options));
+  // With an adapter the reference is the base with the adapter off (no copy), unless a
+  // reference model folder is given.
+  if (options.reference.use_reference_model && (!adapter || !options.reference.dir.empty())) {
+    reference = train::MakeReference(*model, options.reference);
+  }
+  return std::unique_ptr<Trainer>(new Trainer(std::move(model), std::move(reference), options, std::move(adapter)));
 }
+
+std::vector<std::pair<std::string, torch::Tensor>> Trainer::trainable() const {
+  return adapter_ ? adapter_->named_parameters() : trainable();
+}
+
+void Trainer::activate() { model_->set_adapter(adapter_); }
 
 double Trainer::current_lr() const { return options_.optimizer.lr * LrMultiplier(options_.schedule, step_); }
 
 void Trainer::zero_gradients() {
   overlapped_.reset();  // abandons a sum in flight (a failed step)
-  ZeroGradients(*model_);
+  ZeroGradients(trainable());
   pending_ = false;
   nonfinite_loss_ = false;
+}
+
+torch::Tensor Trainer::token_logprobs(const Batch& batch, bool reference, int64_t logits_chunk, double temperature) {
+  if (!reference) {
+    activate();
+    return TokenLogprobs(model_, batch, logits_chunk, temperature);
+  }
+  if (reference_) return TokenLogprobs(reference_, batch, logits_chunk, temperature);
+  if (!reference_from_base_) {
+    throw FailedPrecondition("there is no reference model (trainer.reference.use_reference_model is false)");
+  }
+  ScopedAdapter base(*model_, nullptr);
+  return TokenLogprobs(model_, batch, logits_chunk, temperature);
+}
+
+std::vector<SampledCompletion> Trainer::sample(const std::vector<std::vector<int64_t>>& prompts,
+                                               const SampleOptions& options) {
+  activate();
+  return SampleCompletions(model_, prompts, options);
 }
 
 std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequence>& sequences,
@@ -95,7 +138,7 @@ std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequenc
     part.reserve(indices.size());
     for (size_t i : indices) part.push_back(sequences[i]);
     const auto batch = MakeBatch(part, options_.layout);
-    const auto logprobs = TokenLogprobs(reference_, batch, logits_chunk, temperature).cpu().contiguous();
+    const auto logprobs = token_logprobs(batch, /*reference=*/true, logits_chunk, temperature).cpu().contiguous();
     const auto seq_ids = batch.sequence_ids.cpu().contiguous();
     const auto positions = batch.position_ids.cpu().contiguous();
     for (size_t k = 0; k < indices.size(); ++k) {
@@ -130,8 +173,9 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
   const EngineOptions& engine_options = engine ? *engine : options_.engine;
   if (engine_options.chunk < 0) throw InvalidArgument("engine.chunk must be >= 0 (0 = default)");
   if (engine_options.logits_chunk < -1) throw InvalidArgument("engine.logits_chunk must be >= -1 (-1 = default)");
+  activate();
   const bool needs_reference = objective.needs_reference(sequences);
-  if (needs_reference && !reference_) {
+  if (needs_reference && !has_reference()) {
     throw InvalidArgument(objective.name() +
                           ": the objective needs reference log-probs: give them in the input or "
                           "enable the reference model");
@@ -234,7 +278,7 @@ OptimResult Trainer::optim_step() {
         overlapped_->finish();
         overlapped_.reset();
         if (comm_->options().zero_stage >= 2) {
-          for (auto& [name, p] : model_->named_hf_parameters()) {
+          for (auto& [name, p] : trainable()) {
             if (owner_.at(name) != comm_->rank()) p.mutable_grad() = torch::Tensor();
           }
         }
@@ -258,7 +302,7 @@ OptimResult Trainer::optim_step() {
   // norms), in float64. With ZeRO-2 each rank holds only its owned gradients: the squares
   // are summed over the ranks.
   std::vector<torch::Tensor> norms;
-  for (const auto& [name, p] : model_->named_hf_parameters()) {
+  for (const auto& [name, p] : trainable()) {
     if (p.grad().defined()) norms.push_back(p.grad().detach().to(torch::kFloat64).norm().cpu());
   }
   if (distributed && comm_->options().zero_stage >= 2) {
@@ -283,14 +327,14 @@ OptimResult Trainer::optim_step() {
     if (distributed && comm_->options().zero_stage >= 1) {
       // Only the owned parameters are updated here (the optimizer skips parameters
       // without a gradient, so it keeps state for this rank's share only).
-      for (auto& [name, p] : model_->named_hf_parameters()) {
+      for (auto& [name, p] : trainable()) {
         if (owner_.at(name) != comm_->rank()) p.mutable_grad() = torch::Tensor();
       }
     }
     optimizer_->step(result.lr, scale);
     if (distributed && comm_->options().zero_stage >= 1) {
       std::vector<std::vector<torch::Tensor>> by_owner(comm_->world_size());
-      for (auto& [name, p] : model_->named_hf_parameters()) by_owner[owner_.at(name)].push_back(p.detach());
+      for (auto& [name, p] : trainable()) by_owner[owner_.at(name)].push_back(p.detach());
       for (int r = 0; r < comm_->world_size(); ++r) comm_->broadcast(by_owner[r], r);
     }
   } catch (...) {
@@ -309,7 +353,7 @@ void Trainer::set_communicator(std::shared_ptr<Communicator> communicator) {
   owner_.clear();
   if (!comm_) return;
   // Parameters are dealt to ranks greedily by size, largest first, so shares are even.
-  const auto params = model_->named_hf_parameters();
+  const auto params = trainable();
   std::vector<size_t> order(params.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -322,7 +366,7 @@ void Trainer::set_communicator(std::shared_ptr<Communicator> communicator) {
   }
   // Every rank starts from rank 0's weights.
   std::vector<torch::Tensor> all;
-  for (auto& [name, p] : model_->named_hf_parameters()) all.push_back(p.detach());
+  for (auto& [name, p] : trainable()) all.push_back(p.detach());
   comm_->broadcast(all, 0);
 }
 
@@ -372,7 +416,7 @@ int64_t LayerOf(const std::string& name) {
 void Trainer::add_to_overlapped(int64_t layer) {
   const int64_t layers = static_cast<int64_t>(model_->layer_list.size());
   const int64_t rest = layers, head = layers + 1;
-  auto params = model_->named_hf_parameters();
+  auto params = trainable();
   auto group_of = [&](const std::string& name) {
     const int64_t l = LayerOf(name);
     if (l >= 0 && l < layers) return l;
@@ -406,7 +450,7 @@ void Trainer::add_to_overlapped(int64_t layer) {
 // Sums the step's gradients over the ranks: one all-reduce per bucket (ZeRO-2: a reduce
 // to each parameter's owner, the others drop theirs). Missing gradients count as zeros.
 void Trainer::reduce_gradients() {
-  auto params = model_->named_hf_parameters();
+  auto params = trainable();
   for (auto& [name, p] : params) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
   }

@@ -1,0 +1,115 @@
+#pragma once
+/// LoRA adapters (DESIGN §3 Adapters), as PEFT defines them: an adapted linear layer
+/// computes y = W x (+ b) + s · B (A x) with A: [r, in], B: [out, r] and s = alpha / r
+/// (alpha / sqrt(r) with rsLoRA). The base weights W stay frozen; only A and B train.
+///
+/// An adapter is a set of tensors attached to a model with CausalLMImpl::set_adapter(); the
+/// decoder adds its terms in every projection it targets, so every engine (full,
+/// checkpoint, StreamBP with K/V once, chunked queries and MLP, key tiles, the chunked head)
+/// carries them and computes exact adapter gradients. Several adapters can share one base
+/// model (one is attached at a time).
+///
+/// Files follow PEFT exactly (adapter_config.json + adapter_model.safetensors, tensor
+/// names "base_model.model.<HF module>.lora_A.weight"), so PEFT, vLLM and SGLang load them.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+#include <torch/types.h>
+
+#include "streambp/config.h"
+#include "streambp/safetensors.h"
+
+namespace streambp {
+
+/// The projections an adapter can target, in the order of the decoder.
+enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown, kLmHead };
+constexpr int kLoraLayerTargets = 7;  ///< q k v o gate up down (lm_head is not per layer)
+/// "q_proj" ... "down_proj", "lm_head".
+const char* LoraTargetName(LoraTarget target);
+
+struct LoraConfig {
+  int64_t r = 8;          ///< rank
+  double alpha = 16.0;    ///< lora_alpha
+  /// Module names: any of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj lm_head
+  /// ("all-linear" in a PEFT file means the seven projections).
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                             "gate_proj", "up_proj", "down_proj"};
+  bool use_rslora = false;    ///< s = alpha / sqrt(r) instead of alpha / r
+  double dropout = 0.0;       ///< lora_dropout: must be 0 (dropout is not implemented; refused)
+  uint64_t seed = 0;          ///< initialization of A
+  std::string base_model_name_or_path;  ///< written to adapter_config.json
+
+  double scale() const;
+  /// InvalidArgument naming the field (r < 1, alpha not finite, dropout != 0, unknown or
+  /// repeated module, lm_head on a model with tied embeddings).
+  void Validate(const ModelConfig* model = nullptr) const;
+  /// adapter_config.json as PEFT writes it / reads it. Refuses what is not plain LoRA with a
+  /// clear error naming the field: peft_type other than LORA, use_dora, bias != "none",
+  /// rank_pattern / alpha_pattern, layers_to_transform, modules_to_save, fan_in_fan_out,
+  /// a regex target_modules.
+  static LoraConfig FromPeftJson(const nlohmann::json& j);
+  nlohmann::json ToPeftJson() const;
+  /// Our own JSON (checkpoints, server config): {"r", "alpha", "target_modules", "use_rslora", "seed"}.
+  static LoraConfig FromJson(const nlohmann::json& j);
+  nlohmann::json ToJson() const;
+};
+
+/// A and B of one adapted projection.
+struct LoraWeights {
+  torch::Tensor a;  ///< [r, in]
+  torch::Tensor b;  ///< [out, r]
+};
+
+/// The adapter of one model: LoraWeights per targeted projection of every layer (and the
+/// lm_head when targeted). Not thread-safe; the Trainer that owns it uses it.
+class LoraAdapter {
+ public:
+  /// PEFT's default initialization, deterministic from config.seed: A Kaiming-uniform
+  /// (a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B zero. `dtype`: the adapter's (float32 for
+  /// a bfloat16 base; float64 for a float64 one).
+  static std::shared_ptr<LoraAdapter> Create(const ModelConfig& model, const LoraConfig& config, torch::Dtype dtype,
+                                             const torch::Device& device = torch::kCPU);
+  /// A PEFT adapter folder for `model`: validates the config and every tensor name and
+  /// shape (a module the model lacks, a rank that does not match the tensors, a missing
+  /// tensor: InvalidArgument naming it).
+  static std::shared_ptr<LoraAdapter> Load(const std::string& dir, const ModelConfig& model, torch::Dtype dtype,
+                                           const torch::Device& device = torch::kCPU);
+  /// Writes adapter_config.json and adapter_model.safetensors into `dir`.
+  void save(const std::string& dir) const;
+
+  const LoraConfig& config() const { return config_; }
+  double scale() const { return scale_; }
+  torch::Dtype dtype() const { return dtype_; }
+  /// The weights of `target` in decoder layer `layer` (ignored for kLmHead), or null.
+  const LoraWeights* find(int64_t layer, LoraTarget target) const;
+
+  /// The trainable tensors (the adapter's own, updated in place) under names that follow
+  /// the model's: "model.layers.0.self_attn.q_proj.lora_A.weight", "lm_head.lora_B.weight".
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
+  /// Detached copies under PEFT's names ("base_model.model." + the name above).
+  TensorMap peft_tensors() const;
+  /// Copies PEFT-named tensors in (any floating dtype): every tensor must be present with
+  /// the right shape, and no other; InvalidArgument naming it otherwise, nothing changed.
+  void load_peft_tensors(const TensorMap& tensors);
+  int64_t num_parameters() const;
+  /// InvalidArgument unless the adapter was made for a model of `model`'s shape.
+  void check_fits(const ModelConfig& model) const;
+
+  /// PEFT's name of one of our names.
+  static std::string PeftName(const std::string& name) { return "base_model.model." + name; }
+
+ private:
+  LoraAdapter() = default;
+  LoraConfig config_;
+  double scale_ = 1.0;
+  torch::Dtype dtype_ = torch::kFloat32;
+  std::vector<std::array<std::unique_ptr<LoraWeights>, kLoraLayerTargets>> layers_;
+  std::unique_ptr<LoraWeights> lm_head_;
+  ModelConfig model_;
+};
+
+}  // namespace streambp

@@ -1,0 +1,380 @@
+// LoRA adapters: PEFT's definition, initialization and files.
+#include "streambp/lora.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "streambp/error.h"
+#include "streambp/model.h"
+
+namespace streambp {
+namespace {
+
+using nlohmann::json;
+
+const char* kLayerTargetNames[kLoraLayerTargets] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                    "gate_proj", "up_proj", "down_proj"};
+
+// The HF module path of a projection of layer i.
+std::string ModulePath(int64_t layer, int target) {
+  const std::string p = "model.layers." + std::to_string(layer);
+  return p + (target < 4 ? ".self_attn." : ".mlp.") + kLayerTargetNames[target];
+}
+
+// [out, in] of a projection.
+std::pair<int64_t, int64_t> Shape(const ModelConfig& c, int target) {
+  switch (target) {
+    case 0: return {c.q_dim(), c.hidden_size};
+    case 1:
+    case 2: return {c.kv_dim(), c.hidden_size};
+    case 3: return {c.hidden_size, c.q_dim()};
+    case 4:
+    case 5: return {c.intermediate_size, c.hidden_size};
+    default: return {c.hidden_size, c.intermediate_size};
+  }
+}
+
+std::string ShapeText(at::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+bool Targets(const LoraConfig& c, const std::string& name) {
+  return std::find(c.target_modules.begin(), c.target_modules.end(), name) != c.target_modules.end();
+}
+
+}  // namespace
+
+const char* LoraTargetName(LoraTarget target) {
+  const int t = static_cast<int>(target);
+  return t < kLoraLayerTargets ? kLayerTargetNames[t] : "lm_head";
+}
+
+double LoraConfig::scale() const {
+  return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+}
+
+void LoraConfig::Validate(const ModelConfig* model) const {
+  if (r < 1) throw InvalidArgument("lora: r must be >= 1, got " + std::to_string(r));
+  if (!std::isfinite(alpha) || alpha == 0) throw InvalidArgument("lora: lora_alpha must be a finite non-zero number");
+  if (dropout != 0.0) {
+    throw InvalidArgument("lora: lora_dropout = " + std::to_string(dropout) +
+                          " is not supported (only 0: dropout would make steps non-reproducible here); set it to 0");
+  }
+  if (target_modules.empty()) throw InvalidArgument("lora: target_modules is empty");
+  std::set<std::string> seen;
+  for (const auto& m : target_modules) {
+    bool known = m == "lm_head";
+    for (const char* n : kLayerTargetNames) known = known || m == n;
+    if (!known) {
+      throw InvalidArgument("lora: target_modules has '" + m +
+                            "', which this model does not have (known: q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                            "up_proj, down_proj, lm_head)");
+    }
+    if (!seen.insert(m).second) throw InvalidArgument("lora: target_modules names '" + m + "' twice");
+  }
+  if (model && seen.count("lm_head") && model->tie_word_embeddings) {
+    throw InvalidArgument("lora: target_modules has lm_head, but this model ties lm_head to the embedding "
+                          "(tie_word_embeddings); leave lm_head out");
+  }
+}
+
+LoraConfig LoraConfig::FromPeftJson(const json& j) {
+  if (!j.is_object()) throw InvalidArgument("adapter_config.json must be a JSON object");
+  auto field = [&](const char* key) -> const json* {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  };
+  try {
+    const std::string type = j.value("peft_type", "");
+    if (type != "LORA") {
+      throw InvalidArgument("adapter_config.json: peft_type is '" + type + "'; only LORA adapters are supported");
+    }
+    if (const auto* t = field("task_type"); t && t->get<std::string>() != "CAUSAL_LM") {
+      throw InvalidArgument("adapter_config.json: task_type is '" + t->get<std::string>() + "', expected CAUSAL_LM");
+    }
+    if (const auto* d = field("use_dora"); d && d->get<bool>()) {
+      throw InvalidArgument("adapter_config.json: use_dora is true; DoRA adapters are not supported");
+    }
+    if (const auto* b = field("bias"); b && b->get<std::string>() != "none") {
+      throw InvalidArgument("adapter_config.json: bias is '" + b->get<std::string>() + "'; only \"none\" is supported");
+    }
+    for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+      if (const auto* p = field(key); p && !p->empty()) {
+        throw InvalidArgument(std::string("adapter_config.json: ") + key + " is not supported (one r and alpha for all)");
+      }
+    }
+    for (const char* key : {"layers_to_transform", "modules_to_save", "layers_pattern"}) {
+      if (const auto* p = field(key); p && !(p->is_array() && p->empty())) {
+        throw InvalidArgument(std::string("adapter_config.json: ") + key + " is not supported");
+      }
+    }
+    if (const auto* f = field("fan_in_fan_out"); f && f->get<bool>()) {
+      throw InvalidArgument("adapter_config.json: fan_in_fan_out is true; not supported for these models");
+    }
+    LoraConfig c;
+    c.r = j.at("r").get<int64_t>();
+    c.alpha = j.contains("lora_alpha") ? j.at("lora_alpha").get<double>() : static_cast<double>(c.r);
+    c.dropout = j.value("lora_dropout", 0.0);
+    c.use_rslora = j.value("use_rslora", false);
+    c.base_model_name_or_path = j.value("base_model_name_or_path", "");
+    const auto& t = j.at("target_modules");
+    if (t.is_string()) {
+      if (t.get<std::string>() != "all-linear") {
+        throw InvalidArgument("adapter_config.json: target_modules is the pattern '" + t.get<std::string>() +
+                              "'; give a list of module names (or \"all-linear\")");
+      }
+      c.target_modules = LoraConfig{}.target_modules;
+    } else {
+      c.target_modules = t.get<std::vector<std::string>>();
+      std::sort(c.target_modules.begin(), c.target_modules.end(), [](const std::string& a, const std::string& b) {
+        auto rank = [](const std::string& n) {
+          for (int i = 0; i < kLoraLayerTargets; ++i) {
+            if (n == kLayerTargetNames[i]) return i;
+          }
+          return kLoraLayerTargets;
+        };
+        return rank(a) < rank(b);
+      });
+    }
+    c.Validate();
+    return c;
+  } catch (const json::exception& e) {
+    throw InvalidArgument(std::string("adapter_config.json: ") + e.what());
+  }
+}
+
+json LoraConfig::ToPeftJson() const {
+  return json{{"peft_type", "LORA"},
+              {"task_type", "CAUSAL_LM"},
+              {"r", r},
+              {"lora_alpha", alpha},
+              {"lora_dropout", dropout},
+              {"target_modules", target_modules},
+              {"use_rslora", use_rslora},
+              {"use_dora", false},
+              {"bias", "none"},
+              {"fan_in_fan_out", false},
+              {"init_lora_weights", true},
+              {"inference_mode", true},
+              {"modules_to_save", nullptr},
+              {"layers_to_transform", nullptr},
+              {"rank_pattern", json::object()},
+              {"alpha_pattern", json::object()},
+              {"base_model_name_or_path", base_model_name_or_path}};
+}
+
+LoraConfig LoraConfig::FromJson(const json& j) {
+  if (!j.is_object()) throw InvalidArgument("lora options must be a JSON object");
+  LoraConfig c;
+  for (const auto& [key, v] : j.items()) {
+    try {
+      if (key == "r") {
+        c.r = v.get<int64_t>();
+      } else if (key == "alpha") {
+        c.alpha = v.get<double>();
+      } else if (key == "target_modules") {
+        c.target_modules = v.get<std::vector<std::string>>();
+      } else if (key == "use_rslora") {
+        c.use_rslora = v.get<bool>();
+      } else if (key == "seed") {
+        c.seed = v.get<uint64_t>();
+      } else if (key == "dropout") {
+        c.dropout = v.get<double>();
+      } else if (key == "base_model_name_or_path") {
+        c.base_model_name_or_path = v.get<std::string>();
+      } else {
+        throw InvalidArgument("lora: unknown option '" + key +
+                              "' (known: r, alpha, target_modules, use_rslora, seed, dropout, base_model_name_or_path)");
+      }
+    } catch (const json::exception&) {
+      throw InvalidArgument("lora: option '" + key + "' has the wrong type: " + v.dump());
+    }
+  }
+  c.Validate();
+  return c;
+}
+
+json LoraConfig::ToJson() const {
+  return json{{"r", r},
+              {"alpha", alpha},
+              {"target_modules", target_modules},
+              {"use_rslora", use_rslora},
+              {"seed", seed},
+              {"dropout", dropout},
+              {"base_model_name_or_path", base_model_name_or_path}};
+}
+
+std::shared_ptr<LoraAdapter> LoraAdapter::Create(const ModelConfig& model, const LoraConfig& config, torch::Dtype dtype,
+                                                 const torch::Device& device) {
+  config.Validate(&model);
+  std::shared_ptr<LoraAdapter> a(new LoraAdapter());
+  a->config_ = config;
+  a->scale_ = config.scale();
+  a->dtype_ = dtype;
+  a->model_ = model;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(config.seed);
+  auto make = [&](int64_t out, int64_t in) {
+    auto w = std::make_unique<LoraWeights>();
+    // Kaiming-uniform with a = sqrt(5) (nn.Linear's default, which PEFT uses for A): the
+    // bound is gain * sqrt(3 / fan_in) = 1 / sqrt(fan_in).
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    auto values = at::empty({config.r, in}, torch::TensorOptions().dtype(torch::kFloat64));
+    values.uniform_(-bound, bound, gen);
+    w->a = values.to(dtype).to(device);
+    w->b = torch::zeros({out, config.r}, torch::TensorOptions().dtype(dtype).device(device));
+    return w;
+  };
+  a->layers_.resize(model.num_hidden_layers);
+  for (int64_t i = 0; i < model.num_hidden_layers; ++i) {
+    for (int t = 0; t < kLoraLayerTargets; ++t) {
+      if (!Targets(config, kLayerTargetNames[t])) continue;
+      const auto [out, in] = Shape(model, t);
+      a->layers_[i][t] = make(out, in);
+    }
+  }
+  if (Targets(config, "lm_head")) a->lm_head_ = make(model.vocab_size, model.hidden_size);
+  return a;
+}
+
+const LoraWeights* LoraAdapter::find(int64_t layer, LoraTarget target) const {
+  if (target == LoraTarget::kLmHead) return lm_head_.get();
+  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size())) return nullptr;
+  return layers_[layer][static_cast<int>(target)].get();
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> LoraAdapter::named_parameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (int t = 0; t < kLoraLayerTargets; ++t) {
+      if (!layers_[i][t]) continue;
+      const std::string p = ModulePath(static_cast<int64_t>(i), t);
+      out.emplace_back(p + ".lora_A.weight", layers_[i][t]->a);
+      out.emplace_back(p + ".lora_B.weight", layers_[i][t]->b);
+    }
+  }
+  if (lm_head_) {
+    out.emplace_back("lm_head.lora_A.weight", lm_head_->a);
+    out.emplace_back("lm_head.lora_B.weight", lm_head_->b);
+  }
+  return out;
+}
+
+TensorMap LoraAdapter::peft_tensors() const {
+  TensorMap out;
+  for (const auto& [name, t] : named_parameters()) out[PeftName(name)] = t.detach().clone();
+  return out;
+}
+
+void LoraAdapter::load_peft_tensors(const TensorMap& tensors) {
+  const auto params = named_parameters();
+  std::set<std::string> expected;
+  for (const auto& [name, p] : params) {
+    const auto peft = PeftName(name);
+    expected.insert(peft);
+    auto it = tensors.find(peft);
+    if (it == tensors.end()) throw InvalidArgument("adapter: tensor " + peft + " is missing");
+    if (it->second.sizes() != p.sizes()) {
+      const bool rank = it->second.dim() == 2 && p.dim() == 2 &&
+                        (name.ends_with("lora_A.weight") ? it->second.size(0) != p.size(0) : it->second.size(1) != p.size(1));
+      throw InvalidArgument("adapter: " + peft + " has shape " + ShapeText(it->second.sizes()) + ", expected " +
+                            ShapeText(p.sizes()) +
+                            (rank ? " (its rank does not match r = " + std::to_string(config_.r) + " of adapter_config.json)"
+                                  : ""));
+    }
+    if (!it->second.is_floating_point()) throw InvalidArgument("adapter: " + peft + " is not floating point");
+  }
+  for (const auto& [name, t] : tensors) {
+    if (!expected.count(name)) {
+      throw InvalidArgument("adapter: tensor " + name +
+                            " is not one of this adapter's (a module outside target_modules, or another model)");
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : params) {
+    auto target = p;
+    target.copy_(tensors.at(PeftName(name)));
+  }
+}
+
+int64_t LoraAdapter::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void LoraAdapter::check_fits(const ModelConfig& m) const {
+  const auto& a = model_;
+  if (a.num_hidden_layers != m.num_hidden_layers || a.hidden_size != m.hidden_size || a.q_dim() != m.q_dim() ||
+      a.kv_dim() != m.kv_dim() || a.intermediate_size != m.intermediate_size || a.vocab_size != m.vocab_size) {
+    throw InvalidArgument("the adapter was made for a model of another shape (" + std::to_string(a.num_hidden_layers) +
+                          " layers, hidden " + std::to_string(a.hidden_size) + ") than this one (" +
+                          std::to_string(m.num_hidden_layers) + " layers, hidden " + std::to_string(m.hidden_size) + ")");
+  }
+}
+
+std::shared_ptr<LoraAdapter> LoraAdapter::Load(const std::string& dir, const ModelConfig& model, torch::Dtype dtype,
+                                               const torch::Device& device) {
+  namespace fs = std::filesystem;
+  const auto config_path = fs::path(dir) / "adapter_config.json";
+  std::ifstream in(config_path);
+  if (!in) throw NotFound("adapter folder " + dir + ": adapter_config.json is missing");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::exception& e) {
+    throw InvalidArgument("adapter_config.json is not valid JSON: " + std::string(e.what()));
+  }
+  auto config = LoraConfig::FromPeftJson(j);
+  config.Validate(&model);
+  const auto weights = fs::path(dir) / "adapter_model.safetensors";
+  if (!fs::exists(weights)) throw NotFound("adapter folder " + dir + ": adapter_model.safetensors is missing");
+  auto file = ReadSafetensors(weights.string());
+  auto adapter = Create(model, config, dtype, device);
+  adapter->load_peft_tensors(file.tensors);
+  return adapter;
+}
+
+void LoraAdapter::save(const std::string& dir) const {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  WriteSafetensors((fs::path(dir) / "adapter_model.safetensors").string(), peft_tensors(), {{"format", "pt"}});
+  WriteFileAtomic((fs::path(dir) / "adapter_config.json").string(), config_.ToPeftJson().dump(2) + "\n");
+}
+
+TensorMap CausalLMImpl::merged_hf_tensors() const {
+  auto out = hf_tensors();
+  if (!adapter_) return out;
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : adapter_->named_parameters()) {
+    if (!name.ends_with(".lora_A.weight")) continue;
+    const std::string module = name.substr(0, name.size() - std::string(".lora_A.weight").size());
+    const LoraWeights* w = nullptr;
+    if (module == "lm_head") {
+      w = adapter_->find(-1, LoraTarget::kLmHead);
+    } else {
+      const auto after = module.substr(std::string("model.layers.").size());
+      const int64_t layer = std::stoll(after.substr(0, after.find('.')));
+      const auto leaf = module.substr(module.rfind('.') + 1);
+      for (int tgt = 0; tgt < kLoraLayerTargets; ++tgt) {
+        if (leaf == kLayerTargetNames[tgt]) w = adapter_->find(layer, static_cast<LoraTarget>(tgt));
+      }
+    }
+    auto& base = out.at(module + ".weight");
+    const auto delta = torch::matmul(w->b, w->a) * adapter_->scale();
+    base = (base.to(delta.scalar_type()) + delta).to(base.scalar_type());
+  }
+  return out;
+}
+
+}  // namespace streambp
