@@ -82,6 +82,8 @@ int main(int argc, char** argv) {
   grad_cmd->add_option("--layout", grad.layout, "right | left | packed")
       ->check(CLI::IsMember({"right", "left", "packed"}));
   AddEngineFlags(grad_cmd, grad.flags);
+  grad_cmd->add_option("--adapter", grad.adapter,
+                       "PEFT LoRA adapter folder: the base frozen, the adapter's gradients written under its names");
   grad_cmd->add_option("--out", grad.out, "output .safetensors file")->required();
 
   streambp::tools::VerifyArgs verify;
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   verify_cmd->add_option("--tolerance", verify.tolerance, "max relative difference (0 = dtype default)");
   AddEngineFlags(verify_cmd, verify.flags);
+  verify_cmd->add_option("--adapter", verify.adapter, "PEFT LoRA adapter folder: compare the adapter's gradients");
 
   // --- train: a local training loop (train_tool.h) ---
   streambp::tools::TrainArgs train;
@@ -131,6 +134,18 @@ int main(int argc, char** argv) {
                         "padded tokens per micro-batch (0 = the whole step at once)")
       ->check(CLI::NonNegativeNumber);
   train_cmd->add_option("--save", train.save, "write a checkpoint folder at the end");
+  train_cmd->add_option("--lora-rank", train.lora_rank, "train a LoRA adapter of this rank on the frozen base")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--lora-alpha", train.lora_alpha, "LoRA alpha (default 2 x rank)")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--lora-targets", train.lora_targets,
+                        "modules to adapt (default q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)")
+      ->delimiter(',');
+  train_cmd->add_flag("--use-rslora", train.use_rslora, "scale alpha / sqrt(rank) (rsLoRA)");
+  train_cmd->add_option("--adapter", train.adapter, "start from this PEFT adapter folder");
+  train_cmd->add_option("--save-adapter", train.save_adapter, "write the PEFT adapter folder at the end");
+  train_cmd->add_option("--save-merged", train.save_merged,
+                        "write an HF model folder with the adapter folded into the weights");
   // --- end train ---
 
   // --- serve: the gRPC training service (serve_tool.h) ---

@@ -12,6 +12,7 @@
 #include "streambp/engine.h"
 #include "streambp/error.h"
 #include "streambp/gradients.h"
+#include "streambp/lora.h"
 #include "streambp/memory.h"
 #include "streambp/model.h"
 #include "streambp/objective.h"
@@ -22,13 +23,36 @@ namespace {
 
 struct LoadedModel {
   CausalLM model{nullptr};
+  std::shared_ptr<LoraAdapter> adapter;  // attached; the base frozen
   std::string description;
+
+  // The gradients the run produces: the adapter's under its PEFT names (as in
+  // adapter_model.safetensors), or every parameter's under its HF name.
+  TensorMap gradients() const {
+    if (!adapter) return CollectGradients(*model);
+    TensorMap out;
+    for (auto& [name, g] : CollectGradients(adapter->named_parameters())) out[LoraAdapter::PeftName(name)] = g;
+    return out;
+  }
+  void zero_gradients() {
+    ZeroGradients(*model);
+    if (adapter) ZeroGradients(adapter->named_parameters());
+  }
 };
 
-LoadedModel Load(const ModelSource& src) {
+LoadedModel Load(const ModelSource& src, const std::string& adapter_dir = "") {
   LoadedModel m;
   m.model = LoadOrInitModel(src);
   m.description = src.describe();
+  if (!adapter_dir.empty()) {
+    const auto dtype = ParseDtype(src.dtype);
+    m.adapter = LoraAdapter::Load(adapter_dir, m.model->config(), dtype == torch::kFloat64 ? dtype : torch::kFloat32);
+    for (auto& p : m.model->parameters()) p.requires_grad_(false);
+    for (auto& [name, t] : m.adapter->named_parameters()) t.requires_grad_(true);
+    m.model->set_adapter(m.adapter);
+    m.description += " + LoRA adapter " + adapter_dir + " (r " + std::to_string(m.adapter->config().r) + ", " +
+                     std::to_string(m.adapter->num_parameters()) + " parameters)";
+  }
   return m;
 }
 
@@ -101,9 +125,11 @@ std::vector<Sequence> SyntheticSequences(const std::string& objective, int64_t c
 
 // Objectives that compare with a reference (DPO; GRPO with beta > 0) get reference
 // log-probs from the model itself, as it is before any training step.
+// With an adapter the reference is the base with the adapter off.
 void FillReferenceFromModel(CausalLM& model, Objective& objective, std::vector<Sequence>& sequences) {
   if (!objective.needs_reference(sequences)) return;
   auto batch = MakeBatch(sequences, Layout::kRightPad);
+  ScopedAdapter base(*model, nullptr);
   auto logp = TokenLogprobs(model, batch, kDefaultLogitsChunk, objective.reference_temperature());
   for (size_t i = 0; i < sequences.size(); ++i) {
     auto where = (batch.sequence_ids == static_cast<int64_t>(i)).nonzero();
@@ -141,7 +167,7 @@ int InitModel(const InitModelArgs& args) {
 }
 
 int Grad(const GradArgs& args) {
-  auto m = Load(args.model);
+  auto m = Load(args.model, args.adapter);
   auto objective = MakeObjective(args.objective, args.objective_options);
   auto sequences = ReadExamples(args.data, args.objective);
   ValidateSequences(sequences, m.model->config().vocab_size);
@@ -153,7 +179,7 @@ int Grad(const GradArgs& args) {
   auto result = ForwardBackward(m.model, batch, *objective, options);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.metrics = objective->finish();
-  auto grads = CollectGradients(*m.model);
+  auto grads = m.gradients();
   char loss[64];
   std::snprintf(loss, sizeof loss, "%.17g", result.loss);
   Metadata meta{{"loss", loss},
@@ -171,7 +197,7 @@ int Grad(const GradArgs& args) {
 }
 
 int Verify(const VerifyArgs& args) {
-  auto m = Load(args.model);
+  auto m = Load(args.model, args.adapter);
   const auto dtype = ParseDtype(args.model.dtype);
   const auto& config = m.model->config();
   std::vector<Sequence> sequences =
@@ -208,7 +234,7 @@ int Verify(const VerifyArgs& args) {
     if (kind == EngineKind::kStream) options = {kind, stream.chunk, stream.logits_chunk, false, stream.key_chunk};
     const auto chunks = ResolveChunks(options, T);
     auto objective = MakeObjective(args.objective, args.objective_options);
-    ZeroGradients(*m.model);
+    m.zero_gradients();
     memory::ResetPeak();
     const int64_t live_before = memory::LiveBytes();
     auto t0 = std::chrono::steady_clock::now();
@@ -216,7 +242,7 @@ int Verify(const VerifyArgs& args) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.metrics = objective->finish();
     const double peak_mib = (memory::PeakBytes() - live_before) / (1024.0 * 1024.0);
-    auto grads = CollectGradients(*m.model);
+    auto grads = m.gradients();
     GradientDiff diff;
     if (kind == EngineKind::kFull) {
       reference = grads;
@@ -235,7 +261,7 @@ int Verify(const VerifyArgs& args) {
     }
     std::fflush(stdout);
   }
-  ZeroGradients(*m.model);
+  m.zero_gradients();
   std::printf("\ntolerance (%s): %.1e relative to full -> %s\n", args.model.dtype.c_str(), tolerance,
               ok ? "PASS: all engines give the same loss and gradients" : "FAIL");
   return ok ? 0 : 1;

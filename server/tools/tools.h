@@ -31,6 +31,7 @@ int InitModel(const InitModelArgs& args);
 
 struct GradArgs {
   ModelSource model;
+  std::string adapter;  ///< a PEFT adapter folder: the base frozen, gradients of the adapter
   std::string data;
   std::string objective = "sft";
   std::string objective_options = "{}";  ///< JSON object of the objective's options
@@ -43,6 +44,7 @@ int Grad(const GradArgs& args);
 
 struct VerifyArgs {
   ModelSource model;
+  std::string adapter;  ///< a PEFT adapter folder: compare the engines' adapter gradients
   std::string data;  ///< empty = synthetic batch
   std::string objective = "sft";
   std::string objective_options = "{}";

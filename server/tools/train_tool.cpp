@@ -11,6 +11,7 @@
 #include "streambp/model.h"
 #include "streambp/objective.h"
 #include "streambp/runtime.h"
+#include "streambp/lora.h"
 #include "streambp/trainer.h"
 
 namespace streambp::tools {
@@ -66,7 +67,34 @@ int Train(const TrainArgs& args) {
   options.seed = args.model.seed;
   // A reference model only when the data needs one (it costs a second copy of the weights).
   options.reference.use_reference_model = objective->needs_reference(sequences);
-  auto trainer = Trainer::Create(std::move(model), options);
+  std::shared_ptr<LoraAdapter> adapter;
+  const auto adapter_dtype = ParseDtype(args.model.dtype) == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  if (!args.adapter.empty()) {
+    if (args.lora_rank > 0) throw InvalidArgument("give --adapter (start from an adapter) or --lora-rank, not both");
+    adapter = LoraAdapter::Load(args.adapter, model->config(), adapter_dtype);
+  } else if (args.lora_rank > 0) {
+    LoraConfig lora;
+    lora.r = args.lora_rank;
+    lora.alpha = args.lora_alpha > 0 ? args.lora_alpha : 2.0 * static_cast<double>(args.lora_rank);
+    if (!args.lora_targets.empty()) lora.target_modules = args.lora_targets;
+    lora.use_rslora = args.use_rslora;
+    lora.seed = args.model.seed;
+    lora.base_model_name_or_path = args.model.dir;
+    adapter = LoraAdapter::Create(model->config(), lora, adapter_dtype);
+  }
+  if (!adapter && (!args.save_adapter.empty() || !args.save_merged.empty())) {
+    throw InvalidArgument("--save-adapter and --save-merged need an adapter (--lora-rank R or --adapter DIR)");
+  }
+  auto trainer = Trainer::Create(std::move(model), options, adapter);
+  if (adapter) {
+    std::printf("adapter: LoRA r %lld, alpha %g%s, %lld trainable parameters on %s (base frozen)\n",
+                (long long)adapter->config().r, adapter->config().alpha, adapter->config().use_rslora ? " (rsLoRA)" : "",
+                (long long)adapter->num_parameters(), [&] {
+                  std::string t;
+                  for (const auto& m : adapter->config().target_modules) t += (t.empty() ? "" : ",") + m;
+                  return t;
+                }().c_str());
+  }
 
   const int64_t per_step = args.batch_size > 0 ? std::min<int64_t>(args.batch_size, examples.size())
                                                : static_cast<int64_t>(examples.size());
@@ -106,6 +134,16 @@ int Train(const TrainArgs& args) {
   const double fall = first_loss != 0 ? 100.0 * (first_loss - last_loss) / std::abs(first_loss) : 0.0;
   std::printf("summary: %lld steps in %.2f s, first loss %.6f, last loss %.6f, fell by %.1f%%\n",
               (long long)args.steps, total, first_loss, last_loss, fall);
+  if (!args.save_adapter.empty()) {
+    adapter->save(args.save_adapter);
+    std::printf("saved the PEFT adapter to %s\n", args.save_adapter.c_str());
+  }
+  if (!args.save_merged.empty()) {
+    auto merged = LoadOrInitModel(args.model);
+    merged->load_hf_tensors(trainer->model()->merged_hf_tensors());
+    SaveModel(merged, args.save_merged);
+    std::printf("saved the merged model (base + adapter) to %s\n", args.save_merged.c_str());
+  }
   if (!args.save.empty()) {
     trainer->save_checkpoint(args.save);
     std::printf("saved checkpoint (step %lld, policy version %lld) to %s\n", (long long)trainer->step(),

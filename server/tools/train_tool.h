@@ -2,6 +2,7 @@
 // `streambp-server train`: a local training loop over a JSONL file with the Trainer.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tools.h"
 
@@ -25,6 +26,14 @@ struct TrainArgs {
   EngineFlags flags;                     ///< stream chunk sizes
   int64_t micro_batch_tokens = 0;        ///< padded tokens per micro-batch; 0 = whole step at once
   std::string save;                      ///< checkpoint folder written at the end; empty = none
+  // LoRA: train an adapter on a frozen base instead of the whole model.
+  int64_t lora_rank = 0;                 ///< --lora-rank R; 0 = full fine-tuning (unless --adapter)
+  double lora_alpha = 0;                 ///< --lora-alpha; 0 = 2 x rank
+  std::vector<std::string> lora_targets; ///< --lora-targets q_proj,...; empty = the seven projections
+  bool use_rslora = false;               ///< --use-rslora
+  std::string adapter;                   ///< --adapter DIR: start from this PEFT adapter
+  std::string save_adapter;              ///< --save-adapter DIR: the PEFT adapter at the end
+  std::string save_merged;               ///< --save-merged DIR: an HF model folder with the adapter folded in
 };
 
 /// Cycles through the data in order, `batch_size` examples per step, printing one line per

@@ -63,4 +63,38 @@ expect_error "float16 is not supported on the CPU" "$server" verify --dtype floa
 head -c 100 "$dir/model/model.safetensors" > "$dir/model2/model.safetensors"
 expect_error "model.safetensors" "$server" verify --model "$dir/model2"
 [ ! -e "$dir/x.safetensors" ] || fail "a failed grad left an output file"
+# LoRA: train an adapter on the frozen base, write the PEFT folder and the merged model; the
+# gradients of grad --adapter are named exactly as adapter_model.safetensors; the merged
+# model gives the loss of base + adapter; verify --adapter passes.
+"$server" init-model --preset tiny --seed 7 --dtype float64 --out "$dir/base64" >/dev/null || fail "init-model f64"
+base_sum="$(sha256sum < "$dir/base64/model.safetensors")"
+"$server" train --model "$dir/base64" --dtype float64 --data "$dir/data.jsonl" --steps 4 --lr 0.01 --lora-rank 4 \
+  --save-adapter "$dir/adapter" --save-merged "$dir/merged" > "$dir/lora.txt" || fail "train --lora-rank: $(cat "$dir/lora.txt")"
+grep -q "adapter: LoRA r 4" "$dir/lora.txt" || fail "train output: $(cat "$dir/lora.txt")"
+[ "$(sha256sum < "$dir/base64/model.safetensors")" = "$base_sum" ] || fail "training an adapter changed the base"
+"$server" grad --model "$dir/base64" --dtype float64 --adapter "$dir/adapter" --data "$dir/data.jsonl" \
+  --out "$dir/ga.safetensors" > "$dir/ga.txt" || fail "grad --adapter: $(cat "$dir/ga.txt")"
+"$server" grad --model "$dir/merged" --dtype float64 --data "$dir/data.jsonl" --out "$dir/gm.safetensors" \
+  > "$dir/gm.txt" || fail "grad merged"
+python3 - "$dir" <<'PY' || fail "adapter gradients or merged loss"
+import json, struct, sys
+d = sys.argv[1]
+def header(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n])
+grads, adapter = header(f"{d}/ga.safetensors"), header(f"{d}/adapter/adapter_model.safetensors")
+names = lambda h: sorted(k for k in h if k != "__metadata__")
+assert names(grads) == names(adapter), (names(grads)[:3], names(adapter)[:3])
+assert all(k.startswith("base_model.model.model.layers.") for k in names(grads)), names(grads)[:3]
+la, lm = float(grads["__metadata__"]["loss"]), float(header(f"{d}/gm.safetensors")["__metadata__"]["loss"])
+assert abs(la - lm) <= 1e-12 * abs(lm), (la, lm)
+cfg = json.load(open(f"{d}/adapter/adapter_config.json"))
+assert cfg["peft_type"] == "LORA" and cfg["r"] == 4 and cfg["task_type"] == "CAUSAL_LM", cfg
+print(f"adapter gradients named as adapter_model.safetensors ({len(names(grads))}); merged loss {lm} == {la}")
+PY
+"$server" verify --model "$dir/base64" --dtype float64 --adapter "$dir/adapter" --seq-len 16 > "$dir/va.txt" \
+  || fail "verify --adapter: $(cat "$dir/va.txt")"
+expect_error "give --adapter (start from an adapter) or --lora-rank, not both" \
+  "$server" train --model "$dir/base64" --data "$dir/data.jsonl" --steps 1 --lora-rank 2 --adapter "$dir/adapter"
 echo "cli tests: all passed"

@@ -10,6 +10,7 @@
 
 #include "streambp/config.h"
 #include "streambp/engine.h"
+#include "streambp/lora.h"
 
 namespace streambp {
 
@@ -26,9 +27,12 @@ struct MemoryEstimate {
 };
 
 /// `rows` x `seq_len` positions; `optimizer` is "adamw", "sgd" (momentum buffer) or "none".
+/// With `lora`, the base is frozen: weights are the base (at `dtype`) plus the adapter (at
+/// float32, float64 for a float64 base), and gradients and optimizer state are the
+/// adapter's only.
 MemoryEstimate EstimateStepMemory(const ModelConfig& config, torch::Dtype dtype, int64_t rows,
                                   int64_t seq_len, const EngineOptions& engine,
-                                  const std::string& optimizer = "adamw");
+                                  const std::string& optimizer = "adamw", const LoraConfig* lora = nullptr);
 
 /// Peak of a no-grad forward with log-probs (ComputeLogprobs: TokenLogprobs over `rows` x
 /// `seq_len`): weights and activations only (no gradient or optimizer state is touched).
@@ -44,6 +48,7 @@ MemoryEstimate EstimateSampleMemory(const ModelConfig& config, torch::Dtype dtyp
 /// estimate fits `budget_bytes`; the smallest when none fits. Logits chunk (2 x chunk, at
 /// most kDefaultLogitsChunk) and key chunk (2 x chunk, at most kDefaultKeyChunk) follow it.
 EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
-                           int64_t budget_bytes, const std::string& optimizer = "adamw");
+                           int64_t budget_bytes, const std::string& optimizer = "adamw",
+                           const LoraConfig* lora = nullptr);
 
 }  // namespace streambp

@@ -58,6 +58,9 @@ struct LoraConfig {
   nlohmann::json ToJson() const;
 };
 
+/// Parameters of an adapter of `config` on `model` (A and B of every target).
+int64_t LoraParameterCount(const ModelConfig& model, const LoraConfig& config);
+
 /// A and B of one adapted projection.
 struct LoraWeights {
   torch::Tensor a;  ///< [r, in]

@@ -36,7 +36,7 @@ int64_t MemoryEstimate::total() const {
 }
 
 MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int64_t rows, int64_t seq_len,
-                                  const EngineOptions& engine, const std::string& optimizer) {
+                                  const EngineOptions& engine, const std::string& optimizer, const LoraConfig* lora) {
   const double e = static_cast<double>(c10::elementSize(dtype));
   const double f = dtype == torch::kFloat64 ? 8 : 4;  // softmax, norms and logits precision
   const double B = std::max<int64_t>(rows, 1), T = std::max<int64_t>(seq_len, 1), d = c.hidden_size;
@@ -45,10 +45,13 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   const double V = c.vocab_size;
   const double params = ParameterCount(c);
   MemoryEstimate m;
-  m.weights_bytes = Bytes(params * e);
-  m.gradient_bytes = Bytes(params * e);
-  m.optimizer_bytes = optimizer == "adamw" ? Bytes(2 * params * std::max(e, 4.0))
-                      : optimizer == "sgd" ? Bytes(params * std::max(e, 4.0))
+  // What trains (and has gradients and optimizer state): the model, or an adapter.
+  const double trained = lora ? static_cast<double>(LoraParameterCount(c, *lora)) : params;
+  const double te = lora ? (dtype == torch::kFloat64 ? 8.0 : 4.0) : e;
+  m.weights_bytes = Bytes(params * e + (lora ? trained * te : 0.0));
+  m.gradient_bytes = Bytes(trained * te);
+  m.optimizer_bytes = optimizer == "adamw" ? Bytes(2 * trained * std::max(te, 4.0))
+                      : optimizer == "sgd" ? Bytes(trained * std::max(te, 4.0))
                                            : 0;
   const auto chunks = ResolveChunks(engine, std::max<int64_t>(seq_len, 1));
   m.chunk = chunks.chunk;
@@ -66,7 +69,9 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     const double attention = (tile < k ? 3 : 4) * B * H * q * tile * f + B * q * k;
     const double mlp = 5 * B * q * F * e;
     const double projections = B * q * (6 * d + 3 * qd) * e + kv_copies * B * k * kvd * e;
-    return attention + mlp + projections;
+    // Adapters: each adapted projection's input in the adapter's dtype and its r-wide A x.
+    const double adapter = lora ? B * q * (5 * d + qd + F + 7 * static_cast<double>(lora->r)) * te : 0.0;
+    return attention + mlp + projections + adapter;
   };
   const double Td = B * T * d * e, Tkv = B * T * kvd * e;
   if (engine.kind == EngineKind::kFull) {
@@ -128,12 +133,12 @@ MemoryEstimate EstimateSampleMemory(const ModelConfig& c, torch::Dtype dtype, in
 }
 
 EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
-                           int64_t budget_bytes, const std::string& optimizer) {
+                           int64_t budget_bytes, const std::string& optimizer, const LoraConfig* lora) {
   EngineOptions best{EngineKind::kStream, 16, 16};
   for (int64_t chunk = kDefaultChunk; chunk >= 16; chunk /= 2) {
     EngineOptions o{EngineKind::kStream, chunk, std::min<int64_t>(2 * chunk, kDefaultLogitsChunk)};
     o.key_chunk = std::min<int64_t>(2 * chunk, kDefaultKeyChunk);
-    if (budget_bytes <= 0 || EstimateStepMemory(config, dtype, rows, seq_len, o, optimizer).total() <= budget_bytes) {
+    if (budget_bytes <= 0 || EstimateStepMemory(config, dtype, rows, seq_len, o, optimizer, lora).total() <= budget_bytes) {
       return o;
     }
   }

@@ -53,6 +53,18 @@ bool Targets(const LoraConfig& c, const std::string& name) {
 
 }  // namespace
 
+int64_t LoraParameterCount(const ModelConfig& model, const LoraConfig& config) {
+  int64_t n = 0;
+  for (int t = 0; t < kLoraLayerTargets; ++t) {
+    if (!Targets(config, kLayerTargetNames[t])) continue;
+    const auto [out, in] = Shape(model, t);
+    n += config.r * (in + out);
+  }
+  n *= model.num_hidden_layers;
+  if (Targets(config, "lm_head")) n += config.r * (model.hidden_size + model.vocab_size);
+  return n;
+}
+
 const char* LoraTargetName(LoraTarget target) {
   const int t = static_cast<int>(target);
   return t < kLoraLayerTargets ? kLayerTargetNames[t] : "lm_head";
