@@ -8,6 +8,7 @@
 #include "streambp/dist.h"
 #include "streambp/error.h"
 #include "streambp/gradients.h"
+#include "streambp/lora.h"
 #include "streambp/trainer.h"
 #include "ranks.h"
 #include "test_util/fixtures.h"
@@ -119,6 +120,49 @@ TEST_P(DataParallel, TwoRanksEqualOneProcessOnTheWholeBatch) {
 INSTANTIATE_TEST_SUITE_P(ObjectivesAndZeroStages, DataParallel,
                          ::testing::Values(Case{"sft", 0}, Case{"dpo", 0}, Case{"grpo", 0}, Case{"sft", 1},
                                            Case{"dpo", 1}, Case{"grpo", 2}, Case{"sft", 2}),
+                         [](const auto& info) { return info.param.kind + "_zero" + std::to_string(info.param.zero); });
+
+// LoRA: each rank holds the same frozen base and adapter; a step sums only the adapter's
+// gradients, and 2 ranks give the adapter of one process (DPO with the reference from the
+// base with the adapter off; ZeRO 0 and 2). The base never changes.
+class DataParallelLora : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DataParallelLora, TwoRanksEqualOneProcess) {
+  RegisterBuiltinObjectives();
+  const auto [kind, zero] = GetParam();
+  const auto config = testing::TinyConfig("qwen3");
+  const auto step = Step(kind, config.vocab_size);
+  LoraConfig lora;
+  lora.r = 4;
+  lora.seed = 3;
+  auto make = [&] {
+    return Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), Options(kind),
+                           LoraAdapter::Create(config, lora, torch::kFloat64));
+  };
+  auto single = make();
+  const auto base = single->model()->hf_tensors();
+  for (int i = 0; i < 3; ++i) single->train_step(step, *CreateObjective(kind, ObjectiveOptions(kind)));
+  const auto expected = single->adapter()->peft_tensors();
+  const int port = FreeLoopbackPort();
+  std::vector<TensorMap> adapters(2), bases(2);
+  RunRanks(2, [&](int rank) {
+    auto trainer = make();
+    trainer->set_communicator(Communicator::Create(testing::LoopbackRank(rank, 2, port, zero)));
+    for (int i = 0; i < 3; ++i) trainer->train_step(step, *CreateObjective(kind, ObjectiveOptions(kind)));
+    adapters[rank] = trainer->adapter()->peft_tensors();
+    bases[rank] = trainer->model()->hf_tensors();
+  });
+  for (const auto& [name, t] : expected) {
+    EXPECT_TRUE(torch::equal(adapters[0].at(name), adapters[1].at(name))) << "ranks differ on " << name;
+  }
+  EXPECT_LE(CompareGradients(expected, adapters[0]).max_relative, 1e-10);
+  for (int r = 0; r < 2; ++r) {
+    for (const auto& [name, t] : base) EXPECT_TRUE(torch::equal(t, bases[r].at(name))) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Objectives, DataParallelLora,
+                         ::testing::Values(Case{"sft", 0}, Case{"dpo", 0}, Case{"grpo", 2}),
                          [](const auto& info) { return info.param.kind + "_zero" + std::to_string(info.param.zero); });
 
 // Overlap: the gradient buckets of each layer are launched from the engine's hook during

@@ -6,6 +6,7 @@
 #include "streambp/error.h"
 #include "streambp/estimate.h"
 #include "streambp/gradients.h"
+#include "streambp/lora.h"
 #include "streambp/memory.h"
 #include "streambp/sampler.h"
 #include "test_util/fixtures.h"
@@ -304,6 +305,40 @@ TEST_F(EngineMemory, EstimateTracksMeasuredPeak) {
       EXPECT_LE(ratio, 2.5) << "T=" << T << " " << EngineName(options.kind);
     }
   }
+}
+
+// With an adapter (bfloat16 base, float32 adapter r = 16 on the seven projections): the
+// estimate knows the frozen base and the adapter's casts and gradients.
+TEST_F(EngineMemory, EstimateTracksMeasuredPeakWithAnAdapter) {
+  auto config = PresetConfig("tiny");
+  config.vocab_size = 4096;
+  auto model = InitModel(config, 0, torch::kBFloat16);
+  LoraConfig lora;
+  lora.r = 16;
+  auto adapter = LoraAdapter::Create(config, lora, torch::kFloat32);
+  for (auto& p : model->parameters()) p.requires_grad_(false);
+  for (auto& [name, t] : adapter->named_parameters()) t.requires_grad_(true);
+  model->set_adapter(adapter);
+  for (const EngineOptions& options : {EngineOptions{EngineKind::kCheckpoint, 0, 256},
+                                       EngineOptions{EngineKind::kStream, 256, 256, false, 256}}) {
+    const int64_t T = 2048;
+    auto batch = MakeBatch(RandomSequences({T, T}, config.vocab_size, 4), Layout::kRightPad);
+    const auto estimate = EstimateStepMemory(config, torch::kBFloat16, 2, T, options, "none", &lora);
+    ZeroGradients(adapter->named_parameters());
+    memory::ResetPeak();
+    const int64_t before = memory::LiveBytes();
+    auto objective = MakeSftObjective({});
+    ForwardBackward(model, batch, *objective, options);
+    const int64_t measured = memory::PeakBytes() - before - estimate.gradient_bytes;
+    ZeroGradients(adapter->named_parameters());
+    const double ratio = static_cast<double>(estimate.activation_bytes) / static_cast<double>(measured);
+    std::printf("LoRA r16 T=%lld %s: measured %.1f MiB, estimate %.1f MiB (%.2fx)\n", (long long)T,
+                EngineName(options.kind).c_str(), measured / 1048576.0, estimate.activation_bytes / 1048576.0, ratio);
+    EXPECT_GE(ratio, 0.9) << EngineName(options.kind);
+    EXPECT_LE(ratio, 2.5) << EngineName(options.kind);
+    EXPECT_EQ(estimate.gradient_bytes, adapter->num_parameters() * 4);
+  }
+  model->set_adapter(nullptr);
 }
 
 TEST_F(EngineMemory, LogitsChunkBoundsLogitsMemory) {

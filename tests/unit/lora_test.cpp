@@ -26,8 +26,9 @@ using testing::RandomSequences;
 using testing::TinyConfig;
 
 // An adapter with random A and (nonzero) B, so every term and gradient is exercised.
-std::shared_ptr<LoraAdapter> RandomAdapter(const ModelConfig& model, LoraConfig config, uint64_t seed) {
-  auto adapter = LoraAdapter::Create(model, config, torch::kFloat64);
+std::shared_ptr<LoraAdapter> RandomAdapter(const ModelConfig& model, LoraConfig config, uint64_t seed,
+                                           torch::Dtype dtype = torch::kFloat64) {
+  auto adapter = LoraAdapter::Create(model, config, dtype);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   torch::NoGradGuard no_grad;
   for (auto& [name, t] : adapter->named_parameters()) {
@@ -314,6 +315,76 @@ TEST(Lora, TrainingChangesOnlyTheAdapterAndCheckpointsResumeOnTheSameBaseOnly) {
   EXPECT_NE(ErrorOf([&] { Trainer::LoadCheckpoint(dir, nullptr, other); }).find("trained on a different base"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] { Trainer::LoadCheckpoint(dir); }).find("onto its base model"), std::string::npos);
+}
+
+// A bfloat16 base with a float32 adapter: gradients close to the float64 computation,
+// float32 optimizer state, the base untouched.
+TEST(Lora, Bfloat16BaseWithAFloat32Adapter) {
+  const auto config = TinyConfig("qwen3");
+  auto base16 = RandomModel(config, 1, torch::kBFloat16);
+  auto base64 = RandomModel(config, 1, torch::kFloat64);
+  base64->load_hf_tensors(base16->hf_tensors());  // the same (rounded) weights
+  auto a32 = RandomAdapter(config, AllTargets(config, 4, false), 2, torch::kFloat32);
+  auto a32_copy = LoraAdapter::Create(config, AllTargets(config, 4, false), torch::kFloat32);
+  a32_copy->load_peft_tensors(a32->peft_tensors());
+  auto a64 = LoraAdapter::Create(config, AllTargets(config, 4, false), torch::kFloat64);
+  a64->load_peft_tensors(a32->peft_tensors());
+  const auto seqs = SftSequences(config.vocab_size, 3);
+  auto grads = [&](CausalLM& model, const std::shared_ptr<LoraAdapter>& adapter) {
+    for (auto& p : model->parameters()) p.requires_grad_(false);
+    for (auto& [name, t] : adapter->named_parameters()) t.requires_grad_(true);
+    model->set_adapter(adapter);
+    ZeroGradients(adapter->named_parameters());
+    auto objective = MakeSftObjective({});
+    ForwardBackward(model, MakeBatch(seqs, Layout::kPacked), *objective, {EngineKind::kStream, 5, 3, false, 3});
+    return CollectGradients(adapter->named_parameters());
+  };
+  const auto g16 = grads(base16, a32), g64 = grads(base64, a64);
+  for (const auto& [name, g] : g16) EXPECT_EQ(g.scalar_type(), torch::kFloat32) << name;
+  // bfloat16 activations (8 mantissa bits) through the base cost what they cost without an
+  // adapter: the adapter's error (as one vector) is no worse than the base's own
+  // full-fine-tuning gradient in bfloat16 against float64.
+  auto vector_error = [](const TensorMap& ref, const TensorMap& other) {
+    double diff = 0, norm = 0;
+    for (const auto& [name, g] : ref) {
+      diff += (other.at(name).to(torch::kFloat64) - g.to(torch::kFloat64)).pow(2).sum().item<double>();
+      norm += g.to(torch::kFloat64).pow(2).sum().item<double>();
+    }
+    return std::sqrt(diff / norm);
+  };
+  auto full_grads = [&](CausalLM& model) {
+    model->set_adapter(nullptr);
+    for (auto& p : model->parameters()) p.requires_grad_(true);
+    ZeroGradients(*model);
+    auto objective = MakeSftObjective({});
+    ForwardBackward(model, MakeBatch(seqs, Layout::kPacked), *objective, {EngineKind::kStream, 5, 3, false, 3});
+    auto g = CollectGradients(*model);
+    ZeroGradients(*model);
+    return g;
+  };
+  const double adapter_error = vector_error(g64, g16);
+  // The same function without adapter code: the merged weights, in float64 and in bfloat16.
+  base64->set_adapter(a64);
+  const auto merged_weights = base64->merged_hf_tensors();
+  base64->set_adapter(nullptr);
+  auto merged64 = RandomModel(config, 1, torch::kFloat64), merged16 = RandomModel(config, 1, torch::kBFloat16);
+  merged64->load_hf_tensors(merged_weights);
+  merged16->load_hf_tensors(merged_weights);
+  const double base_error = vector_error(full_grads(merged64), full_grads(merged16));
+  std::printf("bfloat16 base: adapter gradient error %.3g; the merged model's gradient in bfloat16: %.3g\n",
+              adapter_error, base_error);
+  EXPECT_LE(adapter_error, 1.5 * base_error);
+  EXPECT_LE(adapter_error, 0.1);
+
+  auto options = AdapterTrainerOptions();
+  auto trainer = Trainer::Create(base16, options, a32_copy);
+  const auto before = base16->hf_tensors();
+  auto objective = MakeSftObjective({});
+  trainer->train_step(seqs, *objective);
+  for (const auto& [key, t] : trainer->optimizer().state()) {
+    if (key != "rng_state" && !key.starts_with("step/")) EXPECT_EQ(t.scalar_type(), torch::kFloat32) << key;
+  }
+  for (const auto& [name, t] : base16->hf_tensors()) EXPECT_TRUE(torch::equal(t, before.at(name))) << name;
 }
 
 TEST(Lora, DpoReferenceFromTheBaseEqualsTheSameReferenceGivenExplicitly) {
