@@ -11,6 +11,7 @@
 #include "streambp/batch.h"
 #include "streambp/config.h"
 #include "streambp/engine.h"
+#include "streambp/lora.h"
 #include "streambp/model.h"
 
 namespace streambp::bench {
@@ -87,6 +88,9 @@ struct Context {
   Workload workload;
   int64_t mem_limit = 0;  ///< activation bytes past which a sweep point counts as OOM (0 = none)
   int threads = 1;        ///< LibTorch intra-op threads of the measuring thread
+  /// LoRA: the adapter attached to `model` (its base frozen): what trains, has gradients
+  /// and optimizer state. Null: full fine-tuning.
+  std::shared_ptr<LoraAdapter> adapter;
 };
 
 /// Creates gradients and optimizer state (so they are counted as live, not as activation).
@@ -142,6 +146,22 @@ nlohmann::json RunDistributed(const DistPlan& plan, const std::vector<std::strin
 /// Problems of a "distributed" section (ranks that differ, a gradient not summed exactly
 /// once per step, a single process that communicated); empty = fine.
 std::vector<std::string> CheckDistributed(const nlohmann::json& distributed);
+
+/// LoRA vs full fine-tuning on the same base (--lora-rank): for each mode, the static bytes
+/// (base weights, adapter, gradients, optimizer state), one stream step at each length of
+/// `seq_lens` (activation bytes, time), and the max sequence length under a total memory
+/// budget (weights + gradients + optimizer + activations). Prints a table; returns the
+/// "lora" JSON section.
+struct LoraPlan {
+  LoraConfig lora;
+  Variant stream;
+  std::vector<int64_t> seq_lens;
+  int64_t total_budget = 0;  ///< 0 = no search
+  int64_t warmup = 0, repeat = 1;
+  int64_t search_start = 512, search_max = int64_t{1} << 20, search_align = 8;
+  double search_tol = 0.01;
+};
+nlohmann::json RunLoraComparison(Context& ctx, const LoraPlan& plan);
 
 /// Output.
 nlohmann::json RunJson(const Run& r);

@@ -46,6 +46,10 @@ struct Args {
   std::string dist_worker;  // set in the rank processes the mode starts
   int dist_overlap = 1;
   int64_t dist_seq_len = 0;
+  // LoRA vs full fine-tuning mode (--lora-rank).
+  int64_t lora_rank = 0;
+  double lora_alpha = 0;
+  std::string total_budget = "1GiB";
 };
 
 int64_t ParseBytes(const std::string& text) {
@@ -227,6 +231,13 @@ int main(int argc, char** argv) {
                  "data-parallel mode: padded tokens per micro-batch (0 = the rank's whole shard at once)");
   app.add_option("--grad-bucket", a.grad_bucket,
                  "data-parallel mode: bytes per overlapped gradient bucket (0 = default 25MiB)");
+  app.add_option("--lora-rank", a.lora_rank,
+                 "LoRA mode: full fine-tuning vs an adapter of this rank on the same base (stream engine): "
+                 "weights, adapter, gradient, optimizer and activation bytes, and the max length under --total-budget")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--lora-alpha", a.lora_alpha, "LoRA mode: alpha (default 2 x rank)");
+  app.add_option("--total-budget", a.total_budget,
+                 "LoRA mode: memory budget of the max-length search, statics included (0 = no search)");
   app.add_option("--dist-worker", a.dist_worker, "internal: run as a rank, write results to this folder")->group("");
   app.add_option("--dist-overlap", a.dist_overlap, "internal")->group("");
   app.add_option("--dist-seq-len", a.dist_seq_len, "internal")->group("");
@@ -375,6 +386,32 @@ int main(int argc, char** argv) {
         for (const auto& p : problems) std::printf("check: FAIL: %s\n", p.c_str());
         if (!problems.empty()) return 1;
         std::printf("check: PASS (identical weights on every rank; the whole gradient summed once per step)\n");
+      }
+      return 0;
+    }
+
+    if (a.lora_rank > 0) {
+      LoraPlan plan;
+      plan.lora.r = a.lora_rank;
+      plan.lora.alpha = a.lora_alpha > 0 ? a.lora_alpha : 2.0 * static_cast<double>(a.lora_rank);
+      plan.stream = Variant{"stream", true, Engine(a, EngineKind::kStream, a.chunk, a.logits_chunk)};
+      plan.seq_lens = a.seq_lens;
+      plan.total_budget = a.no_search ? 0 : ParseBytes(a.total_budget);
+      plan.warmup = a.warmup;
+      plan.repeat = a.repeat;
+      plan.search_start = a.search_start;
+      plan.search_max = a.search_max;
+      plan.search_tol = a.search_tol;
+      plan.search_align = a.search_align;
+      report["lora"] = RunLoraComparison(ctx, plan);
+      write_json();
+      if (a.check) {
+        const auto& modes = report["lora"]["modes"];
+        const bool ok = modes.size() == 2 && modes[1]["gradient_bytes"] < modes[0]["gradient_bytes"] &&
+                        modes[1]["optimizer_bytes"] < modes[0]["optimizer_bytes"];
+        std::printf("check: %s (the adapter run keeps gradients and optimizer state of the adapter only)\n",
+                    ok ? "PASS" : "FAIL");
+        if (!ok) return 1;
       }
       return 0;
     }

@@ -24,10 +24,16 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-void ZeroGradients(CausalLMImpl& model) {
+// The gradients of what trains, zeroed in place (they stay allocated: counted as statics).
+void ZeroGradients(Context& ctx) {
   torch::NoGradGuard no_grad;
-  for (auto& p : model.parameters()) {
+  auto zero = [](torch::Tensor p) {
     if (p.grad().defined()) p.mutable_grad().zero_();
+  };
+  if (ctx.adapter) {
+    for (auto& [name, p] : ctx.adapter->named_parameters()) zero(p);
+  } else {
+    for (auto& p : ctx.model->parameters()) zero(p);
   }
 }
 
@@ -144,20 +150,34 @@ double MeasureGemmGflops(torch::Dtype dtype, int64_t n) {
 
 void PrepareStatics(Context& ctx) {
   torch::NoGradGuard no_grad;
-  auto params = ctx.model->parameters();
+  // What trains: every parameter, or (LoRA) the adapter on a frozen base.
+  const auto trained = ctx.adapter ? ctx.adapter->named_parameters() : ctx.model->named_hf_parameters();
+  static std::unique_ptr<Optimizer> optimizer;
+  optimizer.reset();
+  for (auto& p : ctx.model->parameters()) {
+    p.mutable_grad() = torch::Tensor();
+    p.requires_grad_(!ctx.adapter);
+  }
+  ctx.model->set_adapter(ctx.adapter);
   ctx.statics = {};
-  for (const auto& p : params) ctx.statics.weights += p.numel() * p.element_size();
+  for (const auto& p : ctx.model->parameters()) ctx.statics.weights += p.numel() * p.element_size();
+  if (ctx.adapter) {
+    for (const auto& [name, p] : trained) ctx.statics.weights += p.numel() * p.element_size();
+  }
   const int64_t before = memory::LiveBytes();
-  for (auto& p : params) p.mutable_grad() = torch::zeros_like(p);
+  for (const auto& [name, p] : trained) {
+    auto t = p;
+    t.requires_grad_(true);
+    t.mutable_grad() = torch::zeros_like(t);
+  }
   ctx.statics.grads = memory::LiveBytes() - before;
   if (ctx.optimizer != "none") {
     // The optimizer's state exists from its first step on: make one with lr 0 (no change).
-    static std::unique_ptr<Optimizer> optimizer;
     OptimizerOptions o;
     o.name = ctx.optimizer;
     if (o.name == "sgd") o.momentum = 0.9;
     const int64_t live = memory::LiveBytes();
-    optimizer = std::make_unique<Optimizer>(o, ctx.model->named_hf_parameters());
+    optimizer = std::make_unique<Optimizer>(o, trained);
     optimizer->step(0.0);
     ctx.statics.optimizer = memory::LiveBytes() - live;
   }
@@ -177,7 +197,8 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
   r.chunk = chunks.chunk;
   r.logits_chunk = chunks.logits_chunk;
   r.key_chunk = chunks.key_chunk;
-  const auto estimate = EstimateStepMemory(ctx.config, ctx.dtype, rows, T, v.options, ctx.optimizer);
+  const auto estimate = EstimateStepMemory(ctx.config, ctx.dtype, rows, T, v.options, ctx.optimizer,
+                                           ctx.adapter ? &ctx.adapter->config() : nullptr);
   r.predicted_key_chunk = estimate.key_chunk;
   r.predicted_activation_bytes = estimate.activation_bytes;
   r.predicted_peak_bytes = estimate.total();
@@ -196,7 +217,7 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
   }
   int64_t peak = 0;
   for (int64_t i = 0; i < warmup + repeat; ++i) {
-    ZeroGradients(*ctx.model);
+    ZeroGradients(ctx);
     auto objective = CreateObjective(ctx.workload.objective, nlohmann::json::object());
     memory::ResetPeak();
     try {
@@ -234,7 +255,7 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
     }
     peak = std::max(peak, memory::PeakBytes());
   }
-  ZeroGradients(*ctx.model);
+  ZeroGradients(ctx);
   if (r.oom) return r;
   r.peak_bytes = peak;
   r.activation_bytes = peak - statics;
@@ -259,7 +280,8 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
       // As the server does: the largest chunks whose estimate fits the budget.
       const int64_t rows = MakeBatch(SyntheticSequences(ctx.workload, 8, ctx.config.vocab_size),
                                      Layout::kRightPad).rows();
-      auto chosen = ChooseChunks(ctx.config, ctx.dtype, rows, T, statics + budget, ctx.optimizer);
+      auto chosen = ChooseChunks(ctx.config, ctx.dtype, rows, T, statics + budget, ctx.optimizer,
+                                 ctx.adapter ? &ctx.adapter->config() : nullptr);
       x.options.chunk = chosen.chunk;
       x.options.logits_chunk = chosen.logits_chunk;
       x.options.key_chunk = chosen.key_chunk;
