@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -138,26 +139,36 @@ int Load(const ConnectionFlags& conn, const std::string& name) {
   return 0;
 }
 
-int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir) {
+int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir, bool merged) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw client::ClientError(grpc::StatusCode::INTERNAL, "cannot create " + out_dir + ": " + ec.message());
   auto client = Connect(conn);
-  const std::string weights_path = (std::filesystem::path(out_dir) / "model.safetensors").string();
+  // The file's name depends on what the server sends (a model, or a session's adapter).
+  const std::string received_path = (std::filesystem::path(out_dir) / ".export.safetensors").string();
   const bool tty = isatty(fileno(stderr));
   auto progress = [&](int64_t received, int64_t total) {
     if (tty) std::fprintf(stderr, "\rreceiving weights: %s / %s\033[K", Bytes(received).c_str(), Bytes(total).c_str());
   };
-  auto result = client->ExportWeightsToFile(weights_path, {}, {}, progress);
+  v1::ExportWeightsRequest request;
+  request.set_merged(merged);
+  auto result = client->ExportWeightsToFile(received_path, request, {}, progress);
   if (tty) std::fprintf(stderr, "\r\033[K");
   const auto w = Check(std::move(result));
+  const bool adapter = w.format == "peft_adapter";
   if (w.config_json.empty()) {
-    throw client::ClientError(grpc::StatusCode::DATA_LOSS, "the server sent no config.json with the weights");
+    throw client::ClientError(grpc::StatusCode::DATA_LOSS, "the server sent no configuration with the weights");
   }
-  const std::string config_path = (std::filesystem::path(out_dir) / "config.json").string();
+  const std::string weights_path =
+      (std::filesystem::path(out_dir) / (adapter ? "adapter_model.safetensors" : "model.safetensors")).string();
+  std::filesystem::rename(received_path, weights_path, ec);
+  if (ec) throw client::ClientError(grpc::StatusCode::INTERNAL, "cannot rename to " + weights_path + ": " + ec.message());
+  const std::string config_path =
+      (std::filesystem::path(out_dir) / (adapter ? "adapter_config.json" : "config.json")).string();
   WriteFileAtomically(config_path, w.config_json);
-  std::printf("exported policy version %lld: %lld bytes, sha256 %s\n", (long long)w.policy_version,
-              (long long)w.total_bytes, w.sha256.c_str());
+  std::printf("exported %s of policy version %lld: %lld bytes, sha256 %s\n",
+              adapter ? "the PEFT adapter" : "the weights", (long long)w.policy_version, (long long)w.total_bytes,
+              w.sha256.c_str());
   std::printf("wrote %s and %s\n", weights_path.c_str(), config_path.c_str());
   return 0;
 }
@@ -182,6 +193,75 @@ int Estimate(const ConnectionFlags& conn, const EstimateArgs& args) {
   } else {
     std::printf("fits:         %s (no budget configured)\n", r.fits() ? "yes" : "NO");
   }
+  return 0;
+}
+
+namespace {
+
+void PrintSession(const v1::SessionInfo& s) {
+  std::printf("%-24s %-5s %-14s step %-6lld version %-6lld %-9s %10s  %s lr %.3e  idle %s\n", s.name().c_str(),
+              s.kind().c_str(),
+              s.kind() == "lora" ? ("r " + std::to_string(s.lora().r()) + " a " + std::to_string(static_cast<int>(s.lora().alpha()))).c_str() : "-",
+              (long long)s.step(), (long long)s.policy_version(), s.resident() ? "resident" : "on disk",
+              Bytes(s.device_bytes()).c_str(), s.optimizer().c_str(), s.learning_rate(), Duration(s.idle_seconds()).c_str());
+}
+
+}  // namespace
+
+int SessionCreate(const ConnectionFlags& conn, const SessionArgs& a) {
+  if (a.name.empty()) throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT, "--name is required");
+  v1::CreateSessionRequest request;
+  request.set_name(a.name);
+  if (a.full) {
+    request.set_full(true);
+  } else if (!a.adapter.empty()) {
+    auto read = [](const std::filesystem::path& p) {
+      std::ifstream in(p, std::ios::binary);
+      if (!in) throw client::ClientError(grpc::StatusCode::NOT_FOUND, "cannot read " + p.string());
+      std::stringstream ss;
+      ss << in.rdbuf();
+      return ss.str();
+    };
+    request.mutable_adapter()->set_adapter_config_json(read(std::filesystem::path(a.adapter) / "adapter_config.json"));
+    request.mutable_adapter()->set_adapter_model_safetensors(
+        read(std::filesystem::path(a.adapter) / "adapter_model.safetensors"));
+  } else {
+    auto* l = request.mutable_lora();
+    l->set_r(static_cast<int32_t>(a.lora_rank));
+    if (a.lora_alpha > 0) l->set_alpha(a.lora_alpha);
+    for (const auto& t : a.lora_targets) l->add_target_modules(t);
+    l->set_use_rslora(a.use_rslora);
+    l->set_seed(a.seed);
+  }
+  auto* o = request.mutable_training()->mutable_optimizer();
+  o->set_name(a.optimizer);
+  if (a.lr > 0) o->set_lr(a.lr);
+  if (a.weight_decay >= 0) o->set_weight_decay(a.weight_decay);
+  if (a.groups_per_step > 0) request.mutable_rollouts()->set_groups_per_step(a.groups_per_step);
+  auto client = Connect(conn);
+  const auto s = Check(client->CreateSession(request));
+  std::printf("%s\n", s.name().c_str());
+  return 0;
+}
+
+int SessionList(const ConnectionFlags& conn) {
+  auto client = Connect(conn);
+  const auto list = Check(client->ListSessions());
+  for (const auto& s : list.sessions()) PrintSession(s);
+  std::fprintf(stderr, "%d sessions (at most %lld, %lld resident)\n", list.sessions_size(),
+               (long long)list.max_sessions(), (long long)list.max_resident_sessions());
+  return 0;
+}
+
+int SessionGet(const ConnectionFlags& conn, const std::string& name) {
+  auto client = Connect(conn);
+  PrintSession(Check(client->GetSession(name)));
+  return 0;
+}
+
+int SessionDelete(const ConnectionFlags& conn, const std::string& name) {
+  auto client = Connect(conn);
+  std::printf("deleted %s\n", Check(client->DeleteSession(name)).name().c_str());
   return 0;
 }
 

@@ -15,6 +15,8 @@ void AddConnectionFlags(CLI::App* cmd, ConnectionFlags& f) {
   cmd->add_option("--server-name", f.server_name, "name to check in the server's certificate (implies --tls)");
   cmd->add_option("--timeout", f.timeout, "deadline of each call in seconds (default 600 for steps, 30 for info)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--session", f.session, "the session the calls are for (servers with sessions)")
+      ->envname("STREAMBP_SESSION");
 }
 
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
@@ -48,6 +50,7 @@ std::unique_ptr<client::Client> Connect(const ConnectionFlags& f) {
   o.tls.key_file = f.key;
   o.tls.server_name_override = f.server_name;
   if (f.timeout > 0) o.step_timeout = o.info_timeout = client::Seconds(f.timeout);
+  o.session = f.session;
   return client::Client::Create(o);
 }
 

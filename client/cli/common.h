@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -17,6 +18,7 @@ struct ConnectionFlags {
   bool tls = false;                       ///< --tls (implied by --ca/--cert/--key/--server-name)
   std::string ca, cert, key, server_name;
   double timeout = 0;                     ///< --timeout seconds per call; 0 = the library defaults
+  std::string session;                    ///< --session, env STREAMBP_SESSION: the session every call names
 };
 
 /// Engine flags shared by train and estimate.
@@ -57,7 +59,9 @@ struct LogprobsArgs {
 int Logprobs(const ConnectionFlags& conn, const LogprobsArgs& args);
 int Save(const ConnectionFlags& conn, const std::string& name);
 int Load(const ConnectionFlags& conn, const std::string& name);
-int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir);
+/// A model (model.safetensors + config.json) or, for an adapter session, its PEFT adapter
+/// (adapter_model.safetensors + adapter_config.json); `merged`: the base with it folded in.
+int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir, bool merged);
 struct EstimateArgs {
   int64_t seq_len = 0;
   int64_t batch = 1;
@@ -74,5 +78,24 @@ struct TrainArgs {
   EngineFlags engine;
 };
 int Train(const ConnectionFlags& conn, const TrainArgs& args);
+
+struct SessionArgs {
+  std::string name;
+  int64_t lora_rank = 16;
+  double lora_alpha = 0;  ///< 0 = 2 x rank
+  std::vector<std::string> lora_targets;
+  bool use_rslora = false;
+  uint64_t seed = 0;
+  std::string adapter;    ///< start from this PEFT adapter folder
+  bool full = false;      ///< full fine-tuning (where the server allows it)
+  std::string optimizer;  ///< "" = the server's
+  double lr = 0;          ///< 0 = the server's
+  double weight_decay = -1;
+  int64_t groups_per_step = 0;
+};
+int SessionCreate(const ConnectionFlags& conn, const SessionArgs& args);
+int SessionList(const ConnectionFlags& conn);
+int SessionGet(const ConnectionFlags& conn, const std::string& name);
+int SessionDelete(const ConnectionFlags& conn, const std::string& name);
 
 }  // namespace streambp::cli

@@ -59,11 +59,48 @@ int main(int argc, char** argv) {
   load->callback([&] { run = [&] { return Load(conn, load_name); }; });
 
   std::string export_dir;
+  bool export_merged = false;
   auto* export_cmd = app.add_subcommand(
-      "export-weights", "write DIR/model.safetensors (verified by SHA-256) and DIR/config.json");
+      "export-weights",
+      "write DIR/model.safetensors + config.json (verified by SHA-256); for an adapter session its PEFT adapter");
+  export_cmd->alias("export");
   AddConnectionFlags(export_cmd, conn);
   export_cmd->add_option("--out", export_dir, "output folder (created if needed)")->required();
-  export_cmd->callback([&] { run = [&] { return ExportWeights(conn, export_dir); }; });
+  export_cmd->add_flag("--merged", export_merged, "adapter session: the base with the adapter folded in");
+  export_cmd->callback([&] { run = [&] { return ExportWeights(conn, export_dir, export_merged); }; });
+
+  // streambp session create|list|get|delete
+  SessionArgs session_args;
+  std::string session_name;
+  auto* session_cmd = app.add_subcommand("session", "sessions of a server: create, list, get, delete");
+  session_cmd->require_subcommand(1);
+  auto* create = session_cmd->add_subcommand("create", "a new session (prints its name)");
+  AddConnectionFlags(create, conn);
+  create->add_option("--name", session_args.name, "session name ([A-Za-z0-9._-], at most 64)")->required();
+  create->add_option("--lora-rank", session_args.lora_rank, "adapter rank")->capture_default_str();
+  create->add_option("--lora-alpha", session_args.lora_alpha, "adapter alpha (default 2 x rank)");
+  create->add_option("--lora-targets", session_args.lora_targets, "modules to adapt (default the seven projections)")
+      ->delimiter(',');
+  create->add_flag("--use-rslora", session_args.use_rslora, "scale alpha / sqrt(rank)");
+  create->add_option("--seed", session_args.seed, "initialization of the adapter");
+  create->add_option("--adapter", session_args.adapter, "start from this PEFT adapter folder");
+  create->add_flag("--full", session_args.full, "full fine-tuning of a copy of the base (where allowed)");
+  create->add_option("--optimizer", session_args.optimizer, "adamw | sgd (default: the server's)");
+  create->add_option("--lr", session_args.lr, "learning rate (default: the server's)");
+  create->add_option("--weight-decay", session_args.weight_decay, "weight decay (default: the server's)");
+  create->add_option("--groups-per-step", session_args.groups_per_step, "rollout groups per server-side step");
+  create->callback([&] { run = [&] { return SessionCreate(conn, session_args); }; });
+  auto* list = session_cmd->add_subcommand("list", "the sessions this token may see");
+  AddConnectionFlags(list, conn);
+  list->callback([&] { run = [&] { return SessionList(conn); }; });
+  auto* get = session_cmd->add_subcommand("get", "one session");
+  AddConnectionFlags(get, conn);
+  get->add_option("name", session_name, "session name")->required();
+  get->callback([&] { run = [&] { return SessionGet(conn, session_name); }; });
+  auto* del = session_cmd->add_subcommand("delete", "delete a session (its checkpoints stay)");
+  AddConnectionFlags(del, conn);
+  del->add_option("name", session_name, "session name")->required();
+  del->callback([&] { run = [&] { return SessionDelete(conn, session_name); }; });
 
   EstimateArgs estimate;
   auto* estimate_cmd = app.add_subcommand("estimate", "predicted peak memory of a step and whether it fits");

@@ -86,6 +86,13 @@ void EnsureRequestId(Request& request) {
   if (request.request_id().empty()) request.set_request_id(NewRequestId());
 }
 
+// The client's session on a request that names none.
+template <class Request>
+Request Scoped(Request request, const ClientOptions& o) {
+  if (request.session().empty()) request.set_session(o.session);
+  return request;
+}
+
 grpc::Status DataLoss(const std::string& message) {
   return grpc::Status(grpc::StatusCode::DATA_LOSS, "ExportWeights: " + message);
 }
@@ -190,7 +197,7 @@ Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& opti
 Client::~Client() = default;
 
 Result<v1::GetInfoResponse> Client::GetInfo(const CallOptions& call) const {
-  const v1::GetInfoRequest request;
+  const auto request = Scoped(v1::GetInfoRequest(), options_);
   return WithRetries<v1::GetInfoResponse>(
       options_, call.timeout.value_or(options_.info_timeout),
       [&](grpc::ClientContext* ctx, v1::GetInfoResponse* r) { return stub_->GetInfo(ctx, request, r); });
@@ -198,6 +205,7 @@ Result<v1::GetInfoResponse> Client::GetInfo(const CallOptions& call) const {
 
 Result<v1::ForwardBackwardResponse> Client::ForwardBackward(v1::ForwardBackwardRequest request,
                                                             const CallOptions& call) const {
+  request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   return WithRetries<v1::ForwardBackwardResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
@@ -205,6 +213,7 @@ Result<v1::ForwardBackwardResponse> Client::ForwardBackward(v1::ForwardBackwardR
 }
 
 Result<v1::OptimStepResponse> Client::OptimStep(v1::OptimStepRequest request, const CallOptions& call) const {
+  request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   return WithRetries<v1::OptimStepResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
@@ -212,14 +221,16 @@ Result<v1::OptimStepResponse> Client::OptimStep(v1::OptimStepRequest request, co
 }
 
 Result<v1::TrainStepResponse> Client::TrainStep(v1::TrainStepRequest request, const CallOptions& call) const {
+  request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   return WithRetries<v1::TrainStepResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::TrainStepResponse* r) { return stub_->TrainStep(ctx, request, r); });
 }
 
-Result<v1::ComputeLogprobsResponse> Client::ComputeLogprobs(const v1::ComputeLogprobsRequest& request,
+Result<v1::ComputeLogprobsResponse> Client::ComputeLogprobs(const v1::ComputeLogprobsRequest& original,
                                                             const CallOptions& call) const {
+  const auto request = Scoped(original, options_);
   return WithRetries<v1::ComputeLogprobsResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::ComputeLogprobsResponse* r) { return stub_->ComputeLogprobs(ctx, request, r); });
@@ -227,6 +238,7 @@ Result<v1::ComputeLogprobsResponse> Client::ComputeLogprobs(const v1::ComputeLog
 
 Result<v1::SaveCheckpointResponse> Client::SaveCheckpoint(v1::SaveCheckpointRequest request,
                                                           const CallOptions& call) const {
+  request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   return WithRetries<v1::SaveCheckpointResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
@@ -235,22 +247,25 @@ Result<v1::SaveCheckpointResponse> Client::SaveCheckpoint(v1::SaveCheckpointRequ
 
 Result<v1::LoadCheckpointResponse> Client::LoadCheckpoint(v1::LoadCheckpointRequest request,
                                                           const CallOptions& call) const {
+  request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   return WithRetries<v1::LoadCheckpointResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::LoadCheckpointResponse* r) { return stub_->LoadCheckpoint(ctx, request, r); });
 }
 
-Result<v1::EstimateMemoryResponse> Client::EstimateMemory(const v1::EstimateMemoryRequest& request,
+Result<v1::EstimateMemoryResponse> Client::EstimateMemory(const v1::EstimateMemoryRequest& original,
                                                           const CallOptions& call) const {
+  const auto request = Scoped(original, options_);
   return WithRetries<v1::EstimateMemoryResponse>(
       options_, call.timeout.value_or(options_.info_timeout),
       [&](grpc::ClientContext* ctx, v1::EstimateMemoryResponse* r) { return stub_->EstimateMemory(ctx, request, r); });
 }
 
-Result<ExportedWeights> Client::Export(const v1::ExportWeightsRequest& request, const CallOptions& call,
+Result<ExportedWeights> Client::Export(const v1::ExportWeightsRequest& original, const CallOptions& call,
                                        detail::WeightsSink& sink,
                                        const std::function<void(int64_t, int64_t)>& progress) const {
+  const auto request = Scoped(original, options_);
   return WithRetries<ExportedWeights>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, ExportedWeights* out) -> grpc::Status {
@@ -267,6 +282,7 @@ Result<ExportedWeights> Client::Export(const v1::ExportWeightsRequest& request, 
           if (messages == 0) {
             out->total_bytes = chunk.total_bytes();
             out->policy_version = chunk.policy_version();
+            if (!chunk.format().empty()) out->format = chunk.format();
             if (out->total_bytes < 0) bad = DataLoss(at + "negative total_bytes");
           } else if (chunk.total_bytes() != 0 && chunk.total_bytes() != out->total_bytes) {
             bad = DataLoss(at + "total_bytes changed from " + std::to_string(out->total_bytes) + " to " +
@@ -348,6 +364,37 @@ Result<ExportedWeights> Client::ExportWeightsToFile(const std::string& path, con
                                    result.attempts());
   }
   return result;
+}
+
+Result<v1::SessionInfo> Client::CreateSession(v1::CreateSessionRequest request, const CallOptions& call) const {
+  EnsureRequestId(request);
+  return WithRetries<v1::SessionInfo>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::SessionInfo* r) { return stub_->CreateSession(ctx, request, r); });
+}
+
+Result<v1::SessionInfo> Client::GetSession(const std::string& name, const CallOptions& call) const {
+  v1::GetSessionRequest request;
+  request.set_name(name);
+  return WithRetries<v1::SessionInfo>(
+      options_, call.timeout.value_or(options_.info_timeout),
+      [&](grpc::ClientContext* ctx, v1::SessionInfo* r) { return stub_->GetSession(ctx, request, r); });
+}
+
+Result<v1::ListSessionsResponse> Client::ListSessions(const CallOptions& call) const {
+  const v1::ListSessionsRequest request;
+  return WithRetries<v1::ListSessionsResponse>(
+      options_, call.timeout.value_or(options_.info_timeout),
+      [&](grpc::ClientContext* ctx, v1::ListSessionsResponse* r) { return stub_->ListSessions(ctx, request, r); });
+}
+
+Result<v1::DeleteSessionResponse> Client::DeleteSession(const std::string& name, const CallOptions& call) const {
+  v1::DeleteSessionRequest request;
+  request.set_name(name);
+  request.set_request_id(NewRequestId());
+  return WithRetries<v1::DeleteSessionResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::DeleteSessionResponse* r) { return stub_->DeleteSession(ctx, request, r); });
 }
 
 }  // namespace streambp::client

@@ -11,19 +11,27 @@
 
 namespace streambp::server {
 
-void CallObserver::finished(const std::string& method, const std::string& request_id, int64_t tokens,
-                            double seconds, const grpc::Status& status) const {
+void CallObserver::finished(const std::string& method, const std::string& session, const std::string& request_id,
+                            int64_t tokens, double seconds, const grpc::Status& status) const {
   if (metrics_) metrics_->ObserveRequest(method, CodeName(status.error_code()), seconds);
   const auto level = status.ok() ? spdlog::level::info : spdlog::level::warn;
   if (json_) {
     nlohmann::json j{{"event", "request"}, {"method", method}, {"request_id", request_id}, {"tokens", tokens},
                      {"ms", seconds * 1e3}, {"status", CodeName(status.error_code())}};
+    if (!session.empty()) j["session"] = session;
     if (!status.ok()) j["message"] = status.error_message();
     spdlog::log(level, "{}", j.dump());
   } else {
-    spdlog::log(level, "{} id={} tokens={} {:.1f}ms {}{}", method, request_id.empty() ? "-" : request_id, tokens,
-                seconds * 1e3, CodeName(status.error_code()), status.ok() ? "" : ": " + status.error_message());
+    spdlog::log(level, "{}{} id={} tokens={} {:.1f}ms {}{}", method, session.empty() ? "" : " session=" + session,
+                request_id.empty() ? "-" : request_id, tokens, seconds * 1e3, CodeName(status.error_code()),
+                status.ok() ? "" : ": " + status.error_message());
   }
+}
+
+std::string SessionOf(const google::protobuf::Message& message) {
+  const auto* field = message.GetDescriptor()->FindFieldByName("session");
+  if (field == nullptr || field->type() != google::protobuf::FieldDescriptor::TYPE_STRING) return "";
+  return message.GetReflection()->GetString(message, field);
 }
 
 bool ParseMessage(const grpc::ByteBuffer& buffer, google::protobuf::Message* message) {

@@ -27,13 +27,15 @@ class MetricsExporter;
 /// Logs and counts finished calls (one line or JSON object per call).
 class CallObserver {
  public:
-  CallObserver(const LogSection& log, MetricsExporter* metrics) : json_(log.format == "json"), metrics_(metrics) {}
-  void finished(const std::string& method, const std::string& request_id, int64_t tokens, double seconds,
-                const grpc::Status& status) const;
+  CallObserver(const LogSection& log, MetricsExporter* metrics, bool session_label = false)
+      : json_(log.format == "json"), metrics_(metrics), session_label_(session_label) {}
+  void finished(const std::string& method, const std::string& session, const std::string& request_id, int64_t tokens,
+                double seconds, const grpc::Status& status) const;
 
  private:
   bool json_;
   MetricsExporter* metrics_;
+  bool session_label_;
 };
 
 /// Parses `buffer` into `message`; false when it is not one.
@@ -44,6 +46,8 @@ void SerializeMessage(const google::protobuf::Message& message, grpc::ByteBuffer
 /// the message without it (deterministic serialization): a reused id with another body
 /// is refused by the host. Clears the field in `message`.
 std::pair<std::string, std::string> TakeRequestId(google::protobuf::Message* message);
+/// The `session` field of a request message ("" when it has none).
+std::string SessionOf(const google::protobuf::Message& message);
 
 /// The services a call needs: the authorizer and the observer.
 struct EdgeContext {
@@ -59,12 +63,15 @@ class UnaryCall : public std::enable_shared_from_this<UnaryCall<Req, Resp>> {
 
   Req request;
   Resp response;
-  int64_t tokens = 0;  ///< for the log
+  int64_t tokens = 0;    ///< for the log
+  std::string session;   ///< the request's session field (authorized for the call's access)
+  Caller caller = Caller::Admin();
 
   /// What the host needs to know about the call.
   CallContext context() const {
     CallContext c;
     c.method = method_;
+    c.session = session;
     c.request_id = request_id_;
     c.digest = digest_;
     c.deadline = ctx_->deadline();
@@ -93,13 +100,14 @@ class UnaryCall : public std::enable_shared_from_this<UnaryCall<Req, Resp>> {
   void finish(std::exception_ptr error = nullptr) {
     const grpc::Status status = ToStatus(error);
     if (status.ok()) SerializeMessage(response, out_);
-    edge_.observer->finished(method_, request_id_, tokens,
+    edge_.observer->finished(method_, session, request_id_, tokens,
                              std::chrono::duration<double>(Clock::now() - start_).count(), status);
     reactor_->Finish(status);
   }
 
-  /// Parses and authorizes; then runs `body(shared_ptr<UnaryCall>)`, which converts and
-  /// submits (or answers at once). Anything `body` throws finishes the call with it.
+  /// Authenticates, parses, and authorizes the request's session (a `session` field) for
+  /// `access`; then runs `body(shared_ptr<UnaryCall>)`, which converts and submits (or
+  /// answers at once). Anything `body` throws finishes the call with it.
   template <class Body>
   static grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                        grpc::ByteBuffer* out, const char* method, Access access,
@@ -107,11 +115,13 @@ class UnaryCall : public std::enable_shared_from_this<UnaryCall<Req, Resp>> {
     auto call = std::make_shared<UnaryCall>(ctx, out, method, edge);
     auto* reactor = call->reactor_;
     try {
-      edge.auth->authorize(*ctx, access);
+      call->caller = edge.auth->authorize(*ctx, access);
       if (!ParseMessage(*in, &call->request)) {
         throw InvalidArgument(std::string("the request body is not a valid ") + Req::descriptor()->full_name() +
                               " message");
       }
+      call->session = SessionOf(call->request);
+      if (Req::descriptor()->FindFieldByName("session") != nullptr) call->caller.require(call->session, access);
       std::tie(call->request_id_, call->digest_) = TakeRequestId(&call->request);
       body(call);
     } catch (...) {

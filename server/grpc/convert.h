@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "streambp/v1/trainer.pb.h"
+#include "config.h"
 #include "types.h"
 
 namespace streambp::server {
@@ -35,8 +36,14 @@ nlohmann::json OptionsToJson(const google::protobuf::Message& options);
 EngineRequest ConvertEngine(const v1::EngineOptions& e);
 LogprobsRequest ConvertLogprobs(const v1::ComputeLogprobsRequest& r, const InputLimits& limits);
 SampleRequest ConvertSample(const v1::SampleRequest& r, const InputLimits& limits);
-/// A pushed group in core terms (validated by the host, which names its fields).
-PushItem ConvertRolloutGroup(const v1::RolloutGroup& g, int index);
+/// A pushed group in core terms (validated by the host, which names its fields) for
+/// `session` (the group's own session field when set).
+PushItem ConvertRolloutGroup(const v1::RolloutGroup& g, int index, const std::string& session = "");
+
+/// CreateSession over the server's defaults (its trainer and rollouts config): unset fields
+/// keep them. InvalidArgument naming a bad field.
+SessionRequest ConvertCreateSession(const v1::CreateSessionRequest& r, const ServerConfig& defaults);
+void ToProto(const SessionReport& s, v1::SessionInfo* out);
 
 void ToProto(const StepStats& s, v1::StepStats* out);
 void ToProto(const OptimStats& o, v1::OptimStepResponse* out);

@@ -17,13 +17,15 @@ class PolicyWatcher final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, p
 
   void begin(const grpc::ByteBuffer* in) {
     try {
-      edge_.auth->authorize(*ctx_, Access::kRead);
+      const auto caller = edge_.auth->authorize(*ctx_, Access::kRead);
       v1::WatchPolicyRequest request;
       if (!ParseMessage(*in, &request)) {
         throw InvalidArgument("the request body is not a valid streambp.v1.WatchPolicyRequest message");
       }
+      session_ = request.session();
+      caller.require(session_, Access::kRead);
       lease_ = host_->acquire_stream();
-      host_->watch_policy(this, request.since_version());
+      host_->watch_policy(session_, this, request.since_version());
       subscribed_ = true;
     } catch (...) {
       close(std::current_exception());
@@ -69,7 +71,7 @@ class PolicyWatcher final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, p
   }
   void OnCancel() override { close(std::make_exception_ptr(Cancelled("the watcher went away"))); }
   void OnDone() override {
-    if (subscribed_) host_->unwatch_policy(this);
+    if (subscribed_) host_->unwatch_policy(session_, this);
     delete this;
   }
 
@@ -78,7 +80,7 @@ class PolicyWatcher final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, p
     if (finished_) return;
     finished_ = true;
     const auto status = ToStatus(error);
-    edge_.observer->finished("WatchPolicy", "", 0, std::chrono::duration<double>(Clock::now() - start_).count(),
+    edge_.observer->finished("WatchPolicy", session_, "", 0, std::chrono::duration<double>(Clock::now() - start_).count(),
                              status);
     Finish(status);
   }
@@ -88,6 +90,7 @@ class PolicyWatcher final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, p
   EdgeContext edge_;
   Clock::time_point start_ = Clock::now();
   TrainingHost::Lease lease_;
+  std::string session_;
   bool subscribed_ = false;
   std::mutex mutex_;
   std::deque<grpc::ByteBuffer> pending_;

@@ -22,7 +22,7 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   void begin(std::shared_ptr<PushStream> self) {
     self_ = std::move(self);
     try {
-      edge_.auth->authorize(*ctx_, Access::kWrite);
+      caller_ = edge_.auth->authorize(*ctx_, Access::kWrite);
       lease_ = host_->acquire_stream();
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -43,7 +43,13 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     v1::RolloutGroup group;
     PushItem item;
     if (ParseMessage(in_, &group)) {
-      item = ConvertRolloutGroup(group, index_);
+      item = ConvertRolloutGroup(group, index_, group.session());
+      try {
+        caller_.require(item.session, Access::kWrite);
+      } catch (const std::exception& e) {
+        item.group.reset();
+        item.error = e.what();
+      }
     } else {
       item.index = index_;
       item.error = "groups[" + std::to_string(index_) + "]: not a valid streambp.v1.RolloutGroup message";
@@ -125,7 +131,7 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     if (finished_ || done_) return;
     finished_ = true;
     const auto status = ToStatus(error);
-    edge_.observer->finished("PushRolloutsStream", "", 0,
+    edge_.observer->finished("PushRolloutsStream", "", "", 0,
                              std::chrono::duration<double>(Clock::now() - start_).count(), status);
     Finish(status);
   }
@@ -135,6 +141,7 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   EdgeContext edge_;
   Clock::time_point start_ = Clock::now();
   std::shared_ptr<PushStream> self_;
+  Caller caller_ = Caller::Admin();
   TrainingHost::Lease lease_;
   grpc::ByteBuffer in_;
   int index_ = 0, in_flight_ = 0;

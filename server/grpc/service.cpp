@@ -11,7 +11,17 @@ using Unary = grpc::ServerUnaryReactor;
 Unary* TrainerService::GetInfo(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::GetInfoRequest, v1::GetInfoResponse>;
   return Call::Run(ctx, in, out, "GetInfo", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
-    ToProto(host_->info(), &call->response);
+    auto info = host_->info();
+    if (!call->session.empty()) {
+      const auto report = host_->session_report(call->session);
+      ToProto(report, call->response.mutable_session());
+      info.policy_version = report.policy_version;
+      info.step = report.step;
+      info.pending_micro_batches = report.pending_micro_batches;
+      info.optimizer = report.spec.trainer.optimizer.name;
+      info.learning_rate = report.spec.trainer.optimizer.lr;
+    }
+    ToProto(info, &call->response);
     call->response.set_server_version(STREAMBP_VERSION);
     call->finish();
   });
@@ -21,7 +31,7 @@ Unary* TrainerService::EstimateMemory(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::EstimateMemoryRequest, v1::EstimateMemoryResponse>;
   return Call::Run(ctx, in, out, "EstimateMemory", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
     const auto& r = call->request;
-    ToProto(host_->estimate(r.batch(), r.seq_len(), ConvertEngine(r.engine())), &call->response);
+    ToProto(host_->estimate(r.session(), r.batch(), r.seq_len(), ConvertEngine(r.engine())), &call->response);
     call->finish();
   });
 }
@@ -114,7 +124,15 @@ Unary* TrainerService::PushRollouts(Ctx* ctx, const Bytes* in, Bytes* out) {
     for (int i = 0; i < call->request.groups_size(); ++i) {
       const auto& g = call->request.groups(i);
       for (const auto& c : g.completions()) call->tokens += g.prompt_size() + c.tokens_size();
-      items.push_back(ConvertRolloutGroup(g, i));
+      items.push_back(ConvertRolloutGroup(g, i, call->session));
+      if (!g.session().empty() && g.session() != call->session) {
+        try {
+          call->caller.require(g.session(), Access::kWrite);
+        } catch (const std::exception& e) {
+          items.back().group.reset();
+          items.back().error = e.what();
+        }
+      }
     }
     host_->push_rollouts(call->context(), std::move(items),
                          call->template reply<std::vector<RolloutAck>>(
@@ -127,8 +145,53 @@ Unary* TrainerService::PushRollouts(Ctx* ctx, const Bytes* in, Bytes* out) {
 Unary* TrainerService::GetRolloutStats(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::GetRolloutStatsRequest, v1::RolloutStats>;
   return Call::Run(ctx, in, out, "GetRolloutStats", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
-    ToProto(host_->rollout_stats(), &call->response);
+    ToProto(host_->rollout_stats(call->session), &call->response);
     call->finish();
+  });
+}
+
+Unary* TrainerService::CreateSession(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::CreateSessionRequest, v1::SessionInfo>;
+  return Call::Run(ctx, in, out, "CreateSession", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    call->session = call->request.name();
+    call->caller.require_create(call->session);
+    host_->create_session(
+        call->context(), ConvertCreateSession(call->request, host_->config()),
+        call->template reply<SessionReport>([](const SessionReport& r, v1::SessionInfo* info) { ToProto(r, info); }));
+  });
+}
+
+Unary* TrainerService::GetSession(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::GetSessionRequest, v1::SessionInfo>;
+  return Call::Run(ctx, in, out, "GetSession", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    call->session = call->request.name();
+    call->caller.require(call->session, Access::kRead);
+    ToProto(host_->session_report(call->session), &call->response);
+    call->finish();
+  });
+}
+
+Unary* TrainerService::ListSessions(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::ListSessionsRequest, v1::ListSessionsResponse>;
+  return Call::Run(ctx, in, out, "ListSessions", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    for (const auto& r : host_->list_sessions()) {
+      if (call->caller.sees(r.spec.name)) ToProto(r, call->response.add_sessions());
+    }
+    call->response.set_max_sessions(host_->config().sessions.max_sessions);
+    call->response.set_max_resident_sessions(host_->config().sessions.max_resident_sessions);
+    call->finish();
+  });
+}
+
+Unary* TrainerService::DeleteSession(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::DeleteSessionRequest, v1::DeleteSessionResponse>;
+  return Call::Run(ctx, in, out, "DeleteSession", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    call->session = call->request.name();
+    call->caller.require(call->session, Access::kWrite);
+    host_->delete_session(call->context(), call->session,
+                          call->template reply<std::string>([](const std::string& name, v1::DeleteSessionResponse* r) {
+                            r->set_name(name);
+                          }));
   });
 }
 

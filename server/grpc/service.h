@@ -27,7 +27,11 @@ using Service =
     Trainer::WithRawCallbackMethod_PushRolloutsStream<
     Trainer::WithRawCallbackMethod_WatchPolicy<
     Trainer::WithRawCallbackMethod_GetRolloutStats<
-    Trainer::Service>>>>>>>>>>>>>>;
+    Trainer::WithRawCallbackMethod_CreateSession<
+    Trainer::WithRawCallbackMethod_GetSession<
+    Trainer::WithRawCallbackMethod_ListSessions<
+    Trainer::WithRawCallbackMethod_DeleteSession<
+    Trainer::Service>>>>>>>>>>>>>>>>>>;
 // clang-format on
 }  // namespace raw
 
@@ -50,6 +54,10 @@ class TrainerService final : public raw::Service {
   Unary* Sample(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* PushRollouts(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* GetRolloutStats(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  Unary* CreateSession(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  Unary* GetSession(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  Unary* ListSessions(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  Unary* DeleteSession(Ctx* ctx, const Bytes* in, Bytes* out) override;
   grpc::ServerWriteReactor<Bytes>* ExportWeights(Ctx* ctx, const Bytes* in) override;
   grpc::ServerWriteReactor<Bytes>* WatchPolicy(Ctx* ctx, const Bytes* in) override;
   grpc::ServerBidiReactor<Bytes, Bytes>* PushRolloutsStream(Ctx* ctx) override;

@@ -15,11 +15,13 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void begin(const grpc::ByteBuffer* in) {
     try {
-      edge_.auth->authorize(*ctx_, Access::kRead);
+      const auto caller = edge_.auth->authorize(*ctx_, Access::kRead);
       v1::ExportWeightsRequest request;
       if (!ParseMessage(*in, &request)) {
         throw InvalidArgument("the request body is not a valid streambp.v1.ExportWeightsRequest message");
       }
+      session_ = request.session();
+      caller.require(session_, Access::kRead);
       const int64_t floor = host_->config().limits.min_export_chunk_bytes;
       const int64_t want = request.max_chunk_bytes();
       if (want < 0 || (want > 0 && want < floor) || want > kMaxWeightsChunk) {
@@ -30,9 +32,10 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       lease_ = host_->acquire_export();
       CallContext c;
       c.method = "ExportWeights";
+      c.session = session_;
       c.deadline = ctx_->deadline();
       c.cancelled = [ctx = ctx_] { return ctx->IsCancelled(); };
-      host_->export_weights(c, request.version(), [this](const Outcome<ExportReply>& o) {
+      host_->export_weights(c, request.version(), request.merged(), [this](const Outcome<ExportReply>& o) {
         if (!o.ok()) {
           finish(o.error);
           return;
@@ -68,7 +71,10 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     chunk.set_total_bytes(total);
     chunk.set_offset(offset_);
     chunk.set_data(snapshot.bytes.data() + offset_, static_cast<size_t>(n));
-    if (offset_ == 0) chunk.set_note(reply_->note);
+    if (offset_ == 0) {
+      chunk.set_note(reply_->note);
+      chunk.set_format(snapshot.format);
+    }
     offset_ += n;
     if (offset_ >= total) {
       chunk.set_sha256(snapshot.sha256);
@@ -84,7 +90,7 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void finish(std::exception_ptr error) {
     if (finished_.exchange(true)) return;
     const auto status = ToStatus(error);
-    edge_.observer->finished("ExportWeights", "", 0, std::chrono::duration<double>(Clock::now() - start_).count(),
+    edge_.observer->finished("ExportWeights", session_, "", 0, std::chrono::duration<double>(Clock::now() - start_).count(),
                              status);
     Finish(status);
   }
@@ -94,6 +100,7 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   EdgeContext edge_;
   Clock::time_point start_ = Clock::now();
   TrainingHost::Lease lease_;
+  std::string session_;
   std::shared_ptr<const ExportReply> reply_;
   int64_t chunk_bytes_ = kMaxWeightsChunk, offset_ = 0;
   bool done_ = false;

@@ -57,33 +57,38 @@ int64_t Admission::rows_of(const std::vector<Sequence>& sequences, int64_t token
   return std::max<int64_t>(1, (std::min(mb, tokens) + longest - 1) / longest);
 }
 
-void Admission::check_budget(const MemoryEstimate& est, const std::string& what, const std::string& advice) const {
+void Admission::check_budget(const MemoryEstimate& est, int64_t resident_bytes, const std::string& what,
+                             const std::string& advice) const {
   const int64_t budget = config_.limits.memory_budget_bytes;
-  if (budget <= 0 || est.total() <= budget) return;
+  const int64_t total = est.total() + resident_bytes;
+  if (budget <= 0 || total <= budget) return;
   if (on_refusal) on_refusal("estimate");
-  throw ResourceExhausted(what + " is estimated at " + std::to_string(est.total()) + " bytes (" + MiB(est.total()) +
-                          "; activations " + MiB(est.activation_bytes) + ") but the memory budget is " +
-                          std::to_string(budget) + " bytes (limits.memory_budget_bytes); " + advice);
+  throw ResourceExhausted(what + " is estimated at " + std::to_string(total) + " bytes (" + MiB(total) +
+                          "; activations " + MiB(est.activation_bytes) +
+                          (resident_bytes > 0 ? "; other resident sessions " + MiB(resident_bytes) : std::string()) +
+                          ") but the memory budget is " + std::to_string(budget) +
+                          " bytes (limits.memory_budget_bytes); " + advice);
 }
 
 void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t tokens, bool chunks_given,
-                           EngineOptions* engine) const {
+                           EngineOptions* engine, const LoraConfig* lora, int64_t resident_bytes) const {
   const int64_t longest = Longest(sequences);
   const int64_t rows = rows_of(sequences, tokens);
   if (config_.limits.auto_chunks && engine->kind == EngineKind::kStream && !chunks_given) {
     // The largest chunks whose estimated peak fits the memory budget.
-    auto chosen = ChooseChunks(model_, dtype_, rows, longest, config_.limits.memory_budget_bytes,
-                               config_.trainer.optimizer.name);
+    auto chosen = ChooseChunks(model_, dtype_, rows, longest, config_.limits.memory_budget_bytes - resident_bytes,
+                               config_.trainer.optimizer.name, lora);
     engine->chunk = chosen.chunk;
     engine->logits_chunk = chosen.logits_chunk;
     engine->key_chunk = chosen.key_chunk;
   }
-  check_budget(EstimateStepMemory(model_, dtype_, rows, longest, *engine, config_.trainer.optimizer.name), "the step",
+  check_budget(EstimateStepMemory(model_, dtype_, rows, longest, *engine, config_.trainer.optimizer.name, lora),
+               resident_bytes, "the step",
                "use the stream engine, smaller chunks, smaller micro-batches (trainer.micro_batch_tokens) or shorter "
                "sequences");
 }
 
-void Admission::admit_sample(const SampleRequest& r) const {
+void Admission::admit_sample(const SampleRequest& r, int64_t resident_bytes) const {
   const auto& l = config_.limits;
   const int64_t prompts = static_cast<int64_t>(r.prompts.size());
   const int64_t rows = prompts * r.options.n;
@@ -106,19 +111,20 @@ void Admission::admit_sample(const SampleRequest& r) const {
                             ", over limits.max_kv_cache_bytes (" + MiB(l.max_kv_cache_bytes) +
                             "); lower n, max_tokens or the number of prompts");
   }
-  check_budget(est, "the Sample", "lower n, max_tokens or the number of prompts");
+  check_budget(est, resident_bytes, "the Sample", "lower n, max_tokens or the number of prompts");
 }
 
-void Admission::admit_logprobs(const LogprobsRequest& r) const {
+void Admission::admit_logprobs(const LogprobsRequest& r, int64_t resident_bytes) const {
   int64_t tokens = 0;
   for (const auto& s : r.sequences) tokens += static_cast<int64_t>(s.tokens.size());
   const int64_t longest = Longest(r.sequences);
   const int64_t rows = std::max<int64_t>(1, (tokens + longest - 1) / longest);
   check_budget(EstimateForwardMemory(model_, dtype_, rows, longest, config_.trainer.engine.logits_chunk),
-               "ComputeLogprobs", "send fewer or shorter sequences per call");
+               resident_bytes, "ComputeLogprobs", "send fewer or shorter sequences per call");
 }
 
-EstimateReply Admission::estimate(int64_t rows, int64_t seq_len, const EngineRequest& engine) const {
+EstimateReply Admission::estimate(int64_t rows, int64_t seq_len, const EngineRequest& engine, const LoraConfig* lora,
+                                  int64_t resident_bytes) const {
   const auto& l = config_.limits;
   if (seq_len <= 0) throw InvalidArgument("seq_len must be > 0");
   if (seq_len > l.max_sequence_length) {
@@ -134,7 +140,8 @@ EstimateReply Admission::estimate(int64_t rows, int64_t seq_len, const EngineReq
   EstimateReply r;
   const auto options = resolve_engine(engine);
   r.engine = options.kind;
-  r.estimate = EstimateStepMemory(model_, dtype_, rows, seq_len, options, config_.trainer.optimizer.name);
+  r.estimate = EstimateStepMemory(model_, dtype_, rows, seq_len, options, config_.trainer.optimizer.name, lora);
+  r.estimate.weights_bytes += resident_bytes;  // the other resident sessions are held too
   r.budget_bytes = l.memory_budget_bytes;
   r.fits = l.memory_budget_bytes <= 0 || r.estimate.total() <= l.memory_budget_bytes;
   return r;

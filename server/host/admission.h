@@ -25,21 +25,25 @@ class Admission {
   /// Automatic chunks (when configured and the request set none: `chunks_given` false) and
   /// the budget check of a training step of `sequences` with `engine` (resolved).
   /// ResourceExhausted (nothing runs) when the estimate exceeds the budget.
+  /// `lora`: the session's adapter (the base frozen), or null; `resident_bytes`: what the
+  /// other resident sessions hold (their adapters and optimizer states), counted too.
   void admit_step(const std::vector<Sequence>& sequences, int64_t tokens, bool chunks_given,
-                  EngineOptions* engine) const;
+                  EngineOptions* engine, const LoraConfig* lora = nullptr, int64_t resident_bytes = 0) const;
   /// Rows, sampled tokens, K/V-cache bytes and the budget of a Sample.
-  void admit_sample(const SampleRequest& request) const;
+  void admit_sample(const SampleRequest& request, int64_t resident_bytes = 0) const;
   /// The budget of a ComputeLogprobs.
-  void admit_logprobs(const LogprobsRequest& request) const;
+  void admit_logprobs(const LogprobsRequest& request, int64_t resident_bytes = 0) const;
   /// EstimateMemory: InvalidArgument for lengths or rows the server would refuse anyway.
-  EstimateReply estimate(int64_t rows, int64_t seq_len, const EngineRequest& engine) const;
+  EstimateReply estimate(int64_t rows, int64_t seq_len, const EngineRequest& engine,
+                         const LoraConfig* lora = nullptr, int64_t resident_bytes = 0) const;
 
   /// Called when a refusal happens (metrics): reason "estimate".
   std::function<void(const std::string& reason)> on_refusal;
 
  private:
   int64_t rows_of(const std::vector<Sequence>& sequences, int64_t tokens) const;
-  void check_budget(const MemoryEstimate& estimate, const std::string& what, const std::string& advice) const;
+  void check_budget(const MemoryEstimate& estimate, int64_t resident_bytes, const std::string& what,
+                    const std::string& advice) const;
 
   const ServerConfig& config_;
   ModelConfig model_;

@@ -67,6 +67,9 @@ std::string CommandName(const Command& command) {
         if constexpr (std::is_same_v<T, ZeroGradientsCommand>) return "zero_gradients";
         if constexpr (std::is_same_v<T, SaveCommand>) return "save";
         if constexpr (std::is_same_v<T, LoadCommand>) return "load";
+        if constexpr (std::is_same_v<T, CreateSessionCommand>) return "create_session";
+        if constexpr (std::is_same_v<T, RestoreSessionCommand>) return "restore_session";
+        if constexpr (std::is_same_v<T, DropSessionCommand>) return "drop_session";
         if constexpr (std::is_same_v<T, PingCommand>) return "ping";
         return "stop";
       },
@@ -82,8 +85,16 @@ std::string EncodeCommand(const Command& command) {
                   {"options", c.options}, {"engine", EngineOptionsToJson(c.engine)}};
         } else if constexpr (std::is_same_v<T, SaveCommand> || std::is_same_v<T, LoadCommand>) {
           return {{"session", c.session}, {"dir", c.dir}};
-        } else if constexpr (std::is_same_v<T, OptimStepCommand> || std::is_same_v<T, ZeroGradientsCommand>) {
+        } else if constexpr (std::is_same_v<T, OptimStepCommand> || std::is_same_v<T, ZeroGradientsCommand> ||
+                             std::is_same_v<T, DropSessionCommand>) {
           return {{"session", c.session}};
+        } else if constexpr (std::is_same_v<T, CreateSessionCommand>) {
+          return {{"spec", c.request.spec.ToJson()},
+                  {"adapter_config_json", c.request.adapter_config_json},
+                  {"adapter_safetensors", json::binary(std::vector<uint8_t>(c.request.adapter_safetensors.begin(),
+                                                                            c.request.adapter_safetensors.end()))}};
+        } else if constexpr (std::is_same_v<T, RestoreSessionCommand>) {
+          return {{"spec", c.spec.ToJson()}, {"dir", c.dir}};
         } else {
           return json::object();
         }
@@ -112,6 +123,18 @@ Command DecodeCommand(const std::string& bytes) {
     if (op == "zero_gradients") return ZeroGradientsCommand{j.at("session").get<std::string>()};
     if (op == "save") return SaveCommand{j.at("session").get<std::string>(), j.at("dir").get<std::string>()};
     if (op == "load") return LoadCommand{j.at("session").get<std::string>(), j.at("dir").get<std::string>()};
+    if (op == "create_session") {
+      CreateSessionCommand c;
+      c.request.spec = SessionSpec::FromJson(j.at("spec"));
+      c.request.adapter_config_json = j.at("adapter_config_json").get<std::string>();
+      const auto& bin = j.at("adapter_safetensors").get_binary();
+      c.request.adapter_safetensors.assign(bin.begin(), bin.end());
+      return c;
+    }
+    if (op == "restore_session") {
+      return RestoreSessionCommand{SessionSpec::FromJson(j.at("spec")), j.at("dir").get<std::string>()};
+    }
+    if (op == "drop_session") return DropSessionCommand{j.at("session").get<std::string>()};
     if (op == "ping") return PingCommand{};
     if (op == "stop") return StopCommand{};
     throw InvalidArgument("unknown command '" + op + "'");
@@ -147,6 +170,12 @@ CommandResult Apply(Replica& replica, const Command& command, const ApplyHooks& 
           replica.trainer(c.session).save_checkpoint(c.dir);
         } else if constexpr (std::is_same_v<T, LoadCommand>) {
           replica.load(c.session, c.dir);
+        } else if constexpr (std::is_same_v<T, CreateSessionCommand>) {
+          replica.create_session(c.request);
+        } else if constexpr (std::is_same_v<T, RestoreSessionCommand>) {
+          replica.restore_session(c.spec, c.dir);
+        } else if constexpr (std::is_same_v<T, DropSessionCommand>) {
+          replica.drop_session(c.session);
         }
       },
       command);

@@ -45,11 +45,25 @@ struct LoadCommand {
   std::string session;
   std::string dir;
 };
+/// A new session (its trainer on every rank).
+struct CreateSessionCommand {
+  SessionRequest request;
+};
+/// A session back from its state folder.
+struct RestoreSessionCommand {
+  SessionSpec spec;
+  std::string dir;
+};
+/// A session's trainer forgotten (after its state was saved, or when it is deleted).
+struct DropSessionCommand {
+  std::string session;
+};
 struct PingCommand {};
 struct StopCommand {};
 
 using Command = std::variant<StepCommand, OptimStepCommand, ZeroGradientsCommand, SaveCommand, LoadCommand,
-                             PingCommand, StopCommand>;
+                             CreateSessionCommand, RestoreSessionCommand, DropSessionCommand, PingCommand,
+                             StopCommand>;
 
 std::string CommandName(const Command& command);
 /// Bytes for the other ranks (CBOR).

@@ -100,6 +100,19 @@ ServerConfig ServerConfig::FromJson(const json& j) {
     s.get("tokens", c.auth.tokens);
     s.get("read_only_tokens", c.auth.read_only_tokens);
     s.get("reflection_without_token", c.auth.reflection_without_token);
+    if (const json* scoped = s.sub("scoped_tokens")) {
+      if (!scoped->is_array()) throw InvalidArgument("config: 'auth.scoped_tokens' must be a list");
+      for (size_t i = 0; i < scoped->size(); ++i) {
+        Section t((*scoped)[i], "auth.scoped_tokens[" + std::to_string(i) + "]");
+        ScopedToken st;
+        t.get("token", st.token);
+        t.get("sessions", st.sessions);
+        t.get("access", st.access);
+        t.get("create", st.create);
+        t.done();
+        c.auth.scoped_tokens.push_back(std::move(st));
+      }
+    }
     s.done();
   }
   if (const json* t = top.sub("tls")) {
@@ -142,6 +155,19 @@ ServerConfig ServerConfig::FromJson(const json& j) {
     s.get("grpo", c.rollouts.grpo);
     s.get("checkpoint_every", c.rollouts.checkpoint_every);
     s.get("audit_log", c.rollouts.audit_log);
+    s.done();
+  }
+  if (const json* ss = top.sub("sessions")) {
+    Section s(*ss, "sessions");
+    s.get("enabled", c.sessions.enabled);
+    s.get("max_sessions", c.sessions.max_sessions);
+    s.get("max_resident_sessions", c.sessions.max_resident_sessions);
+    s.get("idle_seconds", c.sessions.idle_seconds);
+    s.get("allow_full_finetuning", c.sessions.allow_full_finetuning);
+    s.get("max_lora_rank", c.sessions.max_lora_rank);
+    s.get("queue_depth", c.sessions.queue_depth);
+    s.get("state_dir", c.sessions.state_dir);
+    s.get("metrics_label", c.sessions.metrics_label);
     s.done();
   }
   top.get("resume", c.resume);
@@ -193,11 +219,25 @@ void ServerConfig::Validate() const {
     fail("limits.min_export_chunk_bytes must be in [1, 4194304]");
   }
   if (limits.max_streams < 1) fail("limits.max_streams must be >= 1");
-  for (const auto* list : {&auth.tokens, &auth.read_only_tokens}) {
+  const std::vector<std::string> scoped = [&] {
+    std::vector<std::string> out;
+    for (const auto& t : auth.scoped_tokens) out.push_back(t.token);
+    return out;
+  }();
+  for (size_t i = 0; i < auth.scoped_tokens.size(); ++i) {
+    const auto& t = auth.scoped_tokens[i];
+    const std::string f = "auth.scoped_tokens[" + std::to_string(i) + "]";
+    if (t.access != "read" && t.access != "write") fail(f + ".access must be read or write");
+    if (t.sessions.empty()) fail(f + ".sessions is empty: name the sessions (or \"prefix*\") it may use");
+    if (!sessions.enabled) fail(f + ": scoped tokens need sessions.enabled");
+  }
+  for (const std::vector<std::string>* list : {&auth.tokens, &auth.read_only_tokens, &scoped}) {
     for (size_t i = 0; i < list->size(); ++i) {
       const auto& t = (*list)[i];
-      const std::string field = std::string(list == &auth.tokens ? "auth.tokens" : "auth.read_only_tokens") + "[" +
-                                std::to_string(i) + "]";
+      const std::string field = std::string(list == &auth.tokens            ? "auth.tokens"
+                                            : list == &auth.read_only_tokens ? "auth.read_only_tokens"
+                                                                             : "auth.scoped_tokens") +
+                                "[" + std::to_string(i) + "]" + (list == &scoped ? ".token" : "");
       if (t.size() < kMinTokenLength) {
         fail(field + " is " + std::to_string(t.size()) + " characters; bearer tokens need at least " +
              std::to_string(kMinTokenLength) + " (e.g. `openssl rand -hex 24`)");
@@ -227,6 +267,19 @@ void ServerConfig::Validate() const {
   if (rollouts.checkpoint_every < 0) fail("rollouts.checkpoint_every must be >= 0");
   if (rollouts.checkpoint_every > 0 && checkpoint_dir.empty()) fail("rollouts.checkpoint_every needs checkpoint_dir");
   if (resume && checkpoint_dir.empty()) fail("resume needs checkpoint_dir");
+  if (sessions.enabled) {
+    if (checkpoint_dir.empty() && sessions.state_dir.empty()) {
+      fail("sessions.enabled needs checkpoint_dir (or sessions.state_dir): sessions are written to disk");
+    }
+    if (sessions.max_sessions < 1 || sessions.max_resident_sessions < 1) {
+      fail("sessions.max_sessions and sessions.max_resident_sessions must be >= 1");
+    }
+    if (sessions.idle_seconds < 0) fail("sessions.idle_seconds must be >= 0");
+    if (sessions.max_lora_rank < 1) fail("sessions.max_lora_rank must be >= 1");
+    if (sessions.queue_depth < 1) fail("sessions.queue_depth must be >= 1");
+    if (!rollouts.log.empty()) fail("rollouts.log is per session with sessions (in their state folders); leave it empty");
+    if (resume) fail("resume is for the default session; sessions resume from their state folders by themselves");
+  }
   trainer.Validate();
 }
 
@@ -262,6 +315,16 @@ json ServerConfig::ToJson(bool mask_secrets) const {
                           {"max_streams", limits.max_streams}}},
               {"auth", {{"tokens", secrets(auth.tokens)},
                         {"read_only_tokens", secrets(auth.read_only_tokens)},
+                        {"scoped_tokens", [&] {
+                           json out = json::array();
+                           for (const auto& t : auth.scoped_tokens) {
+                             out.push_back({{"token", mask_secrets ? "***" : t.token},
+                                            {"sessions", t.sessions},
+                                            {"access", t.access},
+                                            {"create", t.create}});
+                           }
+                           return out;
+                         }()},
                         {"reflection_without_token", auth.reflection_without_token}}},
               {"tls", {{"cert", tls.cert}, {"key", tls.key}, {"client_ca", tls.client_ca}}},
               {"checkpoint_dir", checkpoint_dir},
@@ -276,7 +339,21 @@ json ServerConfig::ToJson(bool mask_secrets) const {
                             {"grpo", rollouts.grpo},
                             {"checkpoint_every", rollouts.checkpoint_every},
                             {"audit_log", rollouts.audit_log}}},
+              {"sessions", {{"enabled", sessions.enabled},
+                            {"max_sessions", sessions.max_sessions},
+                            {"max_resident_sessions", sessions.max_resident_sessions},
+                            {"idle_seconds", sessions.idle_seconds},
+                            {"allow_full_finetuning", sessions.allow_full_finetuning},
+                            {"max_lora_rank", sessions.max_lora_rank},
+                            {"queue_depth", sessions.queue_depth},
+                            {"state_dir", sessions.state_dir},
+                            {"metrics_label", sessions.metrics_label}}},
               {"resume", resume}};
+}
+
+std::string ServerConfig::sessions_dir() const {
+  if (!sessions.state_dir.empty()) return sessions.state_dir;
+  return checkpoint_dir.empty() ? "" : checkpoint_dir + "/.sessions";
 }
 
 ModelSource ServerConfig::model_source() const {

@@ -44,9 +44,20 @@ struct LimitsSection {
   int64_t max_streams = 64;                  ///< WatchPolicy + PushRolloutsStream streams at once
 };
 
+/// A token limited to some sessions (a tenant): it sees, samples from, trains, exports and
+/// deletes only sessions whose name matches one of `sessions` ("alice" or a prefix
+/// pattern "alice-*"); other sessions do not exist for it (NOT_FOUND).
+struct ScopedToken {
+  std::string token;
+  std::vector<std::string> sessions;  ///< names or "prefix*" patterns
+  std::string access = "write";       ///< write | read (read: no training, no deletes)
+  bool create = false;                ///< may create sessions whose names match
+};
+
 struct AuthSection {
-  std::vector<std::string> tokens;            ///< bearer tokens with full access; empty = no auth
+  std::vector<std::string> tokens;            ///< bearer tokens with full access (admins); empty = no auth
   std::vector<std::string> read_only_tokens;  ///< may call GetInfo, ComputeLogprobs, ExportWeights, EstimateMemory
+  std::vector<ScopedToken> scoped_tokens;     ///< tokens limited to some sessions
   /// Server reflection without a token when auth is on (it lists the service and its
   /// messages); off by default then. Without auth it is always on.
   bool reflection_without_token = false;
@@ -78,6 +89,18 @@ struct MetricsSection {
   std::string listen;  ///< host:port of the Prometheus /metrics HTTP endpoint; port 0 picks one; "" = off
 };
 
+struct SessionsSection {
+  bool enabled = false;               ///< host sessions (adapters on a frozen, shared base); off = one default session
+  int64_t max_sessions = 64;          ///< sessions in all (resident or written to disk)
+  int64_t max_resident_sessions = 8;  ///< sessions held in device memory; the least recently used idle one is written out
+  double idle_seconds = 600;          ///< a session unused this long is written to disk (0 = never by time)
+  bool allow_full_finetuning = false;  ///< sessions may train a whole copy of the base
+  int64_t max_lora_rank = 256;        ///< largest adapter rank a session may ask for
+  int64_t queue_depth = 16;           ///< jobs one session may have waiting (RESOURCE_EXHAUSTED names it)
+  std::string state_dir;              ///< where sessions live on disk; "" = <checkpoint_dir>/.sessions
+  bool metrics_label = false;         ///< label request metrics with the session (cardinality!)
+};
+
 struct RolloutSection {
   int64_t groups_per_step = 8;    ///< queued GRPO groups that trigger a server-side step
   int64_t max_staleness = 4;      ///< drop groups sampled by a version older than current - this
@@ -103,6 +126,7 @@ struct ServerConfig {
   LogSection log;
   KeepaliveSection keepalive;
   RolloutSection rollouts;
+  SessionsSection sessions;
   bool resume = false;           ///< at start, load the newest complete checkpoint in checkpoint_dir
   MetricsSection metrics;
 
@@ -114,6 +138,8 @@ struct ServerConfig {
   void Validate() const;
   /// The model as a ModelSource (the device as configured).
   ModelSource model_source() const;
+  /// Where sessions live on disk (sessions.state_dir or <checkpoint_dir>/.sessions).
+  std::string sessions_dir() const;
 };
 
 }  // namespace streambp::server

@@ -1,15 +1,23 @@
 #pragma once
 /// The TrainingHost: everything the server does, in core types, without gRPC (DESIGN §1).
-/// It owns the model (through its Executor: one process, or rank 0 of many), the device
-/// worker that runs jobs one at a time, the request-id cache, the rollout queue and its
-/// log, the policy hub and admission. The gRPC edge converts a request, calls one method
-/// here and finishes the call when `done` runs.
+/// It owns the base model and the sessions' trainers (through its Executor: one process,
+/// or rank 0 of many), the device worker that runs jobs one at a time (round-robin across
+/// sessions), the request-id cache, each session's rollout queue and policy hub, and
+/// admission. The gRPC edge converts a request, calls one method here and finishes the call
+/// when `done` runs.
 ///
-/// Lifecycle: Create() builds the model and trainer (resuming the newest checkpoint when
-/// configured) and starts the device thread; shutdown() drains: no new calls, the running
-/// job finishes (or, when shutdown.grace_seconds runs out, is abandoned at its next chunk
-/// boundary and rolled back), waiting jobs are answered Unavailable, then the optional
-/// shutdown checkpoint is written and the other ranks are stopped.
+/// Sessions (DESIGN §6): with sessions.enabled the base is frozen and shared; a session is
+/// a LoRA adapter (or a full copy, where allowed) with its own optimizer, step, version,
+/// rollout queue, watchers and checkpoints. At most sessions.max_resident_sessions are held
+/// in device memory; the least recently used idle one is written to its state folder and
+/// read back, bit-exact, on its next request. Without sessions there is one session, ""
+/// (the whole model), and everything works as it always did.
+///
+/// Lifecycle: Create() builds the model (resuming the newest checkpoint when configured)
+/// and finds the sessions on disk; shutdown() drains: no new calls, the running job finishes
+/// (or, when shutdown.grace_seconds runs out, is abandoned at its next chunk boundary and
+/// rolled back), waiting jobs are answered Unavailable, resident sessions are written to
+/// disk, the optional shutdown checkpoint is written and the other ranks are stopped.
 ///
 /// Thread-safety: every public method may be called from any thread. Methods that take a
 /// `Done` return at once; `done` runs exactly once, on the device thread, the host's I/O
@@ -20,6 +28,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,6 +40,10 @@
 #include "telemetry.h"
 #include "types.h"
 
+namespace streambp {
+class Trainer;
+}
+
 namespace streambp::server {
 
 class Admission;
@@ -39,6 +52,7 @@ class RequestCache;
 class RolloutQueue;
 struct ApplyHooks;
 struct StepCommand;
+struct HostSession;
 enum class StepKind;
 
 class TrainingHost {
@@ -54,41 +68,52 @@ class TrainingHost {
   TrainingHost(const TrainingHost&) = delete;
   TrainingHost& operator=(const TrainingHost&) = delete;
 
-  // --- Reads, answered at once ---------------------------------------------------------
+  // --- Reads, answered at once (`session` "" = the default session) -------------------------
   HostInfo info() const;
   const ServerConfig& config() const { return config_; }
   const InputLimits& limits() const { return limits_; }
-  EstimateReply estimate(int64_t rows, int64_t seq_len, const EngineRequest& engine) const;
-  RolloutStats rollout_stats() const;
-  int64_t step() const { return step_; }
-  int64_t policy_version() const { return version_; }
+  bool sessions_enabled() const { return config_.sessions.enabled; }
+  EstimateReply estimate(const std::string& session, int64_t rows, int64_t seq_len,
+                         const EngineRequest& engine) const;
+  RolloutStats rollout_stats(const std::string& session = "") const;
+  int64_t step(const std::string& session = "") const;
+  int64_t policy_version(const std::string& session = "") const;
   /// Non-empty once a rank is gone: every call is then answered Unavailable with it.
   std::string broken_reason() const;
 
-  // --- Work on the device ----------------------------------------------------------------
+  // --- Sessions ------------------------------------------------------------------------------
+  void create_session(CallContext ctx, SessionRequest request, Done<SessionReport> done);
+  void delete_session(CallContext ctx, std::string name, Done<std::string> done);
+  /// NotFound for an unknown name.
+  SessionReport session_report(const std::string& name) const;
+  std::vector<SessionReport> list_sessions() const;
+
+  // --- Work on the device (each names its session in ctx.session) ----------------------------
   void forward_backward(CallContext ctx, StepRequest request, Done<StepStats> done);
   void train_step(CallContext ctx, StepRequest request, Done<TrainStats> done);
   void optim_step(CallContext ctx, Done<OptimStats> done);
   void compute_logprobs(CallContext ctx, LogprobsRequest request, Done<LogprobsReply> done);
+  /// Generation runs in slices of decode steps: other sessions' jobs take turns between them.
   void sample(CallContext ctx, SampleRequest request, Done<SampleReply> done);
-  /// `name` empty: "step-<step>". A name inside checkpoint_dir ([A-Za-z0-9._-]).
+  /// `name` empty: "step-<step>". A name inside the session's checkpoint folder.
   void save_checkpoint(CallContext ctx, std::string name, Done<CheckpointReply> done);
   /// `name` empty: the newest complete checkpoint.
   void load_checkpoint(CallContext ctx, std::string name, Done<CheckpointReply> done);
-  /// The current weights (one shared snapshot per version); `version` != 0 and not the
-  /// current one: served anyway, with a note.
-  void export_weights(CallContext ctx, int64_t version, Done<ExportReply> done);
+  /// The current weights (one shared snapshot per version): the model, or for an adapter
+  /// session its PEFT adapter (`merged`: the base with the adapter folded in).
+  void export_weights(CallContext ctx, int64_t version, bool merged, Done<ExportReply> done);
 
-  // --- The RL loop -----------------------------------------------------------------------
+  // --- The RL loop ---------------------------------------------------------------------------
   /// Validates, queues and (with a log) makes the groups durable on the host's I/O thread,
-  /// then answers one ack per item, in order; starts a server-side step when enough are
-  /// queued.
+  /// then answers one ack per item, in order; starts a server-side step of a session when
+  /// enough of its groups are queued. Each item names its session (PushItem::session).
   void push_rollouts(CallContext ctx, std::vector<PushItem> items, Done<std::vector<RolloutAck>> done);
-  /// Registers a watcher (Unavailable while draining).
-  void watch_policy(PolicySink* sink, int64_t since);
-  void unwatch_policy(PolicySink* sink);
+  /// Registers a watcher of a session's policy versions (Unavailable while draining,
+  /// NotFound for an unknown session).
+  void watch_policy(const std::string& session, PolicySink* sink, int64_t since);
+  void unwatch_policy(const std::string& session, PolicySink* sink);
 
-  // --- Bounded resources of streaming calls -----------------------------------------------
+  // --- Bounded resources of streaming calls ----------------------------------------------------
   /// A slot held for the life of a stream; released when the last copy goes.
   using Lease = std::shared_ptr<void>;
   /// ResourceExhausted when limits.max_streams streams are open.
@@ -107,21 +132,39 @@ class TrainingHost {
 
  private:
   explicit TrainingHost(const ServerConfig& config);
+
+  // host.cpp: the common path.
   template <class T>
-  void submit(CallContext ctx, bool mutating, std::function<std::shared_ptr<const T>()> work, Done<T> done,
-              size_t answer_bytes = 256);
+  void submit(const CallContext& ctx, const std::shared_ptr<HostSession>& session, bool mutating,
+              std::function<std::shared_ptr<const T>()> work, Done<T> done, size_t answer_bytes = 256);
   void check_admitted(const CallContext& ctx) const;
+  std::shared_ptr<HostSession> find(const std::string& name) const;
   ApplyHooks hooks_for(const CallContext& ctx);
-  StepStats run_forward_backward(const CallContext& ctx, const StepCommand& command, const EngineOptions& resolved);
-  OptimStats run_optim_step(const std::string& session);
-  StepCommand prepare_step(const CallContext& ctx, StepRequest& request, StepKind kind, EngineOptions* resolved);
-  void publish_state();
-  void announce(const std::string& source, const StepResult* forward, int64_t groups_consumed);
-  void schedule_rollout_step();
-  void run_rollout_step();
-  std::string checkpoint_path(const std::string& name) const;
+  void publish_state(HostSession& s);
+  void announce(HostSession& s, const std::string& source, const StepResult* forward, int64_t groups_consumed);
+  std::string checkpoint_path(const HostSession& s, const std::string& name) const;
   void mark_broken(const std::string& reason);
   void on_memory_refusal(const std::string& reason);
+  int64_t resident_bytes(const std::string& except) const;
+
+  // host_steps.cpp
+  StepStats run_forward_backward(const CallContext& ctx, HostSession& s, const StepCommand& command,
+                                 const EngineOptions& resolved);
+  OptimStats run_optim_step(HostSession& s);
+  StepCommand prepare_step(const CallContext& ctx, HostSession& s, StepRequest& request, StepKind kind,
+                           EngineOptions* resolved);
+
+  // host_sessions.cpp: the registry and residency (device thread).
+  void open_sessions();
+  Trainer& use(HostSession& s);
+  void evict(HostSession& s);
+  void evict_idle();
+  void write_spec(const HostSession& s) const;
+
+  // host_rollouts.cpp
+  void schedule_rollout_step(const std::shared_ptr<HostSession>& s);
+  void run_rollout_step(HostSession& s);
+  void audit(const HostSession& s, const nlohmann::json& record);
 
   ServerConfig config_;
   InputLimits limits_;
@@ -129,21 +172,15 @@ class TrainingHost {
   std::unique_ptr<Admission> admission_;
   std::unique_ptr<DeviceWorker> worker_;
   std::unique_ptr<RequestCache> cache_;
-  std::unique_ptr<RolloutQueue> rollouts_;
-  PolicyHub hub_;
   HostTelemetry* telemetry_ = nullptr;
   HostInfo info_;  // the parts that never change
+  std::string run_id_;  // this process's id in the audit log
 
-  std::atomic<int64_t> step_{0}, version_{0}, pending_{0};
-  std::atomic<int64_t> weights_generation_{0};     // +1 whenever the weights change
-  std::shared_ptr<const WeightsSnapshot> snapshot_;  // device thread
-  int64_t snapshot_generation_ = -1;
+  mutable std::mutex sessions_mutex_;
+  std::map<std::string, std::shared_ptr<HostSession>> sessions_;
+
   std::atomic<bool> draining_{false}, abort_running_{false};
   std::atomic<int64_t> streams_{0}, exports_{0};
-  std::atomic<int64_t> invalid_groups_{0}, dropped_since_update_{0};
-  std::atomic<bool> rollout_step_scheduled_{false};
-  std::string run_id_;  // this process's id in the audit log
-  void audit(const nlohmann::json& record);
 
   mutable std::mutex broken_mutex_;
   std::string broken_reason_;
@@ -155,10 +192,11 @@ class TrainingHost {
   bool io_stopping_ = false;
   std::thread io_thread_;
 
-  // Data parallel: a ping every quarter of the timeout keeps idle ranks in their collective.
-  std::thread heartbeat_;
-  std::mutex heartbeat_mutex_;
-  std::condition_variable heartbeat_cv_;
+  // Background: a ping every quarter of the timeout keeps idle ranks in their collective;
+  // idle sessions are written to disk.
+  std::thread background_;
+  std::mutex background_mutex_;
+  std::condition_variable background_cv_;
 
   std::mutex shutdown_mutex_;
   bool shut_down_ = false;
@@ -168,5 +206,7 @@ class TrainingHost {
 /// A checkpoint name: [A-Za-z0-9._-]+, not starting with '.', at most 128 characters.
 /// InvalidArgument otherwise (it is a name inside the checkpoint directory, never a path).
 void ValidateCheckpointName(const std::string& name);
+/// A session name: [A-Za-z0-9._-], 1 to 64 characters, not starting with '.'.
+void ValidateSessionName(const std::string& name);
 
 }  // namespace streambp::server

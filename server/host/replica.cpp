@@ -10,25 +10,112 @@ namespace streambp::server {
 std::unique_ptr<Replica> Replica::Create(const ServerConfig& config, const torch::Device& device,
                                          std::shared_ptr<Communicator> comm) {
   std::unique_ptr<Replica> r(new Replica());
-  auto model = LoadOrInitModel(config.model_source(), &device);
-  r->model_config_ = model->config();
+  r->base_ = LoadOrInitModel(config.model_source(), &device);
+  r->device_ = device;
+  r->model_config_ = r->base_->config();
   r->dtype_ = ParseDtype(config.model.dtype);
   r->trainer_options_ = config.trainer;
   r->trainer_options_.max_sequence_length = config.limits.max_sequence_length;
-  r->trainer_ = Trainer::Create(model, r->trainer_options_);
   r->comm_ = std::move(comm);
-  if (r->comm_) r->trainer_->set_communicator(r->comm_);
+  r->sessions_ = config.sessions.enabled;
+  if (r->sessions_) {
+    for (auto& p : r->base_->parameters()) p.requires_grad_(false);  // shared and frozen
+  } else {
+    auto trainer = Trainer::Create(r->base_, r->trainer_options_);
+    if (r->comm_) trainer->set_communicator(r->comm_);
+    r->trainers_[""] = std::move(trainer);
+  }
   return r;
 }
 
 Trainer& Replica::trainer(const std::string& session) {
-  if (!session.empty()) throw NotFound("no session named '" + session + "'");
-  return *trainer_;
+  auto it = trainers_.find(session);
+  if (it == trainers_.end()) {
+    throw NotFound(session.empty() ? "this server hosts sessions: name one (CreateSession, ListSessions)"
+                                   : "no session named '" + session + "'");
+  }
+  return *it->second;
+}
+
+std::vector<std::string> Replica::resident_sessions() const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : trainers_) out.push_back(name);
+  return out;
+}
+
+TrainerOptions Replica::options_of(const SessionSpec& spec) const {
+  TrainerOptions o = spec.trainer;
+  // The engine, layout, micro-batches, limits and the reference are the server's.
+  o.engine = trainer_options_.engine;
+  o.layout = trainer_options_.layout;
+  o.micro_batch_tokens = trainer_options_.micro_batch_tokens;
+  o.max_sequence_length = trainer_options_.max_sequence_length;
+  o.overlap_grad_reduce = trainer_options_.overlap_grad_reduce;
+  o.grad_bucket_bytes = trainer_options_.grad_bucket_bytes;
+  o.reference = trainer_options_.reference;
+  o.Validate();
+  return o;
+}
+
+CausalLM Replica::base_copy() const {
+  CausalLM copy(model_config_);
+  copy->to(dtype_);
+  copy->to(device_);
+  copy->load_hf_tensors(base_->hf_tensors());
+  return copy;
+}
+
+void Replica::create_session(const SessionRequest& request) {
+  const auto& spec = request.spec;
+  if (trainers_.count(spec.name)) throw AlreadyExists("a session named '" + spec.name + "' exists");
+  std::unique_ptr<Trainer> trainer;
+  if (spec.full) {
+    trainer = Trainer::Create(base_copy(), options_of(spec));
+  } else {
+    std::shared_ptr<LoraAdapter> adapter;
+    if (!request.adapter_safetensors.empty()) {
+      // An uploaded PEFT adapter: its own config must agree with the spec's.
+      auto peft = LoraConfig::FromPeftJson(nlohmann::json::parse(request.adapter_config_json));
+      peft.seed = spec.lora.seed;
+      adapter = LoraAdapter::Create(model_config_, peft, adapter_dtype(), device_);
+      adapter->load_peft_tensors(ParseSafetensors(request.adapter_safetensors, "adapter_model.safetensors").tensors);
+    } else {
+      adapter = LoraAdapter::Create(model_config_, spec.lora, adapter_dtype(), device_);
+    }
+    auto options = options_of(spec);
+    options.reference.dir.clear();  // the reference is the base with the adapter off
+    trainer = Trainer::Create(base_, options, adapter);
+  }
+  if (comm_) trainer->set_communicator(comm_);
+  trainers_[spec.name] = std::move(trainer);
+}
+
+void Replica::restore_session(const SessionSpec& spec, const std::string& dir) {
+  if (trainers_.count(spec.name)) return;  // resident already
+  auto options = options_of(spec);
+  std::unique_ptr<Trainer> trainer;
+  if (spec.full) {
+    trainer = Trainer::LoadCheckpoint(dir, &options);
+  } else {
+    options.reference.dir.clear();
+    trainer = Trainer::LoadCheckpoint(dir, &options, base_);
+  }
+  if (comm_) trainer->set_communicator(comm_);
+  trainers_[spec.name] = std::move(trainer);
+}
+
+void Replica::drop_session(const std::string& name) {
+  auto it = trainers_.find(name);
+  if (it == trainers_.end()) return;
+  trainers_.erase(it);
+  if (sessions_) base_->set_adapter(nullptr);  // the dropped adapter may be the attached one
 }
 
 void Replica::load(const std::string& session, const std::string& dir) {
-  trainer(session);  // the session exists
-  auto loaded = Trainer::LoadCheckpoint(dir, &trainer_options_);
+  auto& current = trainer(session);
+  TrainerOptions options = current.options();
+  const bool adapter = static_cast<bool>(current.adapter());
+  auto loaded = adapter ? Trainer::LoadCheckpoint(dir, &options, base_) : Trainer::LoadCheckpoint(dir, &options);
   auto shape = [](const ModelConfig& c) {
     auto j = c.ToJson();
     j.erase("torch_dtype");
@@ -38,8 +125,28 @@ void Replica::load(const std::string& session, const std::string& dir) {
     throw FailedPrecondition("the checkpoint holds a different model (" + loaded->model()->config().architecture +
                              ", other sizes) than this server serves");
   }
+  if (adapter != static_cast<bool>(loaded->adapter())) {
+    throw FailedPrecondition(adapter ? "the checkpoint holds a whole model, not an adapter of this session"
+                                     : "the checkpoint holds an adapter; this session trains the whole model");
+  }
+  if (adapter && loaded->adapter()->config().ToJson() != current.adapter()->config().ToJson()) {
+    throw FailedPrecondition("the checkpoint's adapter (r " + std::to_string(loaded->adapter()->config().r) +
+                             ") is not configured as this session's (r " +
+                             std::to_string(current.adapter()->config().r) + ")");
+  }
   if (comm_) loaded->set_communicator(comm_);
-  trainer_ = std::move(loaded);
+  if (!sessions_) base_ = loaded->model();  // the old weights go
+  trainers_[session] = std::move(loaded);
+}
+
+int64_t Replica::session_bytes(const std::string& session) {
+  auto& t = trainer(session);
+  int64_t bytes = t.optimizer_state_bytes();
+  for (const auto& [name, p] : t.trainable()) {
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    if (p.grad().defined()) bytes += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+  }
+  return bytes;
 }
 
 }  // namespace streambp::server

@@ -15,6 +15,7 @@
 #include "streambp/batch.h"
 #include "streambp/engine.h"
 #include "streambp/estimate.h"
+#include "streambp/lora.h"
 #include "streambp/objective.h"
 #include "streambp/sampler.h"
 #include "streambp/trainer_options.h"
@@ -26,6 +27,7 @@ using Clock = std::chrono::steady_clock;
 /// Who calls and until when: what every host method gets besides its input.
 struct CallContext {
   std::string method;      ///< for logs and metrics ("TrainStep")
+  std::string session;     ///< the session the call is for ("" = the default session)
   std::string request_id;  ///< mutating calls: a repeated id returns the first answer
   std::string digest;      ///< of the request body without its id: a reused id with another body is refused
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
@@ -123,9 +125,10 @@ struct CheckpointReply {
 
 /// One serialized version of the weights, shared by every export of that version.
 struct WeightsSnapshot {
-  std::string bytes;  ///< a safetensors file, HF names
+  std::string format = "model";  ///< "model" (model.safetensors + config.json) | "peft_adapter"
+  std::string bytes;             ///< the safetensors file (HF names, or PEFT's)
   std::string sha256;
-  std::string config_json;
+  std::string config_json;       ///< config.json, or adapter_config.json
   int64_t policy_version = 0;
 };
 
@@ -139,6 +142,41 @@ struct EstimateReply {
   EngineKind engine = EngineKind::kStream;
   int64_t budget_bytes = 0;
   bool fits = true;
+};
+
+// --- Sessions ----------------------------------------------------------------------------
+
+/// What a session is and how it trains (persisted as spec.json in its state folder).
+struct SessionSpec {
+  std::string name;
+  bool full = false;        ///< full fine-tuning of a copy of the base; else a LoRA adapter
+  LoraConfig lora;          ///< the adapter (when !full)
+  TrainerOptions trainer;   ///< optimizer, schedule, clipping (engine and limits: the server's)
+  int64_t groups_per_step = 8;
+  int64_t max_staleness = 4;
+  nlohmann::json grpo = nlohmann::json::object();  ///< GRPO options of its rollout steps
+
+  nlohmann::json ToJson() const;
+  static SessionSpec FromJson(const nlohmann::json& j);
+};
+
+/// CreateSession in core terms: the spec, and optionally an uploaded PEFT adapter to start from.
+struct SessionRequest {
+  SessionSpec spec;
+  std::string adapter_config_json;  ///< with adapter_safetensors: start from this adapter
+  std::string adapter_safetensors;
+};
+
+/// What GetSession / ListSessions report.
+struct SessionReport {
+  SessionSpec spec;
+  int64_t step = 0;
+  int64_t policy_version = 0;
+  bool resident = false;
+  int64_t trainable_parameters = 0;
+  int64_t device_bytes = 0;
+  double idle_seconds = 0;
+  int64_t pending_micro_batches = 0;
 };
 
 // --- The RL loop ---------------------------------------------------------------------
@@ -160,6 +198,7 @@ struct RolloutGroup {
 /// A pushed group as the edge converted it: the group, or why it could not be converted.
 struct PushItem {
   int index = 0;
+  std::string session;  ///< the session the group trains
   std::optional<RolloutGroup> group;
   std::string error;  ///< set when group is empty: the conversion's message (field named)
 };
@@ -202,6 +241,7 @@ struct PolicyUpdate {
 
 /// What GetInfo reports.
 struct HostInfo {
+  bool sessions = false;  ///< the server hosts sessions
   ModelConfig model;
   int64_t num_parameters = 0;
   std::string dtype, device;

@@ -74,7 +74,7 @@ CallContext Ctx(const std::string& method, const std::string& id = "", const std
 }
 
 TensorMap Weights(TrainingHost& host) {
-  auto o = Wait<ExportReply>([&](auto done) { host.export_weights(Ctx("ExportWeights"), 0, done); });
+  auto o = Wait<ExportReply>([&](auto done) { host.export_weights(Ctx("ExportWeights"), 0, false, done); });
   EXPECT_TRUE(o.ok()) << ErrorOf(o.error);
   return ParseSafetensors(o.value->snapshot->bytes, "weights").tensors;
 }
@@ -158,7 +158,7 @@ TEST(Host, RolloutStepTrainsQueuedGroups) {
     RolloutGroup group;
     group.prompt = {1, 2, 3};
     group.completions = {{{4, 5}, 1.0, {}, {}}, {{6}, 0.0, {}, {}}};
-    items.push_back(PushItem{g, group, ""});
+    items.push_back(PushItem{g, "", group, ""});
   }
   auto acks = Wait<std::vector<RolloutAck>>([&](auto done) { host->push_rollouts(Ctx("PushRollouts"), items, done); });
   ASSERT_TRUE(acks.ok()) << ErrorOf(acks.error);

@@ -212,7 +212,7 @@ TEST(HostRollouts, AStepWhoseConsumedRecordCannotBeWrittenIsNotApplied) {
   auto host = TrainingHost::Create(c);
   auto push = [&](std::vector<RolloutGroup> groups) {
     std::vector<PushItem> items;
-    for (size_t i = 0; i < groups.size(); ++i) items.push_back(PushItem{static_cast<int>(i), groups[i], ""});
+    for (size_t i = 0; i < groups.size(); ++i) items.push_back(PushItem{static_cast<int>(i), "", groups[i], ""});
     CallContext ctx;
     ctx.method = "PushRollouts";
     return Wait<std::vector<RolloutAck>>([&](auto done) { host->push_rollouts(ctx, items, done); });

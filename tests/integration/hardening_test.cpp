@@ -240,8 +240,8 @@ TEST(Hardening, ExportsShareASnapshotAreBoundedAndHaveAChunkFloor) {
   std::promise<std::shared_ptr<const server::WeightsSnapshot>> p1, p2;
   server::CallContext c;
   c.method = "ExportWeights";
-  host.export_weights(c, 0, [&](const server::Outcome<server::ExportReply>& o) { p1.set_value(o.value->snapshot); });
-  host.export_weights(c, 0, [&](const server::Outcome<server::ExportReply>& o) { p2.set_value(o.value->snapshot); });
+  host.export_weights(c, 0, false, [&](const server::Outcome<server::ExportReply>& o) { p1.set_value(o.value->snapshot); });
+  host.export_weights(c, 0, false, [&](const server::Outcome<server::ExportReply>& o) { p2.set_value(o.value->snapshot); });
   EXPECT_EQ(p1.get_future().get().get(), p2.get_future().get().get());
 }
 

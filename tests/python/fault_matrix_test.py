@@ -18,9 +18,11 @@
 The disk-full cases mount small tmpfs file systems: they need root (CI runs as root);
 elsewhere they are skipped with the reason.
 """
+import atexit
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +35,20 @@ from streambp.v1 import trainer_pb2_grpc as rpc
 
 SERVER = sys.argv[1]
 TMP = tempfile.mkdtemp(prefix="streambp-faults-")
+RUNNING = []  # servers to kill and mounts to drop when the test ends, however it ends
+MOUNTS = []
+
+
+def cleanup():
+    for proc in RUNNING:
+        if proc.poll() is None:
+            proc.kill()
+    for path in MOUNTS:
+        subprocess.run(["umount", "-l", path], capture_output=True)
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+atexit.register(cleanup)
 
 
 def fail(what):
@@ -57,6 +73,7 @@ class Server:
         self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen([SERVER, "serve", "--config", path, "--listen", "127.0.0.1:0",
                                       "--port-file", self.port_file], stdout=self.log, stderr=self.log)
+        RUNNING.append(self.proc)
         for _ in range(1200):
             if os.path.exists(self.port_file) and open(self.port_file).read().strip():
                 break
@@ -105,6 +122,8 @@ class Tmpfs:
                            capture_output=True, text=True)
         self.ok = r.returncode == 0
         self.why = r.stderr.strip()
+        if self.ok:
+            MOUNTS.append(self.path)
 
     def fill(self):
         fd = os.open(os.path.join(self.path, ".filler"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)

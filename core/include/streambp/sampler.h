@@ -33,4 +33,26 @@ struct SampledCompletion {
 std::vector<SampledCompletion> SampleCompletions(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                                  const SampleOptions& options);
 
+/// The same generation in slices, so that a server can give the device to other work
+/// between them: step() runs the prefill on its first call and then up to `decode_steps`
+/// tokens per call. The model must be in the same state (weights, attached adapter) at
+/// every call. The result equals SampleCompletions' for the same arguments.
+class SampleRun {
+ public:
+  /// Validates as SampleCompletions does (InvalidArgument); computes nothing yet.
+  SampleRun(CausalLM model, std::vector<std::vector<int64_t>> prompts, SampleOptions options);
+  ~SampleRun();
+  SampleRun(const SampleRun&) = delete;
+  SampleRun& operator=(const SampleRun&) = delete;
+  /// Advances; true once every completion has finished.
+  bool step(int64_t decode_steps);
+  bool done() const;
+  /// The completions (prompt by prompt, n each); call once done().
+  std::vector<SampledCompletion> take();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 }  // namespace streambp

@@ -96,7 +96,7 @@ std::unique_ptr<Trainer> Trainer::Create(CausalLM model, const TrainerOptions& o
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::trainable() const {
-  return adapter_ ? adapter_->named_parameters() : trainable();
+  return adapter_ ? adapter_->named_parameters() : model_->named_hf_parameters();
 }
 
 void Trainer::activate() { model_->set_adapter(adapter_); }

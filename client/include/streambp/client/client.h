@@ -72,6 +72,9 @@ struct ClientOptions {
   int64_t max_message_bytes = 64 << 20;   ///< largest message sent or received
   RetryPolicy retry;                      ///< retries of UNAVAILABLE
   bool wait_for_ready = false;            ///< wait for the channel to connect (up to the deadline) instead of failing fast
+  /// The session every call names when its request leaves `session` empty ("" = the
+  /// server's default session, on servers without sessions).
+  std::string session;
 };
 
 /// Per-call overrides.
@@ -86,7 +89,8 @@ struct ExportedWeights {
   std::string data;         ///< the file's bytes (empty when written to a file)
   int64_t total_bytes = 0;
   std::string sha256;       ///< lowercase hex
-  std::string config_json;  ///< config.json of the model
+  std::string config_json;  ///< config.json of the model (adapter_config.json for an adapter)
+  std::string format = "model";  ///< "model" (model.safetensors) | "peft_adapter" (adapter_model.safetensors)
 };
 
 /// A new random request id: 128 bits as 32 lowercase hex digits. Thread-safe.
@@ -146,6 +150,13 @@ class Client {
   /// Predicted peak memory of a step and whether it fits.
   Result<v1::EstimateMemoryResponse> EstimateMemory(const v1::EstimateMemoryRequest& request,
                                                     const CallOptions& call = {}) const;
+
+  /// Sessions (servers with sessions): create (mutating, with a request id), inspect, list
+  /// (those the token may see) and delete.
+  Result<v1::SessionInfo> CreateSession(v1::CreateSessionRequest request, const CallOptions& call = {}) const;
+  Result<v1::SessionInfo> GetSession(const std::string& name, const CallOptions& call = {}) const;
+  Result<v1::ListSessionsResponse> ListSessions(const CallOptions& call = {}) const;
+  Result<v1::DeleteSessionResponse> DeleteSession(const std::string& name, const CallOptions& call = {}) const;
 
  private:
   Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);

@@ -1,0 +1,39 @@
+#pragma once
+// Rank 0's state of one session (internal to the host; the replica holds its trainer).
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "policy_hub.h"
+#include "rollout_queue.h"
+#include "types.h"
+
+namespace streambp::server {
+
+struct HostSession {
+  SessionSpec spec;
+  std::string dir;  ///< its state folder (spec.json, state/, rollouts.log); "" for the default session
+  std::unique_ptr<RolloutQueue> rollouts;
+  PolicyHub hub;
+  std::atomic<int64_t> step{0}, version{0}, pending{0};
+  std::atomic<int64_t> weights_generation{0};  ///< +1 whenever its weights change
+  std::shared_ptr<const WeightsSnapshot> snapshot;  ///< device thread: the last export's
+  int64_t snapshot_generation = -1;
+  bool snapshot_merged = false;
+  std::atomic<int64_t> invalid_groups{0}, dropped_since_update{0};
+  std::atomic<bool> rollout_step_scheduled{false};
+  std::atomic<bool> resident{false};
+  std::atomic<bool> ready{false};    ///< created (a session being created is not ready yet)
+  std::atomic<bool> deleted{false};  ///< new calls do not find it
+  std::atomic<int64_t> device_bytes{0}, trainable_parameters{0};
+  std::atomic<int64_t> last_used_ns{std::chrono::steady_clock::now().time_since_epoch().count()};
+
+  void touch() { last_used_ns = std::chrono::steady_clock::now().time_since_epoch().count(); }
+  double idle_seconds() const {
+    return static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() - last_used_ns) / 1e9;
+  }
+  std::string state_dir() const { return dir + "/state"; }
+};
+
+}  // namespace streambp::server

@@ -1,0 +1,429 @@
+// The TrainingHost's work on the device: steps, log-probs, sampling, checkpoints, exports.
+// Each method admits on the caller's thread (validation, budgets) and submits the work.
+#include <filesystem>
+
+#include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "admission.h"
+#include "executor.h"
+#include "host.h"
+#include "host_session.h"
+#include "streambp/error.h"
+#include "streambp/memory.h"
+#include "streambp/sampler.h"
+#include "weights_snapshot.h"
+
+namespace streambp::server {
+namespace {
+
+double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+template <class T>
+std::shared_ptr<const T> Share(T value) {
+  return std::make_shared<const T>(std::move(value));
+}
+
+// Errors name the checkpoint, never the server's paths (those go to the log).
+[[noreturn]] void RethrowWithoutPaths(const std::string& dir, const std::string& what) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    std::string message = e.what();
+    spdlog::warn("{}: {}", what, message);
+    for (size_t at; !dir.empty() && (at = message.find(dir)) != std::string::npos;) {
+      message.replace(at, dir.size(), "<checkpoint_dir>");
+    }
+    throw Error(e.code(), message);
+  }
+}
+
+constexpr int64_t kDecodeSlice = 16;  // decode steps of a Sample between turns of other sessions
+
+}  // namespace
+
+// --- Steps -----------------------------------------------------------------------------------
+
+StepCommand TrainingHost::prepare_step(const CallContext& ctx, HostSession& s, StepRequest& request, StepKind kind,
+                                       EngineOptions* resolved) {
+  if (request.sequences.empty()) throw InvalidArgument("the batch is empty");
+  CreateObjective(request.objective, request.objective_options);  // unknown objective or options: refused now
+  *resolved = admission_->resolve_engine(request.engine);
+  const LoraConfig* lora = config_.sessions.enabled && !s.spec.full ? &s.spec.lora : nullptr;
+  admission_->admit_step(request.sequences, request.tokens, request.engine.any_chunk(), resolved, lora,
+                         resident_bytes(s.spec.name));
+  StepCommand command;
+  command.session = ctx.session;
+  command.kind = kind;
+  command.sequences = std::move(request.sequences);
+  command.objective = request.objective;
+  command.options = request.objective_options;
+  command.engine = *resolved;
+  return command;
+}
+
+StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession& s, const StepCommand& command,
+                                             const EngineOptions& resolved) {
+  const auto start = Clock::now();
+  use(s);
+  memory::ResetPeak();
+  const int64_t live_before = memory::LiveBytes();
+  CommandResult r;
+  {
+    memory::ScopedBudget budget(config_.limits.memory_budget_bytes);
+    try {
+      r = executor_->run(command, hooks_for(ctx));
+    } catch (const c10::OutOfMemoryError&) {
+      on_memory_refusal("out_of_memory");
+      throw;
+    }
+  }
+  StepStats st;
+  st.result = r.step;
+  st.sequences = static_cast<int64_t>(command.sequences.size());
+  const auto& topts = executor_->replica().trainer_options();
+  st.micro_batches =
+      static_cast<int64_t>(SplitMicroBatches(command.sequences, topts.layout, topts.micro_batch_tokens).size());
+  int64_t longest = 0;
+  for (const auto& q : command.sequences) longest = std::max<int64_t>(longest, q.tokens.size());
+  st.engine = resolved.kind;
+  st.chunks = ResolveChunks(resolved, longest);
+  st.peak_memory_bytes = memory::PeakBytes() - live_before;
+  st.seconds = Since(start);
+  st.queue_seconds = std::chrono::duration<double>(start - ctx.received).count();
+  if (telemetry_) telemetry_->on_forward_backward(st);
+  return st;
+}
+
+OptimStats TrainingHost::run_optim_step(HostSession& s) {
+  const auto start = Clock::now();
+  auto& trainer = use(s);
+  OptimStats o;
+  o.optim = executor_->run(OptimStepCommand{s.spec.name}).optim;
+  if (!o.optim.skipped) ++s.weights_generation;
+  o.policy_version = trainer.policy_version();
+  o.step = trainer.step();
+  publish_state(s);
+  if (telemetry_) telemetry_->on_optim_step(o, Since(start));
+  return o;
+}
+
+void TrainingHost::forward_backward(CallContext ctx, StepRequest request, Done<StepStats> done) {
+  std::shared_ptr<HostSession> s;
+  std::shared_ptr<StepCommand> command;
+  auto resolved = std::make_shared<EngineOptions>();
+  try {
+    check_admitted(ctx);
+    s = find(ctx.session);
+    command = std::make_shared<StepCommand>(prepare_step(ctx, *s, request, StepKind::kForwardBackward, resolved.get()));
+  } catch (...) {
+    done({nullptr, std::current_exception()});
+    return;
+  }
+  submit<StepStats>(
+      ctx, s, true,
+      [this, ctx, s, command, resolved] {
+        auto stats = run_forward_backward(ctx, *s, *command, *resolved);
+        stats.policy_version = executor_->replica().trainer(s->spec.name).policy_version();
+        return Share(std::move(stats));
+      },
+      std::move(done));
+}
+
+void TrainingHost::train_step(CallContext ctx, StepRequest request, Done<TrainStats> done) {
+  std::shared_ptr<HostSession> s;
+  std::shared_ptr<StepCommand> command;
+  auto resolved = std::make_shared<EngineOptions>();
+  try {
+    check_admitted(ctx);
+    s = find(ctx.session);
+    // The step's last forward-backward: with several ranks the gradient sum starts during
+    // its backward, and the optimizer step waits for it.
+    command =
+        std::make_shared<StepCommand>(prepare_step(ctx, *s, request, StepKind::kForwardBackwardLast, resolved.get()));
+  } catch (...) {
+    done({nullptr, std::current_exception()});
+    return;
+  }
+  submit<TrainStats>(
+      ctx, s, true,
+      [this, ctx, s, command, resolved] {
+        const auto start = Clock::now();
+        TrainStats t;
+        t.forward = run_forward_backward(ctx, *s, *command, *resolved);
+        t.forward.policy_version = executor_->replica().trainer(s->spec.name).policy_version();
+        t.optim = run_optim_step(*s);
+        if (!t.optim.optim.skipped) announce(*s, "train", &t.forward.result, 0);
+        if (telemetry_) telemetry_->on_train_step(t, "train", Since(start));
+        return Share(std::move(t));
+      },
+      std::move(done));
+}
+
+void TrainingHost::optim_step(CallContext ctx, Done<OptimStats> done) {
+  std::shared_ptr<HostSession> s;
+  try {
+    check_admitted(ctx);
+    s = find(ctx.session);
+  } catch (...) {
+    done({nullptr, std::current_exception()});
+    return;
+  }
+  submit<OptimStats>(
+      ctx, s, true,
+      [this, s] {
+        auto o = run_optim_step(*s);
+        if (!o.optim.skipped) announce(*s, "train", nullptr, 0);
+        return Share(std::move(o));
+      },
+      std::move(done));
+}
+
+// --- Reads on the device -----------------------------------------------------------------------
+
+void TrainingHost::compute_logprobs(CallContext ctx, LogprobsRequest request, Done<LogprobsReply> done) {
+  auto req = std::make_shared<LogprobsRequest>(std::move(request));
+  std::shared_ptr<HostSession> s;
+  try {
+    check_admitted(ctx);
+    s = find(ctx.session);
+    if (req->sequences.empty()) throw InvalidArgument("sequences is empty");
+    if (!(req->temperature >= 1e-3 && req->temperature <= 1e3)) {
+      throw InvalidArgument("temperature must be in [0.001, 1000] (default 1)");
+    }
+    const bool reference_from_base = config_.sessions.enabled && !s->spec.full;
+    if (req->reference && !config_.trainer.reference.use_reference_model && !reference_from_base) {
+      throw FailedPrecondition("the server has no reference model (trainer.reference.use_reference_model is false)");
+    }
+    admission_->admit_logprobs(*req, resident_bytes(s->spec.name));
+  } catch (...) {
+    done({nullptr, std::current_exception()});
+    return;
+  }
+  submit<LogprobsReply>(
+      ctx, s, false,
+      [this, req, s] {
+        memory::ScopedBudget budget(config_.limits.memory_budget_bytes);
+        auto& trainer = use(*s);
+        auto batch = MakeBatch(req->sequences, Layout::kPacked);
+        const int64_t chunk = config_.trainer.engine.logits_chunk > 0 ? config_.trainer.engine.logits_chunk
+                                                                       : kDefaultLogitsChunk;
+        torch::Tensor logp;
+        if (req->reference && !trainer.has_reference() && !trainer.adapter()) {
+          throw FailedPrecondition("the server has no reference model (trainer.reference.use_reference_model is false)");
+        }
+        if (req->reference && !trainer.has_reference()) {
+          // An adapter session without a reference option: the base is the reference.
+          ScopedAdapter base(*trainer.model(), nullptr);
+          logp = TokenLogprobs(trainer.model(), batch, chunk, req->temperature).contiguous();
+        } else {
+          logp = trainer.token_logprobs(batch, req->reference, chunk, req->temperature).contiguous();
+        }
+        auto ids = batch.sequence_ids.cpu().contiguous();
+        auto lp = logp.accessor<double, 2>();
+        auto sid = ids.accessor<int64_t, 2>();
+        LogprobsReply reply;
+        reply.logprobs.resize(req->sequences.size());
+        // Slots of one sequence are contiguous in a packed row, in order.
+        for (int64_t r = 0; r < batch.rows(); ++r) {
+          for (int64_t t = 0; t < batch.length(); ++t) {
+            const int64_t q = sid[r][t];
+            if (q < 0) continue;
+            auto& out = reply.logprobs[q];
+            if (static_cast<int64_t>(out.size()) + 1 < static_cast<int64_t>(req->sequences[q].tokens.size())) {
+              out.push_back(lp[r][t]);
+            }
+          }
+        }
+        reply.policy_version = trainer.policy_version();
+        return Share(std::move(reply));
+      },
+      std::move(done));
+}
+
+void TrainingHost::sample(CallContext ctx, SampleRequest request, Done<SampleReply> done) {
+  auto req = std::make_shared<SampleRequest>(std::move(request));
+  std::shared_ptr<HostSession> s;
+  try {
+    check_admitted(ctx);
+    s = find(ctx.session);
+    auto& o = req->options;
+    if (req->prompts.empty()) throw InvalidArgument("prompts is empty");
+    if (o.max_tokens <= 0) throw InvalidArgument("max_tokens must be > 0");
+    if (o.n < 1 || o.n > 256) throw InvalidArgument("n must be in [1, 256] (0 = 1)");
+    if (!(o.temperature >= 0 && o.temperature <= 1e3)) throw InvalidArgument("temperature must be in [0, 1000]");
+    if (o.temperature > 0 && o.temperature < 1e-3) {
+      throw InvalidArgument("temperature must be 0 (greedy) or >= 0.001");
+    }
+    if (!(o.top_p > 0 && o.top_p <= 1)) throw InvalidArgument("top_p must be in (0, 1]");
+    for (size_t i = 0; i < o.stop_tokens.size(); ++i) {
+      if (o.stop_tokens[i] < 0 || o.stop_tokens[i] >= limits_.vocab_size) {
+        throw InvalidArgument("stop_tokens[" + std::to_string(i) + "] = " + std::to_string(o.stop_tokens[i]) +
+                              " is outside the vocabulary [0, " + std::to_string(limits_.vocab_size) + ")");
+      }
+    }
+    for (size_t i = 0; i < req->prompts.size(); ++i) {
+      if (static_cast<int64_t>(req->prompts[i].size()) + o.max_tokens > limits_.max_sequence_length) {
+        throw InvalidArgument("prompts[" + std::to_string(i) + "]: prompt + max_tokens exceed the maximum sequence "
+                              "length " + std::to_string(limits_.max_sequence_length));
+      }
+    }
+    admission_->admit_sample(*req, resident_bytes(s->spec.name));
+  } catch (...) {
+    done({nullptr, std::current_exception()});
+    return;
+  }
+  // Generation in slices: the job yields between them, so other sessions' jobs take turns.
+  auto run = std::make_shared<std::unique_ptr<SampleRun>>();
+  DeviceWorker::Job job;
+  job.lane = ctx.session;
+  job.method = ctx.method;
+  job.deadline = ctx.deadline;
+  job.cancelled = ctx.cancelled;
+  job.run = [this, s, req, run, done, ctx] {
+    try {
+      if (s->deleted) throw NotFound("no session named '" + s->spec.name + "'");
+      if (ctx.cancelled && ctx.cancelled()) throw Cancelled("the client went away; sampling was abandoned");
+      memory::ScopedBudget budget(config_.limits.memory_budget_bytes);
+      auto& trainer = use(*s);
+      trainer.activate();
+      if (!*run) *run = std::make_unique<SampleRun>(trainer.model(), req->prompts, req->options);
+      if (!(*run)->step(kDecodeSlice)) return false;  // more to come, after other sessions' turns
+      SampleReply reply;
+      reply.completions = (*run)->take();
+      reply.policy_version = trainer.policy_version();
+      run->reset();
+      done({Share(std::move(reply)), nullptr});
+    } catch (...) {
+      run->reset();
+      done({nullptr, std::current_exception()});
+    }
+    return true;
+  };
+  job.drop = [done, run](std::exception_ptr e) {
+    run->reset();
+    done({nullptr, e});
+  };
+  const auto submitted = worker_->submit(std::move(job));
+  if (submitted == DeviceWorker::Submit::kAccepted) return;
+  done({nullptr, std::make_exception_ptr(submitted == DeviceWorker::Submit::kStopped
+                                             ? static_cast<Error>(Unavailable("the server is shutting down"))
+                                             : static_cast<Error>(ResourceExhausted(
+                                                   "the request queue is full; retry with backoff")))});
+}
+
+// --- State on disk ----------------------------------------------------------------------------
+
+void TrainingHost::save_checkpoint(CallContext ctx, std::string name, Done<CheckpointReply> done) {
+  std::shared_ptr<HostSession> s;
+  try {
+    check_admitted(ctx);
+    s = find(ctx.session);
+    if (config_.checkpoint_dir.empty()) {
+      throw FailedPrecondition("no checkpoint directory is configured (checkpoint_dir in the server config)");
+    }
+    if (!name.empty()) ValidateCheckpointName(name);
+  } catch (...) {
+    done({nullptr, std::current_exception()});
+    return;
+  }
+  submit<CheckpointReply>(
+      ctx, s, true,
+      [this, s, name] {
+        auto& trainer = use(*s);
+        if (trainer.has_pending_gradients()) {
+          throw FailedPrecondition("gradients are pending: call OptimStep (or TrainStep) before saving a checkpoint");
+        }
+        CheckpointReply r;
+        r.name = name.empty() ? "step-" + std::to_string(trainer.step()) : name;
+        const auto dir = checkpoint_path(*s, r.name);
+        try {
+          executor_->run(SaveCommand{s->spec.name, dir});
+        } catch (...) {
+          RethrowWithoutPaths(config_.checkpoint_dir, "saving checkpoint " + r.name);
+        }
+        for (const auto& f : std::filesystem::directory_iterator(dir)) {
+          if (f.is_regular_file()) r.bytes += static_cast<int64_t>(f.file_size());
+        }
+        r.step = trainer.step();
+        r.policy_version = trainer.policy_version();
+        return Share(std::move(r));
+      },
+      std::move(done));
+}
+
+void TrainingHost::load_checkpoint(CallContext ctx, std::string name, Done<CheckpointReply> done) {
+  std::shared_ptr<HostSession> s;
+  try {
+    check_admitted(ctx);
+    s = find(ctx.session);
+    if (config_.checkpoint_dir.empty()) {
+      throw FailedPrecondition("no checkpoint directory is configured (checkpoint_dir in the server config)");
+    }
+    if (!name.empty()) ValidateCheckpointName(name);
+  } catch (...) {
+    done({nullptr, std::current_exception()});
+    return;
+  }
+  submit<CheckpointReply>(
+      ctx, s, true,
+      [this, s, name] {
+        use(*s);
+        CheckpointReply r;
+        const auto folder = std::filesystem::path(checkpoint_path(*s, "x")).parent_path().string();
+        r.name = name.empty() ? FindNewestCheckpoint(folder) : name;
+        if (r.name.empty()) throw NotFound("no complete checkpoint in the checkpoint directory yet");
+        const auto dir = checkpoint_path(*s, r.name);
+        if (!std::filesystem::is_directory(dir)) throw NotFound("no checkpoint named '" + r.name + "'");
+        try {
+          executor_->run(LoadCommand{s->spec.name, dir});
+        } catch (...) {
+          RethrowWithoutPaths(config_.checkpoint_dir, "loading checkpoint " + r.name);
+        }
+        ++s->weights_generation;
+        publish_state(*s);
+        announce(*s, "load", nullptr, 0);
+        auto& trainer = executor_->replica().trainer(s->spec.name);
+        r.step = trainer.step();
+        r.policy_version = trainer.policy_version();
+        return Share(std::move(r));
+      },
+      std::move(done));
+}
+
+void TrainingHost::export_weights(CallContext ctx, int64_t version, bool merged, Done<ExportReply> done) {
+  std::shared_ptr<HostSession> s;
+  try {
+    check_admitted(ctx);
+    s = find(ctx.session);
+  } catch (...) {
+    done({nullptr, std::current_exception()});
+    return;
+  }
+  submit<ExportReply>(
+      ctx, s, false,
+      [this, s, version, merged] {
+        auto& trainer = use(*s);
+        trainer.activate();
+        const int64_t generation = s->weights_generation;
+        const bool adapter_file = trainer.adapter() && !merged;
+        if (!s->snapshot || s->snapshot_generation != generation || s->snapshot_merged != merged) {
+          s->snapshot.reset();  // the old version's bytes go before the new ones are made
+          s->snapshot = Share(adapter_file ? MakeAdapterSnapshot(*trainer.adapter(), trainer.policy_version())
+                                           : MakeWeightsSnapshot(trainer.model(), trainer.policy_version(), merged));
+          s->snapshot_generation = generation;
+          s->snapshot_merged = merged;
+        }
+        ExportReply r;
+        r.snapshot = s->snapshot;
+        if (version != 0 && version != s->snapshot->policy_version) {
+          r.note = "version " + std::to_string(version) + " is not available; serving the current version " +
+                   std::to_string(s->snapshot->policy_version);
+        }
+        return Share(std::move(r));
+      },
+      std::move(done));
+}
+
+}  // namespace streambp::server
