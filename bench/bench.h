@@ -163,6 +163,20 @@ struct LoraPlan {
 };
 nlohmann::json RunLoraComparison(Context& ctx, const LoraPlan& plan);
 
+/// Text next to ids (--tokenizer): encode MB/s of the tokenizer (cold and warm, one core) on
+/// `text_file` (repeated to at least min_bytes), the chat format's rendering speed, and, with a
+/// model, tokenizing a request of `step_tokens` tokens vs one forward-backward of them.
+/// Prints a summary; returns the "text" JSON section.
+struct TextBenchPlan {
+  std::string tokenizer_dir;
+  std::string text_file;
+  size_t min_bytes = 4 << 20;
+  double min_seconds = 1.0;
+  int64_t step_tokens = 2048;
+  CausalLM* model = nullptr;
+};
+nlohmann::json RunTextBench(const TextBenchPlan& plan);
+
 /// Output.
 nlohmann::json RunJson(const Run& r);
 std::string HumanBytes(int64_t bytes);

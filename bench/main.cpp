@@ -48,6 +48,8 @@ struct Args {
   int64_t dist_seq_len = 0;
   // LoRA vs full fine-tuning mode (--lora-rank).
   int64_t lora_rank = 0;
+  std::string tokenizer;  ///< text mode: a folder with tokenizer.json
+  std::string text_file = STREAMBP_SOURCE_DIR "/README.md";
   double lora_alpha = 0;
   std::string total_budget = "1GiB";
 };
@@ -238,6 +240,9 @@ int main(int argc, char** argv) {
   app.add_option("--lora-alpha", a.lora_alpha, "LoRA mode: alpha (default 2 x rank)");
   app.add_option("--total-budget", a.total_budget,
                  "LoRA mode: memory budget of the max-length search, statics included (0 = no search)");
+  app.add_option("--tokenizer", a.tokenizer,
+                 "text mode: a tokenizer folder; encode MB/s, chat rendering, and a text request vs its step");
+  app.add_option("--text-file", a.text_file, "text mode: the English text to encode")->capture_default_str();
   app.add_option("--dist-worker", a.dist_worker, "internal: run as a rank, write results to this folder")->group("");
   app.add_option("--dist-overlap", a.dist_overlap, "internal")->group("");
   app.add_option("--dist-seq-len", a.dist_seq_len, "internal")->group("");
@@ -390,6 +395,26 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    if (!a.tokenizer.empty()) {
+      TextBenchPlan plan;
+      plan.tokenizer_dir = a.tokenizer;
+      plan.text_file = a.text_file;
+      plan.model = &ctx.model;
+      if (a.quick) {
+        plan.min_bytes = 1 << 20;
+        plan.min_seconds = 0.3;
+        plan.step_tokens = 512;
+      }
+      report["text"] = RunTextBench(plan);
+      write_json();
+      if (a.check) {
+        const auto& t = report["text"];
+        const bool ok = t["encode_warm_mb_s"] > 0 && t["tokens"] > 0 && t.contains("request");
+        std::printf("check: %s (the tokenizer encoded the text; the request was timed)\n", ok ? "PASS" : "FAIL");
+        if (!ok) return 1;
+      }
+      return 0;
+    }
     if (a.lora_rank > 0) {
       LoraPlan plan;
       plan.lora.r = a.lora_rank;

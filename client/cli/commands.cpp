@@ -72,8 +72,7 @@ int Info(const ConnectionFlags& conn) {
 
 int Logprobs(const ConnectionFlags& conn, const LogprobsArgs& args) {
   if (args.batch_tokens <= 0) throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT, "--batch-tokens must be > 0");
-  const auto all = client::ReadBatchJsonl(args.data, "sft");
-  const auto batches = client::SplitByTokens(all, args.batch_tokens);
+  auto all = client::ReadBatchJsonl(args.data, "sft");
   std::ofstream file;
   if (!args.out.empty()) {
     file.open(args.out, std::ios::trunc);
@@ -81,6 +80,12 @@ int Logprobs(const ConnectionFlags& conn, const LogprobsArgs& args) {
   }
   std::ostream& out = args.out.empty() ? std::cout : file;
   auto client = Connect(conn);
+  if (client::BatchHasText(all)) {  // text: the ids (and targets) the server's tokenizer gives
+    v1::TokenizeRequest tokenize;
+    *tokenize.mutable_batch() = all;
+    all = Check(client->Tokenize(tokenize)).batch();
+  }
+  const auto batches = client::SplitByTokens(all, args.batch_tokens);
   int64_t index = 0;
   for (const auto& batch : batches) {
     v1::ComputeLogprobsRequest request;
@@ -152,6 +157,7 @@ int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir, bool 
   };
   v1::ExportWeightsRequest request;
   request.set_merged(merged);
+  request.set_with_files(true);  // the tokenizer etc.: the folder loads in transformers / vLLM as is
   auto result = client->ExportWeightsToFile(received_path, request, {}, progress);
   if (tty) std::fprintf(stderr, "\r\033[K");
   const auto w = Check(std::move(result));
@@ -166,10 +172,66 @@ int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir, bool 
   const std::string config_path =
       (std::filesystem::path(out_dir) / (adapter ? "adapter_config.json" : "config.json")).string();
   WriteFileAtomically(config_path, w.config_json);
+  std::string others;
+  for (const auto& [name, bytes] : w.files) {
+    if (name.empty() || name.find('/') != std::string::npos || name[0] == '.') {
+      throw client::ClientError(grpc::StatusCode::DATA_LOSS, "the server sent a file with a bad name: " + name);
+    }
+    WriteFileAtomically((std::filesystem::path(out_dir) / name).string(), bytes);
+    others += " " + name;
+  }
   std::printf("exported %s of policy version %lld: %lld bytes, sha256 %s\n",
               adapter ? "the PEFT adapter" : "the weights", (long long)w.policy_version, (long long)w.total_bytes,
               w.sha256.c_str());
-  std::printf("wrote %s and %s\n", weights_path.c_str(), config_path.c_str());
+  std::printf("wrote %s and %s%s%s\n", weights_path.c_str(), config_path.c_str(), others.empty() ? "" : ", with",
+              others.c_str());
+  return 0;
+}
+
+int Sample(const ConnectionFlags& conn, const SampleArgs& args) {
+  if (args.prompt.empty() && args.user.empty()) {
+    throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT, "--prompt or --user is required");
+  }
+  v1::SampleRequest request;
+  auto* text = request.add_text_prompts();
+  if (!args.prompt.empty()) {
+    text->set_text(args.prompt);
+  } else {
+    if (!args.system.empty()) {
+      auto* m = text->add_messages();
+      m->set_role("system");
+      m->set_content(args.system);
+    }
+    auto* m = text->add_messages();
+    m->set_role("user");
+    m->set_content(args.user);
+    if (args.no_thinking) text->set_enable_thinking(false);
+  }
+  request.set_n(args.n);
+  request.set_max_tokens(args.max_tokens);
+  request.set_temperature(args.temperature);
+  request.set_top_p(args.top_p);
+  if (args.seed >= 0) request.set_seed(static_cast<uint64_t>(args.seed));
+  request.set_ignore_eos(args.ignore_eos);
+  auto client = Connect(conn);
+  const auto r = Check(client->Sample(request));
+  for (const auto& c : r.completions()) {
+    if (args.json) {
+      nlohmann::json line = {{"text", c.text()},
+                             {"tokens", std::vector<int32_t>(c.tokens().begin(), c.tokens().end())},
+                             {"logprobs", std::vector<float>(c.logprobs().begin(), c.logprobs().end())},
+                             {"finish_reason", c.finish_reason()},
+                             {"policy_version", r.policy_version()}};
+      std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      std::printf("%s\n", c.text().c_str());
+      if (r.completions_size() > 1) std::printf("---\n");
+    }
+  }
+  if (!args.json) {
+    std::fprintf(stderr, "(%d completion%s, policy version %lld)\n", r.completions_size(),
+                 r.completions_size() == 1 ? "" : "s", (long long)r.policy_version());
+  }
   return 0;
 }
 

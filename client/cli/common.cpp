@@ -40,7 +40,31 @@ v1::EngineOptions ToProto(const EngineFlags& f) {
   return e;
 }
 
+bool IsConnectionFailure(const std::string& message) {
+  for (const char* m : {"failed to connect", "Connection refused", "connections to all backends failing",
+                        "DNS resolution failed", "Socket closed", "No address added"}) {
+    if (message.find(m) != std::string::npos) return true;
+  }
+  return false;
+}
+
 std::unique_ptr<client::Client> Connect(const ConnectionFlags& f) {
+  // HOST:PORT, or a gRPC target URI with its own scheme (unix:, dns:, ipv4:, ipv6:).
+  const auto& t = f.server;
+  const bool uri = t.rfind("unix:", 0) == 0 || t.rfind("dns:", 0) == 0 || t.rfind("ipv4:", 0) == 0 ||
+                   t.rfind("ipv6:", 0) == 0;
+  if (!uri && t.find("://") != std::string::npos) {
+    throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT,
+                              "--server " + t + ": give HOST:PORT without a scheme (e.g. " +
+                                  t.substr(t.find("://") + 3) + "); TLS is --tls");
+  }
+  const auto colon = t.rfind(':');
+  if (!uri && (colon == std::string::npos || colon + 1 == t.size() || t.back() == ']' ||
+               t.find_first_not_of("0123456789", colon + 1) != std::string::npos)) {
+    throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT,
+                              "--server " + t + ": give HOST:PORT (e.g. " + (t.empty() ? "127.0.0.1" : t) +
+                                  ":50051)");
+  }
   client::ClientOptions o;
   o.target = f.server;
   o.token = f.token;

@@ -44,6 +44,8 @@ T Check(client::Result<T> result) {
 
 /// 1234567 -> "1.18 MiB".
 std::string Bytes(int64_t bytes);
+/// Whether an UNAVAILABLE status means nothing answered at the address.
+bool IsConnectionFailure(const std::string& message);
 /// 3725 s -> "1h02m05s".
 std::string Duration(double seconds);
 
@@ -76,6 +78,7 @@ struct TrainArgs {
   int64_t steps = 0;       ///< 0 = one pass over the data
   std::string objective_options = "{}";
   EngineFlags engine;
+  int64_t weights_version = -1;  ///< weighted: the policy version of the weights (-1 = not checked)
 };
 int Train(const ConnectionFlags& conn, const TrainArgs& args);
 
@@ -97,5 +100,21 @@ int SessionCreate(const ConnectionFlags& conn, const SessionArgs& args);
 int SessionList(const ConnectionFlags& conn);
 int SessionGet(const ConnectionFlags& conn, const std::string& name);
 int SessionDelete(const ConnectionFlags& conn, const std::string& name);
+
+/// streambp sample: completions of a text prompt (or a user message) from the policy.
+struct SampleArgs {
+  std::string prompt;        ///< plain text
+  std::string user;          ///< a user message (rendered with the chat format)
+  std::string system;        ///< an optional system message before it
+  int32_t n = 1;
+  int32_t max_tokens = 64;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t seed = -1;         ///< -1 = random
+  bool ignore_eos = false;
+  bool no_thinking = false;  ///< qwen3: the non-thinking generation prompt
+  bool json = false;         ///< one JSON object per completion
+};
+int Sample(const ConnectionFlags& conn, const SampleArgs& args);
 
 }  // namespace streambp::cli

@@ -1,4 +1,8 @@
 // streambp: the command-line client of streambp-server.
+//
+// Exit status: 0 done; 1 the server answered with an error (the gRPC code and the server's
+// message are printed), or a local file could not be read or written; 2 the command line is
+// wrong (CLI11's own codes are folded into 2); 3 no server answered at --server.
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -11,6 +15,10 @@ int main(int argc, char** argv) {
   using namespace streambp::cli;
   CLI::App app{"streambp: command-line client of streambp-server (streambp.v1.Trainer)"};
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // --help shows every default
+  app.set_version_flag("--version", std::string("streambp ") + STREAMBP_VERSION + " (protocol streambp.v1)");
+  app.footer("Exit status: 0 done, 1 error from the server (code and message printed), 2 bad command line, "
+             "3 no server at --server.");
   ConnectionFlags conn;
   std::function<int()> run;
 
@@ -21,8 +29,14 @@ int main(int argc, char** argv) {
   TrainArgs train;
   auto* train_cmd = app.add_subcommand("train", "one TrainStep per step over a JSONL file");
   AddConnectionFlags(train_cmd, conn);
-  train_cmd->add_option("--objective", train.objective, "sft | dpo | grpo (the data format)")
-      ->check(CLI::IsMember({"sft", "dpo", "grpo"}))
+  train_cmd->add_option("--objective", train.objective,
+                        "sft | dpo | grpo | weighted (the data format; weighted: a client's custom loss, "
+                        "{\"tokens\",\"weights\"} per line)")
+      ->check(CLI::IsMember({"sft", "dpo", "grpo", "weighted"}))
+      ->capture_default_str();
+  train_cmd->add_option("--weights-version", train.weights_version,
+                        "weighted: the policy version the weights were computed at (refused once the policy has "
+                        "moved; -1 = not checked)")
       ->capture_default_str();
   train_cmd->add_option("--data", train.data, "JSONL file in the objective's format")->required();
   auto* batch_tokens = train_cmd->add_option("--batch-tokens", train.batch_tokens,
@@ -35,6 +49,23 @@ int main(int argc, char** argv) {
                         "the objective's options as a JSON object, e.g. '{\"beta\":0.1,\"loss_type\":\"ipo\"}'");
   AddEngineFlags(train_cmd, train.engine);
   train_cmd->callback([&] { run = [&] { return Train(conn, train); }; });
+
+  SampleArgs sample;
+  auto* sample_cmd = app.add_subcommand("sample", "completions of a text prompt or a user message, from the policy");
+  AddConnectionFlags(sample_cmd, conn);
+  auto* prompt_opt = sample_cmd->add_option("--prompt", sample.prompt, "the prompt as plain text");
+  sample_cmd->add_option("--user", sample.user, "a user message, rendered with the model's chat format")
+      ->excludes(prompt_opt);
+  sample_cmd->add_option("--system", sample.system, "a system message before --user");
+  sample_cmd->add_option("-n", sample.n, "completions")->check(CLI::Range(1, 256));
+  sample_cmd->add_option("--max-tokens", sample.max_tokens, "new tokens per completion")->check(CLI::PositiveNumber);
+  sample_cmd->add_option("--temperature", sample.temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
+  sample_cmd->add_option("--top-p", sample.top_p, "nucleus sampling")->check(CLI::Range(0.0, 1.0));
+  sample_cmd->add_option("--seed", sample.seed, "same seed and policy version -> same samples (-1 = random)");
+  sample_cmd->add_flag("--ignore-eos", sample.ignore_eos, "do not stop at the model's end tokens");
+  sample_cmd->add_flag("--no-thinking", sample.no_thinking, "qwen3: the non-thinking generation prompt");
+  sample_cmd->add_flag("--json", sample.json, "one JSON object per completion (text, tokens, logprobs)");
+  sample_cmd->callback([&] { run = [&] { return Sample(conn, sample); }; });
 
   LogprobsArgs logprobs;
   auto* logprobs_cmd = app.add_subcommand("logprobs", "per-token log-probs of sequences (JSONL in the sft format)");
@@ -113,13 +144,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints help, the version, or what is wrong
+    return code == 0 ? 0 : 2;
   }
   try {
     return run();
   } catch (const streambp::client::ClientError& e) {
     std::fflush(stdout);
+    if (e.code() == grpc::StatusCode::UNAVAILABLE && IsConnectionFailure(e.message())) {
+      std::fprintf(stderr, "error: no server at %s (%s); start one with `streambp-server serve`, or give --server\n",
+                   conn.server.c_str(), e.message().c_str());
+      return 3;
+    }
     std::fprintf(stderr, "error: %s: %s\n", streambp::client::StatusCodeName(e.code()), e.message().c_str());
+    if (e.code() == grpc::StatusCode::INVALID_ARGUMENT && e.message().rfind("--", 0) == 0) return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "error: INTERNAL: %s\n", e.what());

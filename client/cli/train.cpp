@@ -22,13 +22,23 @@ int Train(const ConnectionFlags& conn, const TrainArgs& args) {
   if (args.batch_tokens <= 0) throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT, "--batch-tokens must be > 0");
   if (args.batch_size < 0) throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT, "--batch-size must be >= 0");
   if (args.steps < 0) throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT, "--steps must be >= 0");
-  const auto data = client::ReadBatchJsonl(args.data, args.objective);
-  const auto batches = args.batch_size > 0 ? client::SplitByExamples(data, args.batch_size)
-                                           : client::SplitByTokens(data, args.batch_tokens);
-  const int64_t steps = args.steps > 0 ? args.steps : static_cast<int64_t>(batches.size());
+  auto data = client::ReadBatchJsonl(args.data, args.objective);
+  if (args.objective == "weighted" && args.weights_version >= 0) {
+    data.mutable_weighted()->set_policy_version(args.weights_version);
+  }
   const v1::EngineOptions engine = ToProto(args.engine);
 
   auto client = Connect(conn);
+  if (client::BatchHasText(data)) {
+    // The server's tokenizer and chat format turn text into the ids it will train on; the
+    // steps are then cut by those tokens.
+    v1::TokenizeRequest tokenize;
+    *tokenize.mutable_batch() = data;
+    data = Check(client->Tokenize(tokenize)).batch();
+  }
+  const auto batches = args.batch_size > 0 ? client::SplitByExamples(data, args.batch_size)
+                                           : client::SplitByTokens(data, args.batch_tokens);
+  const int64_t steps = args.steps > 0 ? args.steps : static_cast<int64_t>(batches.size());
   const auto info = Check(client->GetInfo());
   std::printf("server:  %s: %s, %s on %s, policy version %lld, step %lld\n", conn.server.c_str(),
               info.architecture().c_str(), info.dtype().c_str(), info.device().c_str(),
@@ -51,7 +61,22 @@ int Train(const ConnectionFlags& conn, const TrainArgs& args) {
     options.ApplyTo(&request);
     *request.mutable_engine() = engine;
     const auto t0 = Clock::now();
-    auto result = client->TrainStep(std::move(request));
+    // A live line while a long step runs: where it is (queued, layer i of L, ...).
+    auto progress = [&](const v1::StepProgress& p) {
+      if (!tty || Since(t0) < 1.0) return;
+      std::string where = p.state();
+      if (p.state() == "queued") where += " (" + std::to_string(p.queue_position()) + " ahead)";
+      if (p.state() == "forward" || p.state() == "backward") {
+        where += " layer " + std::to_string(p.layer() + 1) + "/" + std::to_string(p.num_layers());
+      }
+      if (p.micro_batches() > 1) {
+        where += ", micro-batch " + std::to_string(p.micro_batch() + 1) + "/" + std::to_string(p.micro_batches());
+      }
+      std::printf("\rstep %lld/%lld  %s  %s\033[K", (long long)(step + 1), (long long)steps, where.c_str(),
+                  Duration(Since(t0)).c_str());
+      std::fflush(stdout);
+    };
+    auto result = client->TrainStepWithProgress(std::move(request), progress);
     if (!result.ok() && tty) std::printf("\n");
     const auto r = Check(std::move(result));
     const double secs = Since(t0);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -228,6 +229,54 @@ Result<v1::TrainStepResponse> Client::TrainStep(v1::TrainStepRequest request, co
       [&](grpc::ClientContext* ctx, v1::TrainStepResponse* r) { return stub_->TrainStep(ctx, request, r); });
 }
 
+Result<v1::TrainStepResponse> Client::TrainStepWithProgress(
+    v1::TrainStepRequest request, const std::function<void(const v1::StepProgress&)>& on_progress,
+    const CallOptions& call) const {
+  request = Scoped(std::move(request), options_);
+  EnsureRequestId(request);
+  bool unimplemented = false;
+  auto result = WithRetries<v1::TrainStepResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::TrainStepResponse* r) {
+        auto reader = stub_->TrainStepProgress(ctx, request);
+        v1::StepProgress p;
+        bool done = false;
+        while (reader->Read(&p)) {
+          if (p.state() == "done") {
+            *r = p.train_step();
+            done = true;
+          } else if (on_progress) {
+            on_progress(p);
+          }
+        }
+        auto status = reader->Finish();
+        if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) unimplemented = true;
+        if (status.ok() && !done) return grpc::Status(grpc::StatusCode::DATA_LOSS, "TrainStepProgress ended without done");
+        return status;
+      });
+  if (unimplemented) return TrainStep(std::move(request), call);  // an older server
+  return result;
+}
+
+Result<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& request, const CallOptions& call) const {
+  return WithRetries<v1::TokenizeResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::TokenizeResponse* r) { return stub_->Tokenize(ctx, request, r); });
+}
+
+Result<v1::DetokenizeResponse> Client::Detokenize(const v1::DetokenizeRequest& request, const CallOptions& call) const {
+  return WithRetries<v1::DetokenizeResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::DetokenizeResponse* r) { return stub_->Detokenize(ctx, request, r); });
+}
+
+Result<v1::SampleResponse> Client::Sample(const v1::SampleRequest& original, const CallOptions& call) const {
+  const auto request = Scoped(original, options_);
+  return WithRetries<v1::SampleResponse>(
+      options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::SampleResponse* r) { return stub_->Sample(ctx, request, r); });
+}
+
 Result<v1::ComputeLogprobsResponse> Client::ComputeLogprobs(const v1::ComputeLogprobsRequest& original,
                                                             const CallOptions& call) const {
   const auto request = Scoped(original, options_);
@@ -277,8 +326,29 @@ Result<ExportedWeights> Client::Export(const v1::ExportWeightsRequest& original,
         int64_t messages = 0;
         bool last = false;
         grpc::Status bad;
+        std::set<std::string> files_done;
         while (reader->Read(&chunk)) {
           const std::string at = "message " + std::to_string(messages) + ": ";
+          if (!chunk.file().empty()) {  // with_files: a side file after the weights
+            ++messages;
+            auto& bytes = out->files[chunk.file()];
+            if (bad.ok() && !last) bad = DataLoss(at + "file " + chunk.file() + " before the weights' last message");
+            if (bad.ok() && (files_done.count(chunk.file()) || chunk.offset() != static_cast<int64_t>(bytes.size()))) {
+              bad = DataLoss(at + "file " + chunk.file() + ": pieces not contiguous");
+            }
+            if (!bad.ok()) {
+              ctx->TryCancel();
+              while (reader->Read(&chunk)) {
+              }
+              break;
+            }
+            bytes += chunk.data();
+            if (chunk.last()) {
+              files_done.insert(chunk.file());
+              if (Sha256Hex(bytes) != Lower(chunk.sha256())) bad = DataLoss("file " + chunk.file() + ": sha256 mismatch");
+            }
+            continue;
+          }
           if (messages == 0) {
             out->total_bytes = chunk.total_bytes();
             out->policy_version = chunk.policy_version();
@@ -321,6 +391,9 @@ Result<ExportedWeights> Client::Export(const v1::ExportWeightsRequest& original,
         if (!bad.ok()) return bad;
         if (!finished.ok()) return finished;
         if (!last) return DataLoss("the stream ended without its last message");
+        for (const auto& [name, bytes] : out->files) {
+          if (!files_done.count(name)) return DataLoss("file " + name + " ended without its last message");
+        }
         if (received != out->total_bytes) {
           return DataLoss("received " + std::to_string(received) + " bytes, expected total_bytes " +
                           std::to_string(out->total_bytes));

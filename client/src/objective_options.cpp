@@ -91,13 +91,15 @@ ObjectiveOptions ParseObjectiveOptions(const std::string& kind, const std::strin
   if (kind == "sft") FromJson(j, &out.sft, kind);
   if (kind == "dpo") FromJson(j, &out.dpo, kind);
   if (kind == "grpo") FromJson(j, &out.grpo, kind);
+  if (kind == "weighted") FromJson(j, &out.weighted, kind);
   return out;
 }
 
 namespace {
 template <class Request>
 void Apply(const ObjectiveOptions& o, Request* request) {
-  request->set_objective(o.kind);
+  request->set_objective(o.kind == "weighted" ? "weighted_logprobs" : o.kind);
+  if (o.kind == "weighted") *request->mutable_weighted() = o.weighted;
   if (o.kind == "sft") *request->mutable_sft() = o.sft;
   if (o.kind == "dpo") *request->mutable_dpo() = o.dpo;
   if (o.kind == "grpo") *request->mutable_grpo() = o.grpo;

@@ -1,102 +1,44 @@
-// SHA-256 as specified in FIPS 180-4, section 6.2.
+// SHA-256 through OpenSSL's EVP interface.
 #include "streambp/client/sha256.h"
 
-#include <cstring>
+#include <stdexcept>
+
+#include <openssl/evp.h>
 
 namespace streambp::client {
-namespace {
 
-constexpr std::array<uint32_t, 64> kK = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+struct Sha256::Context {
+  EVP_MD_CTX* md = EVP_MD_CTX_new();
+  ~Context() { EVP_MD_CTX_free(md); }
+};
 
-constexpr uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-}  // namespace
-
-Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::block(const uint8_t* p) {
-  uint32_t w[64];
-  for (int t = 0; t < 16; ++t) {
-    w[t] = uint32_t(p[4 * t]) << 24 | uint32_t(p[4 * t + 1]) << 16 | uint32_t(p[4 * t + 2]) << 8 | uint32_t(p[4 * t + 3]);
+Sha256::Sha256() : ctx_(std::make_unique<Context>()) {
+  if (ctx_->md == nullptr || EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr) != 1) {
+    throw std::runtime_error("SHA-256: OpenSSL could not start a digest");
   }
-  for (int t = 16; t < 64; ++t) {
-    const uint32_t s0 = Rotr(w[t - 15], 7) ^ Rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
-    const uint32_t s1 = Rotr(w[t - 2], 17) ^ Rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
-    w[t] = w[t - 16] + s0 + w[t - 7] + s1;
-  }
-  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-  for (int t = 0; t < 64; ++t) {
-    const uint32_t t1 = h + (Rotr(e, 6) ^ Rotr(e, 11) ^ Rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[t] + w[t];
-    const uint32_t t2 = (Rotr(a, 2) ^ Rotr(a, 13) ^ Rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  h_[0] += a;
-  h_[1] += b;
-  h_[2] += c;
-  h_[3] += d;
-  h_[4] += e;
-  h_[5] += f;
-  h_[6] += g;
-  h_[7] += h;
 }
 
+Sha256::~Sha256() = default;
+
 void Sha256::update(const void* data, size_t size) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  length_ += size;
-  if (buffered_ > 0) {
-    const size_t take = std::min(size, buffer_.size() - buffered_);
-    std::memcpy(buffer_.data() + buffered_, p, take);
-    buffered_ += take;
-    p += take;
-    size -= take;
-    if (buffered_ < buffer_.size()) return;
-    block(buffer_.data());
-    buffered_ = 0;
-  }
-  for (; size >= 64; p += 64, size -= 64) block(p);
-  std::memcpy(buffer_.data(), p, size);
-  buffered_ = size;
+  if (size > 0 && EVP_DigestUpdate(ctx_->md, data, size) != 1) throw std::runtime_error("SHA-256: update failed");
 }
 
 std::array<uint8_t, 32> Sha256::digest() {
-  // Padding: 0x80, zeros up to 56 mod 64, then the length in bits as 64-bit big endian.
-  const uint64_t bits = length_ * 8;
-  const uint8_t one = 0x80;
-  update(&one, 1);
-  const uint8_t zero = 0;
-  while (buffered_ != 56) update(&zero, 1);
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(bits >> (56 - 8 * i));
-  update(len, 8);
   std::array<uint8_t, 32> out{};
-  for (int i = 0; i < 8; ++i) {
-    for (int j = 0; j < 4; ++j) out[4 * i + j] = uint8_t(h_[i] >> (24 - 8 * j));
+  unsigned int n = 0;
+  if (EVP_DigestFinal_ex(ctx_->md, out.data(), &n) != 1 || n != out.size()) {
+    throw std::runtime_error("SHA-256: final failed");
   }
   return out;
 }
 
 std::string Sha256::hex() {
-  static constexpr char kHex[] = "0123456789abcdef";
+  static const char* kDigits = "0123456789abcdef";
   std::string out;
   for (uint8_t b : digest()) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
   }
   return out;
 }

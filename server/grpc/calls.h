@@ -29,6 +29,8 @@ class CallObserver {
  public:
   CallObserver(const LogSection& log, MetricsExporter* metrics, bool session_label = false)
       : json_(log.format == "json"), metrics_(metrics), session_label_(session_label) {}
+  /// A call arrived (grpc_server_started_total).
+  void started(const std::string& method) const;
   void finished(const std::string& method, const std::string& session, const std::string& request_id, int64_t tokens,
                 double seconds, const grpc::Status& status) const;
 
@@ -40,6 +42,10 @@ class CallObserver {
 
 /// Parses `buffer` into `message`; false when it is not one.
 bool ParseMessage(const grpc::ByteBuffer& buffer, google::protobuf::Message* message);
+/// Why `buffer` is not a `descriptor` message: the generic sentence, and the field when the
+/// cause is a string that is not UTF-8 ("... message: batch.sft.examples[0].text is not valid
+/// UTF-8 at byte 3 (text must be UTF-8)").
+std::string WhyNotParsed(const grpc::ByteBuffer& buffer, const google::protobuf::Descriptor* descriptor);
 /// Serializes `message` into `buffer`.
 void SerializeMessage(const google::protobuf::Message& message, grpc::ByteBuffer* buffer);
 /// The request id of a request message (its `request_id` field, or "") and the SHA-256 of
@@ -114,12 +120,10 @@ class UnaryCall : public std::enable_shared_from_this<UnaryCall<Req, Resp>> {
                                        const EdgeContext& edge, Body body) {
     auto call = std::make_shared<UnaryCall>(ctx, out, method, edge);
     auto* reactor = call->reactor_;
+    edge.observer->started(method);
     try {
       call->caller = edge.auth->authorize(*ctx, access);
-      if (!ParseMessage(*in, &call->request)) {
-        throw InvalidArgument(std::string("the request body is not a valid ") + Req::descriptor()->full_name() +
-                              " message");
-      }
+      if (!ParseMessage(*in, &call->request)) throw InvalidArgument(WhyNotParsed(*in, Req::descriptor()));
       call->session = SessionOf(call->request);
       if (Req::descriptor()->FindFieldByName("session") != nullptr) call->caller.require(call->session, access);
       std::tie(call->request_id_, call->digest_) = TakeRequestId(&call->request);

@@ -1,11 +1,13 @@
 #include "convert.h"
 
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "streambp/error.h"
 #include "streambp/objective.h"
 #include "streambp/runtime.h"
+#include "text_input.h"
 
 namespace streambp::server {
 namespace {
@@ -84,8 +86,23 @@ std::string KindName(v1::Batch::KindCase kind) {
     case v1::Batch::kSft: return "sft";
     case v1::Batch::kDpo: return "dpo";
     case v1::Batch::kGrpo: return "grpo";
+    case v1::Batch::kWeighted: return "weighted";
     default: return "";
   }
+}
+
+// The options message of each batch kind, and back.
+std::string OptionsMessage(const std::string& kind) {
+  if (kind == "sft") return "SftOptions";
+  if (kind == "dpo") return "DpoOptions";
+  if (kind == "grpo") return "GrpoOptions";
+  return "WeightedOptions";
+}
+std::string OptionsKind(const std::string& message) {
+  for (const char* kind : {"sft", "dpo", "grpo", "weighted"}) {
+    if (OptionsMessage(kind) == message) return kind;
+  }
+  return message;
 }
 
 }  // namespace
@@ -114,24 +131,28 @@ EngineRequest ConvertEngine(const v1::EngineOptions& e) {
   return EngineRequest{e.engine(), e.chunk(), e.logits_chunk(), e.key_chunk()};
 }
 
-StepRequest ConvertStep(const v1::Batch& batch, const std::string& objective, const google::protobuf::Message* options,
+StepRequest ConvertStep(const v1::Batch& given, const std::string& objective, const google::protobuf::Message* options,
                         const v1::EngineOptions& engine, const InputLimits& limits) {
+  std::optional<v1::Batch> resolved;  // text forms -> ids (a copy; only when there is text)
+  if (HasText(given)) {
+    resolved = given;
+    ResolveText(&*resolved, limits);
+  }
+  const v1::Batch& batch = resolved ? *resolved : given;
   StepRequest in;
   Converter c(limits);
   const std::string kind = KindName(batch.kind_case());
-  if (kind.empty()) throw InvalidArgument("batch is empty: set batch.sft, batch.dpo or batch.grpo");
-  in.objective = objective.empty() ? kind : objective;
+  if (kind.empty()) throw InvalidArgument("batch is empty: set batch.sft, batch.dpo, batch.grpo or batch.weighted");
+  in.objective = !objective.empty() ? objective : kind == "weighted" ? "weighted_logprobs" : kind;
   const std::string objective_kind = ObjectiveBatchKind(in.objective);  // unknown objective: refused
   if (objective_kind != kind) {
     throw InvalidArgument("objective '" + in.objective + "' trains on " + objective_kind + " batches, but batch." +
                           kind + " was given");
   }
   if (options != nullptr) {
-    const std::string options_kind = options->GetDescriptor()->name();  // SftOptions, DpoOptions, GrpoOptions
-    const std::string expected = kind == "sft" ? "SftOptions" : kind == "dpo" ? "DpoOptions" : "GrpoOptions";
-    if (options_kind != expected) {
-      const std::string given = options_kind == "SftOptions" ? "sft" : options_kind == "DpoOptions" ? "dpo" : "grpo";
-      throw InvalidArgument("options." + given + " given for a " + kind + " batch");
+    const std::string options_message = options->GetDescriptor()->name();  // SftOptions, ...
+    if (options_message != OptionsMessage(kind)) {
+      throw InvalidArgument("options." + OptionsKind(options_message) + " given for a " + kind + " batch");
     }
     in.objective_options = OptionsToJson(*options);
   }
@@ -198,6 +219,35 @@ StepRequest ConvertStep(const v1::Batch& batch, const std::string& objective, co
         in.sequences.push_back(std::move(s));
       }
     }
+  } else if (kind == "weighted") {
+    const auto& w = batch.weighted();
+    if (w.sequences().empty()) throw InvalidArgument("batch.weighted.sequences is empty");
+    if (w.has_policy_version()) {
+      if (w.policy_version() < 0) throw InvalidArgument("batch.weighted.policy_version must be >= 0");
+      in.weights_policy_version = w.policy_version();
+    }
+    for (int i = 0; i < w.sequences_size(); ++i) {
+      const auto& ws = w.sequences(i);
+      const std::string f = Index("batch.weighted.sequences", i);
+      Sequence s;
+      s.tokens = c.Tokens(ws.tokens(), f + ".tokens");
+      if (s.tokens.size() < 2) throw InvalidArgument(f + ".tokens needs at least 2 tokens");
+      if (static_cast<size_t>(ws.weights_size()) + 1 != s.tokens.size()) {
+        throw InvalidArgument(f + ".weights has " + std::to_string(ws.weights_size()) + " entries; it needs " +
+                              std::to_string(s.tokens.size() - 1) + " (one per token after the first, as "
+                              "ComputeLogprobs returns log-probs)");
+      }
+      s.token_weights.reserve(s.tokens.size());
+      s.token_weights.push_back(0.0);
+      for (int t = 0; t < ws.weights_size(); ++t) {
+        if (!std::isfinite(ws.weights(t))) {
+          throw InvalidArgument(f + ".weights[" + std::to_string(t) + "] is not finite");
+        }
+        s.token_weights.push_back(ws.weights(t));
+      }
+      c.Count(s, f);
+      in.sequences.push_back(std::move(s));
+    }
   } else {
     const auto& groups = batch.grpo().groups();
     if (groups.empty()) throw InvalidArgument("batch.grpo.groups is empty");
@@ -238,11 +288,18 @@ LogprobsRequest ConvertLogprobs(const v1::ComputeLogprobsRequest& r, const Input
   }
   out.reference = r.reference();
   out.temperature = r.has_temperature() ? r.temperature() : 1.0;
+  out.fp64 = r.fp64();
   return out;
 }
 
-SampleRequest ConvertSample(const v1::SampleRequest& r, const InputLimits& limits) {
-  if (r.prompts().empty()) throw InvalidArgument("prompts is empty");
+SampleRequest ConvertSample(const v1::SampleRequest& given, const InputLimits& limits) {
+  std::optional<v1::SampleRequest> resolved;
+  if (HasText(given)) {
+    resolved = given;
+    ResolveText(&*resolved, limits);
+  }
+  const v1::SampleRequest& r = resolved ? *resolved : given;
+  if (r.prompts().empty()) throw InvalidArgument("prompts is empty: give prompts (ids) or text_prompts");
   Converter c(limits);
   SampleRequest out;
   for (int i = 0; i < r.prompts_size(); ++i) {
@@ -258,13 +315,27 @@ SampleRequest ConvertSample(const v1::SampleRequest& r, const InputLimits& limit
   o.max_tokens = r.max_tokens();
   o.stop_tokens.assign(r.stop_tokens().begin(), r.stop_tokens().end());
   o.seed = r.has_seed() ? r.seed() : std::random_device{}();
+  out.ignore_eos = r.ignore_eos();
+  out.decode_text = limits.text != nullptr;
   return out;
 }
 
-PushItem ConvertRolloutGroup(const v1::RolloutGroup& g, int index, const std::string& session) {
+PushItem ConvertRolloutGroup(const v1::RolloutGroup& given, int index, const std::string& session,
+                             const InputLimits& limits, const std::string& field) {
   PushItem item;
   item.index = index;
-  item.session = g.session().empty() ? session : g.session();
+  item.session = given.session().empty() ? session : given.session();
+  std::optional<v1::RolloutGroup> resolved;
+  if (HasText(given)) {
+    try {
+      resolved = given;
+      ResolveText(&*resolved, limits, field);
+    } catch (const Error& e) {  // answered as this group's invalid ack
+      item.error = e.what();
+      return item;
+    }
+  }
+  const v1::RolloutGroup& g = resolved ? *resolved : given;
   RolloutGroup group;
   group.prompt.assign(g.prompt().begin(), g.prompt().end());
   group.policy_version = g.policy_version();
@@ -337,6 +408,14 @@ void ToProto(const HostInfo& i, v1::GetInfoResponse* out) {
   out->set_step(i.step);
   out->set_pending_micro_batches(i.pending_micro_batches);
   out->set_sessions(i.sessions);
+  auto* t = out->mutable_tokenizer();
+  t->set_available(i.tokenizer.available);
+  t->set_type(i.tokenizer.type);
+  t->set_vocab_size(i.tokenizer.vocab_size);
+  t->set_chat_format(i.tokenizer.chat_format);
+  for (int64_t id : i.eos_token_ids) t->add_eos_token_ids(static_cast<int32_t>(id));
+  t->set_bos_token(i.tokenizer.bos_token);
+  t->set_eos_token(i.tokenizer.eos_token);
 }
 
 void ToProto(const EstimateReply& e, v1::EstimateMemoryResponse* out) {
@@ -355,9 +434,11 @@ void ToProto(const EstimateReply& e, v1::EstimateMemoryResponse* out) {
 
 void ToProto(const LogprobsReply& r, v1::ComputeLogprobsResponse* out) {
   for (const auto& seq : r.logprobs) {
-    auto* o = out->add_sequences()->mutable_logprobs();
+    auto* s = out->add_sequences();
+    auto* o = s->mutable_logprobs();
     o->Reserve(static_cast<int>(seq.size()));
     for (double v : seq) o->Add(static_cast<float>(v));
+    if (r.fp64) s->mutable_logprobs_fp64()->Add(seq.begin(), seq.end());
   }
   out->set_policy_version(r.policy_version);
 }
@@ -369,6 +450,9 @@ void ToProto(const SampleReply& r, v1::SampleResponse* out) {
     o->mutable_tokens()->Add(c.tokens.begin(), c.tokens.end());
     for (double lp : c.logprobs) o->add_logprobs(static_cast<float>(lp));
     o->set_finish_reason(c.finish_reason);
+  }
+  for (size_t i = 0; i < r.texts.size() && i < static_cast<size_t>(out->completions_size()); ++i) {
+    out->mutable_completions(static_cast<int>(i))->set_text(r.texts[i]);
   }
   out->set_policy_version(r.policy_version);
 }
@@ -430,7 +514,8 @@ SessionRequest ConvertCreateSession(const v1::CreateSessionRequest& r, const Ser
         throw InvalidArgument("adapter: give adapter_config_json and adapter_model_safetensors");
       }
       try {
-        (void)nlohmann::json::parse(r.adapter().adapter_config_json());
+        const auto parsed = nlohmann::json::parse(r.adapter().adapter_config_json());
+        if (!parsed.is_object()) throw InvalidArgument("adapter.adapter_config_json must be a JSON object");
       } catch (const nlohmann::json::exception& e) {
         throw InvalidArgument(std::string("adapter.adapter_config_json is not valid JSON: ") + e.what());
       }
@@ -471,7 +556,8 @@ SessionRequest ConvertCreateSession(const v1::CreateSessionRequest& r, const Ser
   spec.groups_per_step = rc.has_groups_per_step() ? rc.groups_per_step() : defaults.rollouts.groups_per_step;
   spec.max_staleness = rc.has_max_staleness() ? rc.max_staleness() : defaults.rollouts.max_staleness;
   spec.grpo = defaults.rollouts.grpo;
-  for (auto& [k, v] : OptionsToJson(rc.grpo()).items()) spec.grpo[k] = v;
+  const auto grpo = OptionsToJson(rc.grpo());
+  for (auto it = grpo.begin(); it != grpo.end(); ++it) spec.grpo[it.key()] = it.value();
   return out;
 }
 

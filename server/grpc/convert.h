@@ -26,6 +26,7 @@ StepRequest ConvertStepRequest(const Request& r, const InputLimits& limits) {
   if (r.has_sft()) options = &r.sft();
   if (r.has_dpo()) options = &r.dpo();
   if (r.has_grpo()) options = &r.grpo();
+  if (r.has_weighted()) options = &r.weighted();
   return ConvertStep(r.batch(), r.objective(), options, r.engine(), limits);
 }
 
@@ -37,8 +38,10 @@ EngineRequest ConvertEngine(const v1::EngineOptions& e);
 LogprobsRequest ConvertLogprobs(const v1::ComputeLogprobsRequest& r, const InputLimits& limits);
 SampleRequest ConvertSample(const v1::SampleRequest& r, const InputLimits& limits);
 /// A pushed group in core terms (validated by the host, which names its fields) for
-/// `session` (the group's own session field when set).
-PushItem ConvertRolloutGroup(const v1::RolloutGroup& g, int index, const std::string& session = "");
+/// `session` (the group's own session field when set). Text forms are resolved to ids here;
+/// a text error becomes the item's error (its ack: invalid), named by `field`.
+PushItem ConvertRolloutGroup(const v1::RolloutGroup& g, int index, const std::string& session,
+                             const InputLimits& limits, const std::string& field);
 
 /// CreateSession over the server's defaults (its trainer and rollouts config): unset fields
 /// keep them. InvalidArgument naming a bad field.

@@ -16,6 +16,7 @@ class PolicyWatcher final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, p
       : ctx_(ctx), host_(host), edge_(edge) {}
 
   void begin(const grpc::ByteBuffer* in) {
+    edge_.observer->started("WatchPolicy");
     try {
       const auto caller = edge_.auth->authorize(*ctx_, Access::kRead);
       v1::WatchPolicyRequest request;

@@ -21,6 +21,7 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   /// Owned by `self` (callbacks from the host keep it alive until their ack is handled).
   void begin(std::shared_ptr<PushStream> self) {
     self_ = std::move(self);
+    edge_.observer->started("PushRolloutsStream");
     try {
       caller_ = edge_.auth->authorize(*ctx_, Access::kWrite);
       lease_ = host_->acquire_stream();
@@ -43,7 +44,8 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     v1::RolloutGroup group;
     PushItem item;
     if (ParseMessage(in_, &group)) {
-      item = ConvertRolloutGroup(group, index_, group.session());
+      item = ConvertRolloutGroup(group, index_, group.session(), host_->limits(),
+                                  "groups[" + std::to_string(index_) + "]");
       try {
         caller_.require(item.session, Access::kWrite);
       } catch (const std::exception& e) {
@@ -52,7 +54,7 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       }
     } else {
       item.index = index_;
-      item.error = "groups[" + std::to_string(index_) + "]: not a valid streambp.v1.RolloutGroup message";
+      item.error = "groups[" + std::to_string(index_) + "]: " + WhyNotParsed(in_, v1::RolloutGroup::descriptor());
     }
     ++index_;
     ++in_flight_;

@@ -11,6 +11,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "metrics.h"
@@ -33,19 +34,54 @@ std::string ReadFile(const std::string& path, const char* what) {
   return ss.str();
 }
 
-// The host's work, counted in the Prometheus metrics.
-class MetricsTelemetry final : public HostTelemetry {
+// The host's work: one log event per forward-backward and optimizer step (fields in JSON
+// logs), and the Prometheus metrics when they are served.
+class ServerTelemetry final : public HostTelemetry {
  public:
-  explicit MetricsTelemetry(MetricsExporter* m) : m_(m) {}
-  void on_forward_backward(const StepStats& s) override {
-    m_->ObserveForwardBackward(s.result.tokens, s.seconds, s.peak_memory_bytes);
+  ServerTelemetry(MetricsExporter* m, bool json) : m_(m), json_(json) {}
+  void on_forward_backward(const std::string& session, const StepStats& s) override {
+    if (m_) m_->ObserveForwardBackward({session, s.result.tokens, s.seconds, s.peak_memory_bytes, s.result.loss, s.result.metrics});
+    nlohmann::json e{{"event", "forward_backward"}, {"session", session}, {"loss", s.result.loss},
+                     {"tokens", s.result.tokens}, {"targets", s.result.targets}, {"seconds", s.seconds},
+                     {"peak_memory_bytes", s.peak_memory_bytes}, {"policy_version", s.policy_version}};
+    for (const char* key : {"reward_mean", "kl"}) {
+      if (auto it = s.result.metrics.find(key); it != s.result.metrics.end()) e[key] = it->second;
+    }
+    log(e);
   }
-  void on_optim_step(const OptimStats& o, double seconds) override { m_->ObserveOptimStep(o.optim.skipped, seconds); }
-  void on_train_step(const TrainStats&, const std::string&, double seconds) override { m_->ObserveTrainStep(seconds); }
-  void on_memory_refusal(const std::string& reason) override { m_->CountOomRefusal(reason); }
+  void on_optim_step(const std::string& session, const OptimStats& o, double seconds) override {
+    if (m_) m_->ObserveOptimStep(session, o.optim.skipped, o.optim.reason, o.optim.grad_norm, o.optim.lr, seconds);
+    nlohmann::json e{{"event", "optim_step"}, {"session", session}, {"step", o.step},
+                     {"policy_version", o.policy_version}, {"grad_norm", o.optim.grad_norm}, {"lr", o.optim.lr},
+                     {"seconds", seconds}};
+    if (o.optim.skipped) e["skipped"] = o.optim.reason;
+    log(e);
+  }
+  void on_train_step(const std::string&, const TrainStats&, const std::string&, double seconds) override {
+    if (m_) m_->ObserveTrainStep(seconds);
+  }
+  void on_memory_refusal(const std::string& reason) override {
+    if (m_) m_->CountOomRefusal(reason);
+  }
 
  private:
+  // JSON: the object (flattened by the log formatter); text: "event k=v k=v".
+  void log(nlohmann::json& e) const {
+    if (e["session"] == "") e.erase("session");
+    if (!spdlog::should_log(spdlog::level::info)) return;
+    if (json_) {
+      spdlog::info("{}", e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      return;
+    }
+    std::string line = e["event"].get<std::string>();
+    for (const auto& [k, v] : e.items()) {
+      if (k != "event") line += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    }
+    spdlog::info("{}", line);
+  }
+
   MetricsExporter* m_;
+  bool json_;
 };
 
 void RegisterGauges(MetricsExporter& m, TrainingHost* host) {
@@ -98,7 +134,7 @@ struct ServerParts {
   ServerConfig config;
   std::unique_ptr<TrainingHost> host;
   std::unique_ptr<MetricsExporter> metrics;
-  std::unique_ptr<MetricsTelemetry> telemetry;
+  std::unique_ptr<ServerTelemetry> telemetry;
   std::unique_ptr<Authorizer> auth;
   std::unique_ptr<CallObserver> observer;
   std::unique_ptr<TrainerService> service;
@@ -117,15 +153,15 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   c.Validate();
   p->host = TrainingHost::Create(c);
   if (!c.metrics.listen.empty()) {
-    p->metrics = MetricsExporter::Create(c.metrics.listen);
+    p->metrics = MetricsExporter::Create(c.metrics.listen, c.sessions.enabled && c.sessions.metrics_label);
     RegisterGauges(*p->metrics, p->host.get());
-    p->telemetry = std::make_unique<MetricsTelemetry>(p->metrics.get());
-    p->host->set_telemetry(p->telemetry.get());
     spdlog::info("metrics on http://{}:{}/metrics", c.metrics.listen.substr(0, c.metrics.listen.rfind(':')),
                  p->metrics->port());
   }
+  p->telemetry = std::make_unique<ServerTelemetry>(p->metrics.get(), c.log.format == "json");
+  p->host->set_telemetry(p->telemetry.get());
   p->auth = std::make_unique<Authorizer>(c.auth);
-  p->observer = std::make_unique<CallObserver>(c.log, p->metrics.get());
+  p->observer = std::make_unique<CallObserver>(c.log, p->metrics.get(), c.sessions.enabled && c.sessions.metrics_label);
   p->service = std::make_unique<TrainerService>(p->host.get(), EdgeContext{p->auth.get(), p->observer.get()});
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();

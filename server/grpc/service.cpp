@@ -3,6 +3,7 @@
 
 #include "convert.h"
 #include "streams.h"
+#include "text_input.h"
 
 namespace streambp::server {
 
@@ -124,7 +125,7 @@ Unary* TrainerService::PushRollouts(Ctx* ctx, const Bytes* in, Bytes* out) {
     for (int i = 0; i < call->request.groups_size(); ++i) {
       const auto& g = call->request.groups(i);
       for (const auto& c : g.completions()) call->tokens += g.prompt_size() + c.tokens_size();
-      items.push_back(ConvertRolloutGroup(g, i, call->session));
+      items.push_back(ConvertRolloutGroup(g, i, call->session, host_->limits(), "groups[" + std::to_string(i) + "]"));
       if (!g.session().empty() && g.session() != call->session) {
         try {
           call->caller.require(g.session(), Access::kWrite);
@@ -195,8 +196,32 @@ Unary* TrainerService::DeleteSession(Ctx* ctx, const Bytes* in, Bytes* out) {
   });
 }
 
+Unary* TrainerService::Tokenize(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::TokenizeRequest, v1::TokenizeResponse>;
+  return Call::Run(ctx, in, out, "Tokenize", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    call->response = server::Tokenize(call->request, host_->limits());
+    call->finish();
+  });
+}
+
+Unary* TrainerService::Detokenize(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::DetokenizeRequest, v1::DetokenizeResponse>;
+  return Call::Run(ctx, in, out, "Detokenize", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    call->response = server::Detokenize(call->request, host_->limits());
+    call->finish();
+  });
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainerService::ExportWeights(Ctx* ctx, const Bytes* in) {
   return StartWeightsWriter(ctx, in, host_, edge_);
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainerService::ForwardBackwardProgress(Ctx* ctx, const Bytes* in) {
+  return StartForwardBackwardProgress(ctx, in, host_, edge_);
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainerService::TrainStepProgress(Ctx* ctx, const Bytes* in) {
+  return StartTrainStepProgress(ctx, in, host_, edge_);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainerService::WatchPolicy(Ctx* ctx, const Bytes* in) {

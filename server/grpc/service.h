@@ -31,7 +31,11 @@ using Service =
     Trainer::WithRawCallbackMethod_GetSession<
     Trainer::WithRawCallbackMethod_ListSessions<
     Trainer::WithRawCallbackMethod_DeleteSession<
-    Trainer::Service>>>>>>>>>>>>>>>>>>;
+    Trainer::WithRawCallbackMethod_Tokenize<
+    Trainer::WithRawCallbackMethod_Detokenize<
+    Trainer::WithRawCallbackMethod_ForwardBackwardProgress<
+    Trainer::WithRawCallbackMethod_TrainStepProgress<
+    Trainer::Service>>>>>>>>>>>>>>>>>>>>>>;
 // clang-format on
 }  // namespace raw
 
@@ -58,6 +62,10 @@ class TrainerService final : public raw::Service {
   Unary* GetSession(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* ListSessions(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* DeleteSession(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  Unary* Tokenize(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  Unary* Detokenize(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  grpc::ServerWriteReactor<Bytes>* ForwardBackwardProgress(Ctx* ctx, const Bytes* in) override;
+  grpc::ServerWriteReactor<Bytes>* TrainStepProgress(Ctx* ctx, const Bytes* in) override;
   grpc::ServerWriteReactor<Bytes>* ExportWeights(Ctx* ctx, const Bytes* in) override;
   grpc::ServerWriteReactor<Bytes>* WatchPolicy(Ctx* ctx, const Bytes* in) override;
   grpc::ServerBidiReactor<Bytes, Bytes>* PushRolloutsStream(Ctx* ctx) override;

@@ -10,6 +10,9 @@
 namespace streambp::server {
 
 constexpr int64_t kMaxWeightsChunk = 4 << 20;
+/// The default: 64 KiB under 4 MiB, so a message with its fields fits the 4 MiB that gRPC
+/// clients receive by default.
+constexpr int64_t kDefaultWeightsChunk = kMaxWeightsChunk - (64 << 10);
 
 /// ExportWeights: the current weights as a safetensors file, in pieces (weights_writer.cpp).
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartWeightsWriter(grpc::CallbackServerContext* ctx,
@@ -19,6 +22,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartWeightsWriter(grpc::CallbackSer
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartPolicyWatcher(grpc::CallbackServerContext* ctx,
                                                                const grpc::ByteBuffer* in, TrainingHost* host,
                                                                const EdgeContext& edge);
+/// ForwardBackwardProgress / TrainStepProgress: the step, with its progress (step_progress.cpp).
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartForwardBackwardProgress(grpc::CallbackServerContext* ctx,
+                                                                         const grpc::ByteBuffer* in,
+                                                                         TrainingHost* host, const EdgeContext& edge);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartTrainStepProgress(grpc::CallbackServerContext* ctx,
+                                                                   const grpc::ByteBuffer* in, TrainingHost* host,
+                                                                   const EdgeContext& edge);
 /// PushRolloutsStream: one ack per pushed group, in order (push_stream.cpp).
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartPushStream(grpc::CallbackServerContext* ctx,
                                                                              TrainingHost* host,

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "convert.h"
+#include "streambp/digest.h"
 #include "streams.h"
 
 namespace streambp::server {
@@ -14,6 +15,7 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       : ctx_(ctx), host_(host), edge_(edge) {}
 
   void begin(const grpc::ByteBuffer* in) {
+    edge_.observer->started("ExportWeights");
     try {
       const auto caller = edge_.auth->authorize(*ctx_, Access::kRead);
       v1::ExportWeightsRequest request;
@@ -25,10 +27,11 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       const int64_t floor = host_->config().limits.min_export_chunk_bytes;
       const int64_t want = request.max_chunk_bytes();
       if (want < 0 || (want > 0 && want < floor) || want > kMaxWeightsChunk) {
-        throw InvalidArgument("max_chunk_bytes must be 0 (the default, 4 MiB) or in [" + std::to_string(floor) + ", " +
+        throw InvalidArgument("max_chunk_bytes must be 0 (the default, 4 MiB - 64 KiB) or in [" + std::to_string(floor) + ", " +
                               std::to_string(kMaxWeightsChunk) + "]");
       }
-      chunk_bytes_ = want > 0 ? want : kMaxWeightsChunk;
+      chunk_bytes_ = want > 0 ? want : kDefaultWeightsChunk;
+      with_files_ = request.with_files();
       lease_ = host_->acquire_export();
       CallContext c;
       c.method = "ExportWeights";
@@ -62,6 +65,10 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     const auto& snapshot = *reply_->snapshot;
     const int64_t total = static_cast<int64_t>(snapshot.bytes.size());
     if (done_) {
+      if (with_files_ && reply_->files && file_ < reply_->files->size()) {
+        next_file();
+        return;
+      }
       finish(nullptr);
       return;
     }
@@ -87,6 +94,29 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     StartWrite(&buffer_);
   }
 
+  // The model folder's side files, one after the other, each in pieces.
+  void next_file() {
+    const auto& [name, bytes] = (*reply_->files)[file_];
+    const int64_t total = static_cast<int64_t>(bytes.size());
+    const int64_t n = std::min(chunk_bytes_, total - file_offset_);
+    v1::WeightsChunk chunk;
+    chunk.set_policy_version(reply_->snapshot->policy_version);
+    chunk.set_file(name);
+    chunk.set_total_bytes(total);
+    chunk.set_offset(file_offset_);
+    chunk.set_data(bytes.data() + file_offset_, static_cast<size_t>(n));
+    file_offset_ += n;
+    if (file_offset_ >= total) {
+      chunk.set_sha256(Sha256Hex(bytes));
+      chunk.set_last(true);
+      ++file_;
+      file_offset_ = 0;
+    }
+    buffer_.Clear();
+    SerializeMessage(chunk, &buffer_);
+    StartWrite(&buffer_);
+  }
+
   void finish(std::exception_ptr error) {
     if (finished_.exchange(true)) return;
     const auto status = ToStatus(error);
@@ -104,6 +134,9 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   std::shared_ptr<const ExportReply> reply_;
   int64_t chunk_bytes_ = kMaxWeightsChunk, offset_ = 0;
   bool done_ = false;
+  bool with_files_ = false;
+  size_t file_ = 0;
+  int64_t file_offset_ = 0;
   std::atomic<bool> finished_{false};
   grpc::ByteBuffer buffer_;
 };

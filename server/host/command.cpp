@@ -17,6 +17,7 @@ json SequencesToJson(const std::vector<Sequence>& sequences) {
     if (!s.sampler_logprobs.empty()) j["sampler_logprobs"] = s.sampler_logprobs;
     if (!s.advantages.empty()) j["advantages"] = s.advantages;
     if (!s.ref_logprobs.empty()) j["ref_logprobs"] = s.ref_logprobs;
+    if (!s.token_weights.empty()) j["token_weights"] = s.token_weights;
     out.push_back(std::move(j));
   }
   return out;
@@ -35,6 +36,7 @@ std::vector<Sequence> SequencesFromJson(const json& j) {
     if (e.contains("sampler_logprobs")) s.sampler_logprobs = e["sampler_logprobs"].get<std::vector<double>>();
     if (e.contains("advantages")) s.advantages = e["advantages"].get<std::vector<double>>();
     if (e.contains("ref_logprobs")) s.ref_logprobs = e["ref_logprobs"].get<std::vector<double>>();
+    if (e.contains("token_weights")) s.token_weights = e["token_weights"].get<std::vector<double>>();
     out.push_back(std::move(s));
   }
   return out;
@@ -167,7 +169,7 @@ CommandResult Apply(Replica& replica, const Command& command, const ApplyHooks& 
         } else if constexpr (std::is_same_v<T, ZeroGradientsCommand>) {
           replica.trainer(c.session).zero_gradients();
         } else if constexpr (std::is_same_v<T, SaveCommand>) {
-          replica.trainer(c.session).save_checkpoint(c.dir);
+          replica.trainer(c.session).save_checkpoint(c.dir, c.side_files);
         } else if constexpr (std::is_same_v<T, LoadCommand>) {
           replica.load(c.session, c.dir);
         } else if constexpr (std::is_same_v<T, CreateSessionCommand>) {

@@ -40,6 +40,9 @@ struct ZeroGradientsCommand {
 struct SaveCommand {
   std::string session;
   std::string dir;
+  /// The model folder's tokenizer etc. go in too (not in session state folders). Only rank 0
+  /// writes, so this is not encoded for the other ranks.
+  bool side_files = true;
 };
 struct LoadCommand {
   std::string session;

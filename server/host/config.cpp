@@ -1,8 +1,10 @@
 #include "config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
+#include "streambp/chat.h"
 #include "streambp/error.h"
 #include "streambp/model.h"
 
@@ -62,6 +64,7 @@ ServerConfig ServerConfig::FromJson(const json& j) {
     s.get("seed", c.model.seed);
     s.get("dtype", c.model.dtype);
     s.get("device", c.model.device);
+    s.get("chat_format", c.model.chat_format);
     s.done();
   }
   if (const json* t = top.sub("trainer")) {
@@ -78,6 +81,7 @@ ServerConfig ServerConfig::FromJson(const json& j) {
     s.get("max_tokens_per_request", c.limits.max_tokens_per_request);
     s.get("max_sequence_length", c.limits.max_sequence_length);
     s.get("max_message_bytes", c.limits.max_message_bytes);
+    s.get("max_text_bytes", c.limits.max_text_bytes);
     s.get("queue_depth", c.limits.queue_depth);
     s.get("memory_budget_bytes", c.limits.memory_budget_bytes);
     s.get("request_id_cache", c.limits.request_id_cache);
@@ -248,6 +252,15 @@ void ServerConfig::Validate() const {
     }
   }
   if (limits.max_message_bytes < 1024) fail("limits.max_message_bytes must be >= 1024");
+  if (limits.max_text_bytes < 1) fail("limits.max_text_bytes must be >= 1");
+  if (!model.chat_format.empty()) {
+    const auto names = ChatFormat::Names();
+    if (std::find(names.begin(), names.end(), model.chat_format) == names.end()) {
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      fail("model.chat_format '" + model.chat_format + "' is not one of " + known);
+    }
+  }
   if (tls.cert.empty() != tls.key.empty()) fail("tls.cert and tls.key go together");
   if (!tls.client_ca.empty() && tls.cert.empty()) fail("tls.client_ca (mutual TLS) needs tls.cert and tls.key");
   if (log.format != "text" && log.format != "json") fail("log.format must be text or json");
@@ -291,13 +304,14 @@ json ServerConfig::ToJson(bool mask_secrets) const {
     return out;
   };
   return json{{"model", {{"dir", model.dir}, {"preset", model.preset}, {"seed", model.seed},
-                         {"dtype", model.dtype}, {"device", model.device}}},
+                         {"dtype", model.dtype}, {"device", model.device}, {"chat_format", model.chat_format}}},
               {"trainer", trainer.ToJson()},
               {"listen", listen},
               {"threads", threads},
               {"limits", {{"max_tokens_per_request", limits.max_tokens_per_request},
                           {"max_sequence_length", limits.max_sequence_length},
                           {"max_message_bytes", limits.max_message_bytes},
+                          {"max_text_bytes", limits.max_text_bytes},
                           {"queue_depth", limits.queue_depth},
                           {"memory_budget_bytes", limits.memory_budget_bytes},
                           {"request_id_cache", limits.request_id_cache},

@@ -20,12 +20,16 @@ struct ModelSection {
   uint64_t seed = 0;             ///< seed of the embedded preset
   std::string dtype = "float32";  ///< float32 | float64 | bfloat16 (float16 on cuda only)
   std::string device = "cpu";    ///< cpu | cuda | cuda:N
+  /// The chat format of messages: qwen3 | llama3 | llama3.1 | llama3.2 | chatml; "" = the one
+  /// the tokenizer's chat_template is recognized as.
+  std::string chat_format;
 };
 
 struct LimitsSection {
   int64_t max_tokens_per_request = 1 << 20;  ///< tokens in one request's batch (prompts too)
   int64_t max_sequence_length = 32768;       ///< tokens in one sequence
   int64_t max_message_bytes = 64 << 20;      ///< largest gRPC message accepted
+  int64_t max_text_bytes = 16 << 20;         ///< text (strings, message contents) in one request
   int64_t queue_depth = 64;                  ///< jobs waiting for the device; more -> RESOURCE_EXHAUSTED
   int64_t memory_budget_bytes = 0;           ///< refuse requests estimated above this; 0 = no budget
   int64_t request_id_cache = 4096;           ///< answers remembered for retried request ids

@@ -1,5 +1,7 @@
 #include "device_worker.h"
 
+#include <algorithm>
+
 #include "streambp/error.h"
 
 namespace streambp::server {
@@ -18,9 +20,28 @@ DeviceWorker::Submit DeviceWorker::submit(Job job) {
     if (lane.size() >= lane_capacity_) return Submit::kLaneFull;
     lane.push_back(std::move(job));
     ++waiting_;
+    if (lane.back().on_position) lane.back().on_position(ahead_of(lane.back().lane, lane.size() - 1));
   }
   cv_.notify_all();
   return Submit::kAccepted;
+}
+
+size_t DeviceWorker::ahead_of(const std::string& lane, size_t index) const {
+  // Round-robin: each other lane runs at most index + 1 of its jobs before this one; the
+  // running job goes first.
+  size_t ahead = index + (running_ ? 1 : 0);
+  for (const auto& [name, jobs] : lanes_) {
+    if (name != lane) ahead += std::min(jobs.size(), index + 1);
+  }
+  return ahead;
+}
+
+void DeviceWorker::tell_positions() {
+  for (const auto& [name, jobs] : lanes_) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (jobs[i].on_position) jobs[i].on_position(ahead_of(name, i));
+    }
+  }
 }
 
 void DeviceWorker::stop() {
@@ -110,6 +131,7 @@ void DeviceWorker::loop() {
       if (paused_ && !stopping_) continue;
       take(&job);
       running_ = true;
+      tell_positions();
     }
     bool done = true;
     if (std::chrono::system_clock::now() > job.deadline) {

@@ -30,6 +30,10 @@ class DeviceWorker {
     std::function<bool()> run;
     /// Called instead of run when the job is dropped (deadline, cancellation, shutdown).
     std::function<void(std::exception_ptr)> drop;
+    /// Told the number of jobs that will run before this one: when it is queued and again
+    /// whenever a job ahead of it starts. Called under the worker's lock: must not block or
+    /// call the worker.
+    std::function<void(size_t)> on_position;
   };
 
   /// `capacity`: jobs that may wait in all lanes together; `lane_capacity`: in one lane.
@@ -61,6 +65,8 @@ class DeviceWorker {
  private:
   void loop();
   bool take(Job* job);  // under mutex_: the next job round-robin; false when none
+  void tell_positions();  // under mutex_: on_position of every waiting job that has one
+  size_t ahead_of(const std::string& lane, size_t index) const;  // under mutex_
 
   const size_t capacity_, lane_capacity_;
   mutable std::mutex mutex_;

@@ -76,8 +76,18 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
   if (!c.checkpoint_dir.empty()) CleanStaging(c.checkpoint_dir);
   h->run_id_ = std::to_string(std::chrono::system_clock::now().time_since_epoch().count()) + "-" +
                std::to_string(::getpid());
-  h->limits_ = InputLimits{replica.model_config().vocab_size, c.limits.max_sequence_length,
-                           c.limits.max_tokens_per_request};
+  h->limits_.vocab_size = replica.model_config().vocab_size;
+  h->limits_.max_sequence_length = c.limits.max_sequence_length;
+  h->limits_.max_tokens_per_request = c.limits.max_tokens_per_request;
+  h->limits_.max_text_bytes = c.limits.max_text_bytes;
+  h->limits_.text = TextCodec::FromDir(c.model.dir, c.model.chat_format, replica.model_config().vocab_size,
+                                       &h->limits_.text_unavailable);
+  if (h->limits_.text) {
+    const auto t = h->limits_.text->report();
+    spdlog::info("tokenizer: {} tokens, chat format {}", t.vocab_size, t.chat_format.empty() ? "none" : t.chat_format);
+  } else if (!c.model.dir.empty()) {
+    spdlog::info("text requests disabled: {}", h->limits_.text_unavailable);
+  }
   h->admission_ = std::make_unique<Admission>(h->config_, replica.model_config(), replica.dtype());
   h->admission_->on_refusal = [raw = h.get()](const std::string& reason) { raw->on_memory_refusal(reason); };
   h->cache_ = std::make_unique<RequestCache>(static_cast<size_t>(c.limits.request_id_cache),
@@ -100,6 +110,13 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
   info.max_sequence_length = c.limits.max_sequence_length;
   info.max_tokens_per_request = c.limits.max_tokens_per_request;
   info.reference_model = c.trainer.reference.use_reference_model;
+  info.eos_token_ids = ModelEosTokenIds(info.model, c.model.dir);
+  h->side_files_ = std::make_shared<const SideFiles>(ReadModelSideFiles(c.model.dir));
+  if (h->limits_.text) {
+    info.tokenizer = h->limits_.text->report();
+  } else {
+    info.tokenizer.unavailable = h->limits_.text_unavailable;
+  }
 
   TrainingHost* raw = h.get();
   h->io_thread_ = std::thread([raw] {
@@ -267,10 +284,30 @@ void TrainingHost::check_admitted(const CallContext& ctx) const {
   }
 }
 
-ApplyHooks TrainingHost::hooks_for(const CallContext& ctx) {
+ApplyHooks TrainingHost::hooks_for(const CallContext& ctx, int64_t micro_batches) {
   ApplyHooks hooks;
-  if (executor_->world_size() > 1) return hooks;  // every rank must run a command to its end
-  hooks.on_progress = [this, cancelled = ctx.cancelled, deadline = ctx.deadline](const EngineProgress&) {
+  const bool ranks = executor_->world_size() > 1;  // every rank must then run a command to its end
+  if (ranks && !ctx.progress) return hooks;
+  // Micro-batches run forward ... backward one after the other: a forward after a backward
+  // is the next one.
+  auto micro = std::make_shared<std::pair<int64_t, bool>>(0, false);  // (index, in backward)
+  hooks.on_progress = [this, ranks, micro, micro_batches, progress = ctx.progress, cancelled = ctx.cancelled,
+                       deadline = ctx.deadline](const EngineProgress& p) {
+    if (progress) {
+      if (p.phase == EngineProgress::Phase::kForward && micro->second) {
+        ++micro->first;
+        micro->second = false;
+      }
+      if (p.phase == EngineProgress::Phase::kBackward) micro->second = true;
+      StepProgressEvent e;
+      e.state = PhaseName(p.phase);
+      e.layer = p.layer;
+      e.num_layers = p.layers;
+      e.micro_batch = std::min(micro->first, std::max<int64_t>(micro_batches, 1) - 1);
+      e.micro_batches = micro_batches;
+      progress(e);
+    }
+    if (ranks) return;
     if (abort_running_) {
       throw Unavailable("the server is shutting down (shutdown.grace_seconds ran out); the step was abandoned and "
                         "rolled back");
@@ -312,11 +349,20 @@ void TrainingHost::submit(const CallContext& ctx, const std::shared_ptr<HostSess
   job.method = ctx.method;
   job.deadline = ctx.deadline;
   job.cancelled = ctx.cancelled;
-  job.run = [this, work, finish, session] {
+  if (ctx.progress) {
+    job.on_position = [progress = ctx.progress](size_t ahead) {
+      StepProgressEvent e;
+      e.state = "queued";
+      e.queue_position = static_cast<int64_t>(ahead);
+      progress(e);
+    };
+  }
+  job.run = [this, work, finish, session, progress = ctx.progress] {
     std::shared_ptr<const T> value;
     std::exception_ptr error;
     try {
       if (session->deleted) throw NotFound("no session named '" + session->spec.name + "'");
+      if (progress) progress(StepProgressEvent{"started"});
       value = work();
     } catch (...) {
       error = std::current_exception();

@@ -139,7 +139,8 @@ class TrainingHost {
               std::function<std::shared_ptr<const T>()> work, Done<T> done, size_t answer_bytes = 256);
   void check_admitted(const CallContext& ctx) const;
   std::shared_ptr<HostSession> find(const std::string& name) const;
-  ApplyHooks hooks_for(const CallContext& ctx);
+  /// Abandoning a step whose caller has gone, and its progress (`micro_batches` of the step).
+  ApplyHooks hooks_for(const CallContext& ctx, int64_t micro_batches = 1);
   void publish_state(HostSession& s);
   void announce(HostSession& s, const std::string& source, const StepResult* forward, int64_t groups_consumed);
   std::string checkpoint_path(const HostSession& s, const std::string& name) const;
@@ -174,6 +175,7 @@ class TrainingHost {
   std::unique_ptr<RequestCache> cache_;
   HostTelemetry* telemetry_ = nullptr;
   HostInfo info_;  // the parts that never change
+  std::shared_ptr<const SideFiles> side_files_;  // the model folder's tokenizer etc., for exports
   std::string run_id_;  // this process's id in the audit log
 
   mutable std::mutex sessions_mutex_;

@@ -215,7 +215,7 @@ void TrainingHost::run_rollout_step(HostSession& s) {
     throw;
   }
   s.rollouts->set_last_step_seconds(Since(start));
-  if (telemetry_) telemetry_->on_train_step(t, "rollouts", Since(start));
+  if (telemetry_) telemetry_->on_train_step(s.spec.name, t, "rollouts", Since(start));
   if (t.optim.optim.skipped) {
     spdlog::warn("rollout step skipped: {}", t.optim.optim.reason);
     return;

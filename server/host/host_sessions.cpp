@@ -151,7 +151,7 @@ void TrainingHost::evict(HostSession& s) {
   auto& replica = executor_->replica();
   if (!replica.resident(s.spec.name)) return;
   if (replica.trainer(s.spec.name).has_pending_gradients()) executor_->run(ZeroGradientsCommand{s.spec.name});
-  executor_->run(SaveCommand{s.spec.name, s.state_dir()});
+  executor_->run(SaveCommand{s.spec.name, s.state_dir(), false});
   executor_->run(DropSessionCommand{s.spec.name});
   s.resident = false;
   s.device_bytes = 0;
@@ -241,7 +241,7 @@ void TrainingHost::create_session(CallContext ctx, SessionRequest request, Done<
           s->resident = true;
           fs::create_directories(s->dir);
           write_spec(*s);
-          executor_->run(SaveCommand{s->spec.name, s->state_dir()});  // a restart finds it
+          executor_->run(SaveCommand{s->spec.name, s->state_dir(), false});  // a restart finds it
           s->rollouts = std::make_unique<RolloutQueue>(
               RolloutOptionsOf(config_, s->spec, (fs::path(s->dir) / "rollouts.log").string()), 0);
           s->trainable_parameters = static_cast<int64_t>(0);

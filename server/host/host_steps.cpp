@@ -1,5 +1,6 @@
 // The TrainingHost's work on the device: steps, log-probs, sampling, checkpoints, exports.
 // Each method admits on the caller's thread (validation, budgets) and submits the work.
+#include <algorithm>
 #include <filesystem>
 
 #include <c10/util/Exception.h>
@@ -63,17 +64,32 @@ StepCommand TrainingHost::prepare_step(const CallContext& ctx, HostSession& s, S
   return command;
 }
 
+namespace {
+// weighted_logprobs: the client's weights are dL/dlogp at one policy version; on another the
+// gradient would be of a different loss, so the step is refused rather than run.
+void CheckWeightsVersion(const HostSession& s, std::optional<int64_t> weights_version) {
+  if (weights_version && *weights_version != s.version) {
+    throw FailedPrecondition("the weights were computed at policy version " + std::to_string(*weights_version) +
+                             ", but the policy is now at version " + std::to_string(s.version.load()) +
+                             ": compute the log-probs again (ComputeLogprobs) and send new weights");
+  }
+}
+}  // namespace
+
 StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession& s, const StepCommand& command,
                                              const EngineOptions& resolved) {
   const auto start = Clock::now();
   use(s);
   memory::ResetPeak();
   const int64_t live_before = memory::LiveBytes();
+  const auto& topts = executor_->replica().trainer_options();
+  const auto micro_batches =
+      static_cast<int64_t>(SplitMicroBatches(command.sequences, topts.layout, topts.micro_batch_tokens).size());
   CommandResult r;
   {
     memory::ScopedBudget budget(config_.limits.memory_budget_bytes);
     try {
-      r = executor_->run(command, hooks_for(ctx));
+      r = executor_->run(command, hooks_for(ctx, micro_batches));
     } catch (const c10::OutOfMemoryError&) {
       on_memory_refusal("out_of_memory");
       throw;
@@ -82,9 +98,7 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
   StepStats st;
   st.result = r.step;
   st.sequences = static_cast<int64_t>(command.sequences.size());
-  const auto& topts = executor_->replica().trainer_options();
-  st.micro_batches =
-      static_cast<int64_t>(SplitMicroBatches(command.sequences, topts.layout, topts.micro_batch_tokens).size());
+  st.micro_batches = micro_batches;
   int64_t longest = 0;
   for (const auto& q : command.sequences) longest = std::max<int64_t>(longest, q.tokens.size());
   st.engine = resolved.kind;
@@ -92,7 +106,7 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
   st.peak_memory_bytes = memory::PeakBytes() - live_before;
   st.seconds = Since(start);
   st.queue_seconds = std::chrono::duration<double>(start - ctx.received).count();
-  if (telemetry_) telemetry_->on_forward_backward(st);
+  if (telemetry_) telemetry_->on_forward_backward(s.spec.name, st);
   return st;
 }
 
@@ -105,7 +119,7 @@ OptimStats TrainingHost::run_optim_step(HostSession& s) {
   o.policy_version = trainer.policy_version();
   o.step = trainer.step();
   publish_state(s);
-  if (telemetry_) telemetry_->on_optim_step(o, Since(start));
+  if (telemetry_) telemetry_->on_optim_step(s.spec.name, o, Since(start));
   return o;
 }
 
@@ -121,9 +135,11 @@ void TrainingHost::forward_backward(CallContext ctx, StepRequest request, Done<S
     done({nullptr, std::current_exception()});
     return;
   }
+  const auto weights_version = request.weights_policy_version;
   submit<StepStats>(
       ctx, s, true,
-      [this, ctx, s, command, resolved] {
+      [this, ctx, s, command, resolved, weights_version] {
+        CheckWeightsVersion(*s, weights_version);
         auto stats = run_forward_backward(ctx, *s, *command, *resolved);
         stats.policy_version = executor_->replica().trainer(s->spec.name).policy_version();
         return Share(std::move(stats));
@@ -146,16 +162,19 @@ void TrainingHost::train_step(CallContext ctx, StepRequest request, Done<TrainSt
     done({nullptr, std::current_exception()});
     return;
   }
+  const auto weights_version = request.weights_policy_version;
   submit<TrainStats>(
       ctx, s, true,
-      [this, ctx, s, command, resolved] {
+      [this, ctx, s, command, resolved, weights_version] {
+        CheckWeightsVersion(*s, weights_version);
         const auto start = Clock::now();
         TrainStats t;
         t.forward = run_forward_backward(ctx, *s, *command, *resolved);
         t.forward.policy_version = executor_->replica().trainer(s->spec.name).policy_version();
+        if (ctx.progress) ctx.progress(StepProgressEvent{"optimizer"});
         t.optim = run_optim_step(*s);
         if (!t.optim.optim.skipped) announce(*s, "train", &t.forward.result, 0);
-        if (telemetry_) telemetry_->on_train_step(t, "train", Since(start));
+        if (telemetry_) telemetry_->on_train_step(s->spec.name, t, "train", Since(start));
         return Share(std::move(t));
       },
       std::move(done));
@@ -237,6 +256,7 @@ void TrainingHost::compute_logprobs(CallContext ctx, LogprobsRequest request, Do
           }
         }
         reply.policy_version = trainer.policy_version();
+        reply.fp64 = req->fp64;
         return Share(std::move(reply));
       },
       std::move(done));
@@ -263,6 +283,14 @@ void TrainingHost::sample(CallContext ctx, SampleRequest request, Done<SampleRep
                               " is outside the vocabulary [0, " + std::to_string(limits_.vocab_size) + ")");
       }
     }
+    if (!req->ignore_eos) {  // the model's end tokens end a completion too
+      for (int64_t id : info_.eos_token_ids) {
+        if (id < limits_.vocab_size && std::find(o.stop_tokens.begin(), o.stop_tokens.end(), id) == o.stop_tokens.end()) {
+          o.stop_tokens.push_back(id);
+        }
+      }
+    }
+    if (req->decode_text && !limits_.text) throw FailedPrecondition(limits_.text_unavailable);
     for (size_t i = 0; i < req->prompts.size(); ++i) {
       if (static_cast<int64_t>(req->prompts[i].size()) + o.max_tokens > limits_.max_sequence_length) {
         throw InvalidArgument("prompts[" + std::to_string(i) + "]: prompt + max_tokens exceed the maximum sequence "
@@ -293,6 +321,9 @@ void TrainingHost::sample(CallContext ctx, SampleRequest request, Done<SampleRep
       SampleReply reply;
       reply.completions = (*run)->take();
       reply.policy_version = trainer.policy_version();
+      if (req->decode_text) {
+        for (const auto& c : reply.completions) reply.texts.push_back(limits_.text->decode(c.tokens, true));
+      }
       run->reset();
       done({Share(std::move(reply)), nullptr});
     } catch (...) {
@@ -417,6 +448,7 @@ void TrainingHost::export_weights(CallContext ctx, int64_t version, bool merged,
         }
         ExportReply r;
         r.snapshot = s->snapshot;
+        r.files = side_files_;
         if (version != 0 && version != s->snapshot->policy_version) {
           r.note = "version " + std::to_string(version) + " is not available; serving the current version " +
                    std::to_string(s->snapshot->policy_version);

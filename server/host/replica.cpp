@@ -17,15 +17,21 @@ std::unique_ptr<Replica> Replica::Create(const ServerConfig& config, const torch
   r->trainer_options_ = config.trainer;
   r->trainer_options_.max_sequence_length = config.limits.max_sequence_length;
   r->comm_ = std::move(comm);
+  r->side_files_ = ReadModelSideFiles(config.model.dir);  // into every checkpoint
   r->sessions_ = config.sessions.enabled;
   if (r->sessions_) {
     for (auto& p : r->base_->parameters()) p.requires_grad_(false);  // shared and frozen
   } else {
     auto trainer = Trainer::Create(r->base_, r->trainer_options_);
-    if (r->comm_) trainer->set_communicator(r->comm_);
+    r->adopt(*trainer);
     r->trainers_[""] = std::move(trainer);
   }
   return r;
+}
+
+void Replica::adopt(Trainer& trainer) const {
+  if (comm_) trainer.set_communicator(comm_);
+  if (!side_files_.empty()) trainer.set_side_files(side_files_);
 }
 
 Trainer& Replica::trainer(const std::string& session) {
@@ -86,7 +92,7 @@ void Replica::create_session(const SessionRequest& request) {
     options.reference.dir.clear();  // the reference is the base with the adapter off
     trainer = Trainer::Create(base_, options, adapter);
   }
-  if (comm_) trainer->set_communicator(comm_);
+  adopt(*trainer);
   trainers_[spec.name] = std::move(trainer);
 }
 
@@ -100,7 +106,7 @@ void Replica::restore_session(const SessionSpec& spec, const std::string& dir) {
     options.reference.dir.clear();
     trainer = Trainer::LoadCheckpoint(dir, &options, base_);
   }
-  if (comm_) trainer->set_communicator(comm_);
+  adopt(*trainer);
   trainers_[spec.name] = std::move(trainer);
 }
 
@@ -134,7 +140,7 @@ void Replica::load(const std::string& session, const std::string& dir) {
                              ") is not configured as this session's (r " +
                              std::to_string(current.adapter()->config().r) + ")");
   }
-  if (comm_) loaded->set_communicator(comm_);
+  adopt(*loaded);
   if (!sessions_) base_ = loaded->model();  // the old weights go
   trainers_[session] = std::move(loaded);
 }

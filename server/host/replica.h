@@ -54,6 +54,8 @@ class Replica {
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 
  private:
+  /// Every trainer this replica makes: the communicator, and the model folder's side files.
+  void adopt(Trainer& trainer) const;
   Replica() = default;
   TrainerOptions options_of(const SessionSpec& spec) const;
   torch::Dtype adapter_dtype() const { return dtype_ == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32; }
@@ -65,6 +67,7 @@ class Replica {
   torch::Device device_ = torch::kCPU;
   bool sessions_ = false;
   std::shared_ptr<Communicator> comm_;
+  std::vector<std::pair<std::string, std::string>> side_files_;  // the model folder's tokenizer etc.
   CausalLM base_{nullptr};
   std::map<std::string, std::unique_ptr<Trainer>> trainers_;
 };

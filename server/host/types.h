@@ -19,10 +19,22 @@
 #include "streambp/objective.h"
 #include "streambp/sampler.h"
 #include "streambp/trainer_options.h"
+#include "text_codec.h"
 
 namespace streambp::server {
 
 using Clock = std::chrono::steady_clock;
+
+/// Where a step is, for callers that follow it (the progress RPCs):
+///   queued (queue_position: jobs that run first; again whenever it changes), started,
+///   forward / backward (layer of num_layers, micro_batch of micro_batches), head, optimizer.
+/// "done" is the answer itself.
+struct StepProgressEvent {
+  std::string state;
+  int64_t queue_position = 0;
+  int64_t layer = 0, num_layers = 0;
+  int64_t micro_batch = 0, micro_batches = 0;
+};
 
 /// Who calls and until when: what every host method gets besides its input.
 struct CallContext {
@@ -33,6 +45,9 @@ struct CallContext {
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
   std::function<bool()> cancelled;  ///< true once the caller has gone (may be empty)
   Clock::time_point received = Clock::now();
+  /// Told where the call's work is (may be empty). Called from the device thread (and under
+  /// the device worker's lock for "queued"): must not block.
+  std::function<void(const StepProgressEvent&)> progress;
 };
 
 /// The answer of an asynchronous host call: a value, or the error (a core exception the
@@ -51,6 +66,13 @@ struct InputLimits {
   int64_t vocab_size = 0;
   int64_t max_sequence_length = 0;
   int64_t max_tokens_per_request = 0;
+  /// Bytes of text (strings and message contents) one request may carry, checked before
+  /// anything is tokenized.
+  int64_t max_text_bytes = 0;
+  /// The model's tokenizer and chat format; null when there is none (text is then refused
+  /// with FailedPrecondition(text_unavailable)).
+  std::shared_ptr<const TextCodec> text;
+  std::string text_unavailable;
 };
 
 /// Engine options as a request gives them: empty / 0 = the server's default.
@@ -69,6 +91,9 @@ struct StepRequest {
   nlohmann::json objective_options = nlohmann::json::object();
   EngineRequest engine;
   int64_t tokens = 0;
+  /// weighted_logprobs: the policy version the client's weights were computed at; the step
+  /// is refused (FailedPrecondition) when the session has moved on. Unset = not checked.
+  std::optional<int64_t> weights_policy_version;
 };
 
 /// What a forward-backward did (StepStats on the wire).
@@ -99,20 +124,27 @@ struct LogprobsRequest {
   std::vector<Sequence> sequences;
   bool reference = false;
   double temperature = 1.0;
+  bool fp64 = false;  ///< the answer carries double precision too
 };
 
 struct LogprobsReply {
   std::vector<std::vector<double>> logprobs;  ///< per sequence, one fewer than its tokens
   int64_t policy_version = 0;
+  bool fp64 = false;
 };
 
 struct SampleRequest {
   std::vector<std::vector<int64_t>> prompts;
   SampleOptions options;
+  /// Completions end at the model's end-of-sequence ids too (HostInfo::eos_token_ids) unless set.
+  bool ignore_eos = false;
+  /// Decode the completions into text (with the model's tokenizer, special tokens skipped).
+  bool decode_text = false;
 };
 
 struct SampleReply {
   std::vector<SampledCompletion> completions;
+  std::vector<std::string> texts;  ///< decode_text: one per completion
   int64_t policy_version = 0;
 };
 
@@ -132,9 +164,13 @@ struct WeightsSnapshot {
   int64_t policy_version = 0;
 };
 
+/// Files of the model folder that travel with exported weights (tokenizer etc.), by name.
+using SideFiles = std::vector<std::pair<std::string, std::string>>;
+
 struct ExportReply {
   std::shared_ptr<const WeightsSnapshot> snapshot;
   std::string note;  ///< set when the version asked for is not the one served
+  std::shared_ptr<const SideFiles> files;  ///< the model folder's tokenizer files etc.
 };
 
 struct EstimateReply {
@@ -252,6 +288,9 @@ struct HostInfo {
   int64_t max_sequence_length = 0, max_tokens_per_request = 0;
   bool reference_model = false;
   int64_t policy_version = 0, step = 0, pending_micro_batches = 0;
+  /// What ends a completion: config.json's and generation_config.json's eos_token_id(s).
+  std::vector<int64_t> eos_token_ids;
+  TokenizerReport tokenizer;
 };
 
 }  // namespace streambp::server

@@ -1,17 +1,19 @@
 #include "metrics.h"
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/time.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
+#include <ctime>
 #include <exception>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
+
+#include <httplib.h>
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
@@ -58,57 +60,57 @@ class CallbackGauges final : public prometheus::Collectable {
   std::vector<Entry> entries_;
 };
 
-// A minimal HTTP/1.0 server for scrapes: one thread, one connection at a time (a slow
-// client is cut off after kIoTimeout), GET|HEAD /metrics -> 200, other paths 404, other
-// methods 405; every answer closes the connection.
+// The scrape endpoint: cpp-httplib (Debian's libcpp-httplib) on threads of its own, which
+// start with the default stack (prometheus::Exposer's civetweb threads ask for 100 KiB, which
+// glibc refuses next to LibTorch's static TLS). GET|HEAD /metrics -> 200, other paths 404,
+// other methods 405.
 class HttpEndpoint {
  public:
   /// Binds and starts serving; throws Error(kInternal) when `listen` cannot be bound.
   HttpEndpoint(const std::string& listen, std::function<std::string()> render) : render_(std::move(render)) {
     const auto colon = listen.rfind(':');
-    std::string host = listen.substr(0, colon), port = listen.substr(colon + 1);
+    if (colon == std::string::npos) throw Error(ErrorCode::kInternal, "metrics: listen must be host:port, got " + listen);
+    std::string host = listen.substr(0, colon);
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    addrinfo* found = nullptr;
-    if (const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-      throw Error(ErrorCode::kInternal, "metrics: cannot resolve " + listen + ": " + gai_strerror(rc));
+    if (host.empty()) host = "0.0.0.0";
+    int port = 0;
+    try {
+      port = std::stoi(listen.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw Error(ErrorCode::kInternal, "metrics: bad port in " + listen);
     }
-    std::string why = "no address";
-    for (addrinfo* a = found; a && listen_fd_ < 0; a = a->ai_next) {
-      const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd < 0) continue;
-      const int one = 1;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 16) == 0) {
-        listen_fd_ = fd;
-      } else {
-        why = std::strerror(errno);
-        close(fd);
+    server_.set_read_timeout(5, 0);
+    server_.set_write_timeout(5, 0);
+    server_.set_payload_max_length(16 << 10);
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      try {
+        res.set_content(render_(), "text/plain; version=0.0.4; charset=utf-8");
+      } catch (const std::exception& e) {
+        res.status = 500;
+        res.set_content(std::string(e.what()) + "\n", "text/plain");
       }
+    });
+    auto not_allowed = [](const httplib::Request&, httplib::Response& res) {
+      res.status = 405;
+      res.set_header("Allow", "GET, HEAD");
+      res.set_content("only GET /metrics\n", "text/plain");
+    };
+    server_.Post(".*", not_allowed);
+    server_.Put(".*", not_allowed);
+    server_.Delete(".*", not_allowed);
+    server_.Patch(".*", not_allowed);
+    server_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+      if (res.status == 404) res.set_content("metrics are at /metrics\n", "text/plain");
+    });
+    port_ = port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port) ? port : -1);
+    if (port_ <= 0) {
+      throw Error(ErrorCode::kInternal, "metrics: could not listen on " + listen + ": " + std::strerror(errno));
     }
-    freeaddrinfo(found);
-    if (listen_fd_ < 0) throw Error(ErrorCode::kInternal, "metrics: could not listen on " + listen + ": " + why);
-    sockaddr_storage bound{};
-    socklen_t len = sizeof bound;
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
-    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    if (pipe2(wake_, O_CLOEXEC) != 0) {
-      close(listen_fd_);
-      throw Error(ErrorCode::kInternal, "metrics: pipe2 failed");
-    }
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
   }
   ~HttpEndpoint() {
-    const char stop = 1;
-    if (write(wake_[1], &stop, 1) != 1) shutdown(listen_fd_, SHUT_RDWR);
-    thread_.join();
-    close(listen_fd_);
-    close(wake_[0]);
-    close(wake_[1]);
+    server_.stop();
+    if (thread_.joinable()) thread_.join();
   }
   HttpEndpoint(const HttpEndpoint&) = delete;
   HttpEndpoint& operator=(const HttpEndpoint&) = delete;
@@ -116,72 +118,8 @@ class HttpEndpoint {
   int port() const { return port_; }
 
  private:
-  static constexpr int kIoTimeoutSeconds = 5;
-  static constexpr size_t kMaxRequest = 16 << 10;
-
-  void loop() {
-    for (;;) {
-      pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-      if (poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        return;
-      }
-      if (fds[1].revents != 0) return;
-      if (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) return;
-      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      serve(fd);
-      close(fd);
-    }
-  }
-
-  void serve(int fd) const {
-    timeval timeout{kIoTimeoutSeconds, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-    std::string request;
-    char buf[4096];
-    while (request.find("\r\n\r\n") == std::string::npos && request.find("\n\n") == std::string::npos &&
-           request.size() < kMaxRequest) {
-      const ssize_t n = recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      request.append(buf, static_cast<size_t>(n));
-    }
-    std::istringstream line(request.substr(0, request.find('\n')));
-    std::string method, target;
-    line >> method >> target;
-    target = target.substr(0, target.find('?'));
-    std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
-    if (method != "GET" && method != "HEAD") {
-      status = "405 Method Not Allowed";
-      type = "text/plain";
-      body = "only GET /metrics\n";
-    } else if (target != "/metrics") {
-      status = "404 Not Found";
-      type = "text/plain";
-      body = "metrics are at /metrics\n";
-    } else {
-      try {
-        body = render_();
-      } catch (const std::exception& e) {
-        status = "500 Internal Server Error";
-        type = "text/plain";
-        body = std::string(e.what()) + "\n";
-      }
-    }
-    std::string out = "HTTP/1.0 " + status + "\r\nContent-Type: " + type +
-                      "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
-    if (method != "HEAD") out += body;
-    for (size_t sent = 0; sent < out.size();) {
-      const ssize_t n = send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      sent += static_cast<size_t>(n);
-    }
-  }
-
   std::function<std::string()> render_;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
+  httplib::Server server_;
   int port_ = 0;
   std::thread thread_;
 };
@@ -204,10 +142,69 @@ const auto& StepBuckets() {
   return b;
 }
 
+// Process metrics as the Prometheus client libraries name them, read from /proc at scrape time.
+double ProcStatmBytes(int field) {
+  std::ifstream in("/proc/self/statm");
+  double pages[2] = {0, 0};
+  in >> pages[0] >> pages[1];
+  return pages[field] * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+double OpenFds() {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  double n = 0;
+  while (const dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // the directory stream's own descriptor
+}
+
+double ProcessStartTime() {
+  // /proc/self/stat field 22: start time in clock ticks after boot; /proc/stat btime: boot time.
+  std::ifstream stat("/proc/self/stat");
+  std::string all((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::istringstream rest(all.substr(all.rfind(')') + 2));  // after "pid (comm) "
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) ticks = std::stod(field);
+  }
+  std::ifstream proc("/proc/stat");
+  std::string key;
+  double btime = 0;
+  while (proc >> key) {
+    if (key == "btime") {
+      proc >> btime;
+      break;
+    }
+  }
+  return btime + ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The gRPC method type of a streambp.v1.Trainer method (grpc_type label).
+std::string GrpcType(const std::string& method) {
+  if (method == "PushRolloutsStream") return "bidi_stream";
+  if (method == "ExportWeights" || method == "WatchPolicy" || method == "ForwardBackwardProgress" ||
+      method == "TrainStepProgress") {
+    return "server_stream";
+  }
+  return "unary";
+}
+
+// A low-cardinality label of an optimizer step's skip reason.
+std::string SkipReason(const std::string& reason) {
+  if (reason.find("loss") != std::string::npos) return "nonfinite_loss";
+  if (reason.find("grad") != std::string::npos) return "nonfinite_grad_norm";
+  return "other";
+}
+
+constexpr const char* kService = "streambp.v1.Trainer";
+
 }  // namespace
 
-std::unique_ptr<MetricsExporter> MetricsExporter::Create(const std::string& listen) {
+std::unique_ptr<MetricsExporter> MetricsExporter::Create(const std::string& listen, bool session_label) {
   std::unique_ptr<MetricsExporter> m(new MetricsExporter());
+  m->session_label_ = session_label;
   m->registry_ = std::make_shared<prometheus::Registry>();
   m->callbacks_ = std::make_shared<CallbackGauges>();
   auto& r = *m->registry_;
@@ -215,18 +212,23 @@ std::unique_ptr<MetricsExporter> MetricsExporter::Create(const std::string& list
   using prometheus::BuildGauge;
   using prometheus::BuildHistogram;
 
-  m->requests_ = &BuildCounter()
-                      .Name("streambp_requests_total")
-                      .Help("RPCs answered, by method and gRPC status code")
-                      .Register(r);
-  m->request_seconds_ = &BuildHistogram()
-                             .Name("streambp_request_seconds")
-                             .Help("Time from receiving an RPC to answering it (queue wait included), by method")
-                             .Register(r);
+  // RPCs, under the names stock gRPC dashboards use (go-grpc-prometheus / grpc-ecosystem).
+  m->started_ = &BuildCounter()
+                     .Name("grpc_server_started_total")
+                     .Help("RPCs started on the server")
+                     .Register(r);
+  m->handled_ = &BuildCounter()
+                     .Name("grpc_server_handled_total")
+                     .Help("RPCs completed on the server, by gRPC status code")
+                     .Register(r);
+  m->handling_seconds_ = &BuildHistogram()
+                              .Name("grpc_server_handling_seconds")
+                              .Help("Time from receiving an RPC to answering it (queue wait included)")
+                              .Register(r);
   m->step_seconds_ = &BuildHistogram()
                           .Name("streambp_step_seconds")
                           .Help("Device time of a training step, by phase: forward_backward, optim_step, or train_step "
-                                "(both, run by the server on pushed rollouts)")
+                                "(a whole TrainStep, or a step the server runs on pushed rollouts)")
                           .Register(r);
   m->forward_backward_seconds_ = &m->step_seconds_->Add({{"phase", "forward_backward"}}, StepBuckets());
   m->optim_seconds_ = &m->step_seconds_->Add({{"phase", "optim_step"}}, StepBuckets());
@@ -234,13 +236,11 @@ std::unique_ptr<MetricsExporter> MetricsExporter::Create(const std::string& list
   m->steps_ = &BuildCounter()
                    .Name("streambp_steps_total")
                    .Help("Optimizer steps applied (each one increments the policy version)")
-                   .Register(r)
-                   .Add({});
+                   .Register(r);
   m->skipped_steps_ = &BuildCounter()
                            .Name("streambp_skipped_steps_total")
-                           .Help("Optimizer steps skipped and rolled back because the loss or a gradient was not finite")
-                           .Register(r)
-                           .Add({});
+                           .Help("Optimizer steps skipped and rolled back, by reason: nonfinite_loss, nonfinite_grad_norm")
+                           .Register(r);
   m->forward_backwards_ = &BuildCounter()
                                .Name("streambp_forward_backward_total")
                                .Help("Forward-backward passes completed (gradient accumulations)")
@@ -251,6 +251,28 @@ std::unique_ptr<MetricsExporter> MetricsExporter::Create(const std::string& list
                     .Help("Tokens processed by completed forward-backward passes")
                     .Register(r)
                     .Add({});
+  // Training signals of the last step (per session with sessions.metrics_label).
+  m->loss_ = &BuildGauge().Name("streambp_loss").Help("Loss of the last forward-backward").Register(r);
+  m->grad_norm_ = &BuildGauge()
+                       .Name("streambp_grad_norm")
+                       .Help("Gradient norm of the last optimizer step, before clipping")
+                       .Register(r);
+  m->learning_rate_ = &BuildGauge()
+                           .Name("streambp_learning_rate")
+                           .Help("Learning rate of the last optimizer step")
+                           .Register(r);
+  m->tokens_per_second_ = &BuildGauge()
+                               .Name("streambp_tokens_per_second")
+                               .Help("Tokens per second of device time of the last forward-backward")
+                               .Register(r);
+  m->reward_mean_ = &BuildGauge()
+                         .Name("streambp_reward_mean")
+                         .Help("Mean reward of the last GRPO step's completions")
+                         .Register(r);
+  m->kl_ = &BuildGauge()
+                .Name("streambp_kl")
+                .Help("Mean k3 KL to the reference of the last GRPO step (when beta > 0)")
+                .Register(r);
   m->oom_refusals_ = &BuildCounter()
                           .Name("streambp_oom_refusals_total")
                           .Help("Steps refused for memory: estimate = over the budget before starting, "
@@ -272,6 +294,28 @@ std::unique_ptr<MetricsExporter> MetricsExporter::Create(const std::string& list
                         .Name("streambp_build_info")
                         .Help("Always 1; the labels describe the build and runtime")
                         .Register(r);
+  if (!session_label) {  // shown at 0 before the first step
+    m->steps_->Add({});
+    for (const char* reason : {"nonfinite_loss", "nonfinite_grad_norm"}) m->skipped_steps_->Add({{"reason", reason}});
+  }
+
+  m->AddGaugeCallback("process_resident_memory_bytes", "Resident memory size in bytes", [] { return ProcStatmBytes(1); });
+  m->AddGaugeCallback("process_virtual_memory_bytes", "Virtual memory size in bytes", [] { return ProcStatmBytes(0); });
+  m->AddCounterCallback("process_cpu_seconds_total", "Total user and system CPU time spent in seconds", [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  });
+  m->AddGaugeCallback("process_open_fds", "Number of open file descriptors", [] { return OpenFds(); });
+  m->AddGaugeCallback("process_max_fds", "Maximum number of open file descriptors", [] {
+    rlimit l{};
+    getrlimit(RLIMIT_NOFILE, &l);
+    return static_cast<double>(l.rlim_cur);
+  });
+  const double start = ProcessStartTime();
+  m->AddGaugeCallback("process_start_time_seconds", "Start time of the process since the Unix epoch in seconds",
+                      [start] { return start; });
 
   MetricsExporter* self = m.get();
   m->http_ = std::make_unique<HttpEndpoint>(listen, [self] { return self->Render(); });
@@ -287,28 +331,55 @@ std::string MetricsExporter::Render() const {
   return prometheus::TextSerializer().Serialize(families);
 }
 
-void MetricsExporter::ObserveRequest(const std::string& method, const std::string& code, double seconds) {
-  requests_->Add({{"method", method}, {"code", code}}).Increment();
-  request_seconds_->Add({{"method", method}}, RequestBuckets()).Observe(seconds);
+prometheus::Labels MetricsExporter::Session(const std::string& session) const {
+  return session_label_ ? prometheus::Labels{{"session", session}} : prometheus::Labels{};
 }
 
-void MetricsExporter::ObserveForwardBackward(int64_t tokens, double seconds, int64_t peak_memory_bytes) {
+void MetricsExporter::ObserveRequestStarted(const std::string& method) {
+  started_->Add({{"grpc_service", kService}, {"grpc_method", method}, {"grpc_type", GrpcType(method)}}).Increment();
+}
+
+void MetricsExporter::ObserveRequest(const std::string& method, const std::string& code, double seconds) {
+  const std::string type = GrpcType(method);
+  handled_->Add({{"grpc_service", kService}, {"grpc_method", method}, {"grpc_type", type}, {"grpc_code", code}})
+      .Increment();
+  handling_seconds_->Add({{"grpc_service", kService}, {"grpc_method", method}, {"grpc_type", type}}, RequestBuckets())
+      .Observe(seconds);
+}
+
+void MetricsExporter::ObserveForwardBackward(const ForwardBackwardSample& s) {
   forward_backwards_->Increment();
-  tokens_->Increment(static_cast<double>(tokens));
-  forward_backward_seconds_->Observe(seconds);
-  const double peak = static_cast<double>(peak_memory_bytes);
+  tokens_->Increment(static_cast<double>(s.tokens));
+  forward_backward_seconds_->Observe(s.seconds);
+  const double peak = static_cast<double>(s.peak_memory_bytes);
   step_peak_memory_->Set(peak);
   if (peak > max_peak_memory_->Value()) max_peak_memory_->Set(peak);  // one device thread calls this
+  const auto labels = Session(s.session);
+  loss_->Add(labels).Set(s.loss);
+  if (s.seconds > 0) tokens_per_second_->Add(labels).Set(static_cast<double>(s.tokens) / s.seconds);
+  if (auto it = s.metrics.find("reward_mean"); it != s.metrics.end()) reward_mean_->Add(labels).Set(it->second);
+  if (auto it = s.metrics.find("kl"); it != s.metrics.end()) kl_->Add(labels).Set(it->second);
 }
 
-void MetricsExporter::ObserveOptimStep(bool skipped, double seconds) {
-  (skipped ? skipped_steps_ : steps_)->Increment();
+void MetricsExporter::ObserveOptimStep(const std::string& session, bool skipped, const std::string& reason,
+                                       double grad_norm, double learning_rate, double seconds) {
+  auto labels = Session(session);
+  if (skipped) {
+    labels["reason"] = SkipReason(reason);
+    skipped_steps_->Add(labels).Increment();
+  } else {
+    steps_->Add(labels).Increment();
+  }
+  const auto plain = Session(session);
+  if (std::isfinite(grad_norm)) grad_norm_->Add(plain).Set(grad_norm);
+  learning_rate_->Add(plain).Set(learning_rate);
   optim_seconds_->Observe(seconds);
 }
 
 void MetricsExporter::CountOomRefusal(const std::string& reason) { oom_refusals_->Add({{"reason", reason}}).Increment(); }
 
 void MetricsExporter::ObserveTrainStep(double seconds) { train_step_seconds_->Observe(seconds); }
+
 
 void MetricsExporter::AddGaugeCallback(const std::string& name, const std::string& help, std::function<double()> value) {
   callbacks_->add({name, help, prometheus::MetricType::Gauge, std::move(value)});

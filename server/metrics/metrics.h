@@ -2,13 +2,18 @@
 // Prometheus metrics of streambp-server, served over HTTP (`GET /metrics`, text format
 // 0.0.4) on a port of their own, separate from the gRPC port.
 //
-// The registry, metric types and text serializer are prometheus-cpp's (core). The HTTP
-// side is a small endpoint of ours rather than prometheus::Exposer: Exposer's civetweb
-// starts its threads with a fixed 100 KiB stack, and in a process that links Debian's
-// LibTorch (static TLS of OpenBLAS + glog + torch is ~100 KiB) pthread_create refuses
-// that stack with EINVAL, so Exposer cannot start at all.
+// The registry, metric types and text serializer are prometheus-cpp's (core); the HTTP side
+// is cpp-httplib (prometheus::Exposer's civetweb threads ask for a 100 KiB stack, which glibc
+// refuses in a process with LibTorch's static TLS).
+//
+// Families: the standard gRPC server metrics (grpc_server_started_total, _handled_total,
+// _handling_seconds, labelled grpc_service / grpc_method / grpc_type / grpc_code), the
+// training signals of the last step (streambp_loss, _grad_norm, _learning_rate,
+// _tokens_per_second, _reward_mean, _kl; with a `session` label when configured), step
+// counters and timings, memory, the rollout queue, process_* metrics and build info.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,21 +45,34 @@ class MetricsExporter {
   /// `listen` is host:port (port 0 picks a free one, see port()). Serves GET /metrics
   /// (other paths: 404) one connection at a time on a thread of its own. Throws
   /// Error(kInternal) naming the address when it cannot be bound.
-  static std::unique_ptr<MetricsExporter> Create(const std::string& listen);
+  /// `session_label`: the training signals carry a `session` label (sessions.metrics_label).
+  static std::unique_ptr<MetricsExporter> Create(const std::string& listen, bool session_label = false);
   ~MetricsExporter();
   MetricsExporter(const MetricsExporter&) = delete;
   MetricsExporter& operator=(const MetricsExporter&) = delete;
 
   int port() const { return port_; }  ///< the bound port
 
-  /// One answered RPC: streambp_requests_total{method,code}, streambp_request_seconds{method}.
+  /// An RPC arrived: grpc_server_started_total{grpc_service,grpc_method,grpc_type}.
+  void ObserveRequestStarted(const std::string& method);
+  /// An RPC was answered: grpc_server_handled_total{...,grpc_code} (code as gRPC names it,
+  /// e.g. INVALID_ARGUMENT) and grpc_server_handling_seconds{...}.
   void ObserveRequest(const std::string& method, const std::string& code, double seconds);
-  /// One forward-backward on the device: tokens, streambp_step_seconds{phase="forward_backward"},
-  /// the step's peak tracked memory.
-  void ObserveForwardBackward(int64_t tokens, double seconds, int64_t peak_memory_bytes);
-  /// One optimizer step: applied (streambp_steps_total) or skipped (non-finite loss or
-  /// gradient: streambp_skipped_steps_total), and streambp_step_seconds{phase="optim_step"}.
-  void ObserveOptimStep(bool skipped, double seconds);
+  /// One forward-backward on the device.
+  struct ForwardBackwardSample {
+    std::string session;
+    int64_t tokens = 0;
+    double seconds = 0;
+    int64_t peak_memory_bytes = 0;
+    double loss = 0;
+    std::map<std::string, double> metrics;  ///< the objective's (reward_mean, kl, ...)
+  };
+  void ObserveForwardBackward(const ForwardBackwardSample& sample);
+  /// One optimizer step: applied (streambp_steps_total) or skipped
+  /// (streambp_skipped_steps_total{reason}), its gradient norm and learning rate, and
+  /// streambp_step_seconds{phase="optim_step"}.
+  void ObserveOptimStep(const std::string& session, bool skipped, const std::string& reason, double grad_norm,
+                        double learning_rate, double seconds);
   /// A step refused for memory: reason "estimate" (over limits.memory_budget_bytes before
   /// starting) or "out_of_memory" (an allocation failed during the step; rolled back).
   void CountOomRefusal(const std::string& reason);
@@ -73,16 +91,25 @@ class MetricsExporter {
  private:
   MetricsExporter() = default;
   std::string Render() const;  // the exposition of every metric
+  std::map<std::string, std::string> Session(const std::string& session) const;  // the session label, if any
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<CallbackGauges> callbacks_;
-  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
-  prometheus::Family<prometheus::Histogram>* request_seconds_ = nullptr;
+  bool session_label_ = false;
+  prometheus::Family<prometheus::Counter>* started_ = nullptr;
+  prometheus::Family<prometheus::Counter>* handled_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* handling_seconds_ = nullptr;
+  prometheus::Family<prometheus::Counter>* steps_ = nullptr;
+  prometheus::Family<prometheus::Counter>* skipped_steps_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* loss_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* grad_norm_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* learning_rate_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* tokens_per_second_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* reward_mean_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* kl_ = nullptr;
   prometheus::Family<prometheus::Histogram>* step_seconds_ = nullptr;
   prometheus::Family<prometheus::Counter>* oom_refusals_ = nullptr;
   prometheus::Family<prometheus::Gauge>* build_info_ = nullptr;
-  prometheus::Counter* steps_ = nullptr;
-  prometheus::Counter* skipped_steps_ = nullptr;
   prometheus::Counter* forward_backwards_ = nullptr;
   prometheus::Counter* tokens_ = nullptr;
   prometheus::Gauge* step_peak_memory_ = nullptr;

@@ -69,6 +69,25 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--dtype", init.dtype, "dtype of the written weights")
       ->check(CLI::IsMember({"float32", "float64", "bfloat16", "float16"}));
   init_cmd->add_option("--out", init.out, "output folder")->required();
+  init_cmd->add_option("--tokenizer", init.tokenizer,
+                       "folder with a tokenizer.json: the model takes its vocabulary and end tokens, and its "
+                       "tokenizer files are copied");
+
+  streambp::tools::TokenizeArgs tokenize;
+  auto* tokenize_cmd = app.add_subcommand("tokenize", "JSON lines {\"text\": ...} on stdin -> {\"ids\": [...]}");
+  tokenize_cmd->add_option("--model", tokenize.model, "model folder with a tokenizer.json")->required();
+  tokenize_cmd->add_flag("--add-special-tokens", tokenize.add_special_tokens,
+                         "add the tokenizer's special tokens (Llama 3: <|begin_of_text|>), as HF's add_special_tokens");
+
+  streambp::tools::RenderArgs render;
+  auto* render_cmd = app.add_subcommand(
+      "render", "JSON lines {\"messages\": [...]} on stdin -> {\"text\", \"ids\", \"loss_mask\"} (chat format)");
+  render_cmd->add_option("--model", render.model, "model folder with a tokenizer.json")->required();
+  render_cmd->add_option("--format", render.format, "qwen3 | llama3 | llama3.1 | llama3.2 | chatml (default: inferred)")
+      ->check(CLI::IsMember({"qwen3", "llama3", "llama3.1", "llama3.2", "chatml"}));
+  render_cmd->add_flag("--add-generation-prompt", render.add_generation_prompt,
+                       "end with the assistant header (what sampling starts from)");
+  render_cmd->add_flag("--disable-thinking", render.disable_thinking, "qwen3: an empty think block in the prompt");
 
   streambp::tools::GradArgs grad;
   auto* grad_cmd = app.add_subcommand("grad", "loss and gradient of every parameter, as safetensors");
@@ -187,6 +206,8 @@ int main(int argc, char** argv) {
   streambp::ConfigureThreads(threads);
   try {
     if (*init_cmd) return streambp::tools::InitModel(init);
+    if (*tokenize_cmd) return streambp::tools::Tokenize(tokenize);
+    if (*render_cmd) return streambp::tools::Render(render);
     if (*grad_cmd) return streambp::tools::Grad(grad);
     if (*verify_cmd) return streambp::tools::Verify(verify);
     if (*train_cmd) return streambp::tools::Train(train);

@@ -49,12 +49,19 @@ server::ServerConfig BuildConfig(const ServeArgs& a) {
   return c;
 }
 
-// %* in a pattern: the message as a JSON value (objects as they are, text quoted).
+// %* in a pattern: the message's fields. An event logged as a JSON object (requests, steps)
+// contributes its own fields ("event":"request","method":...); any other message is
+// "event":"log","msg":"...". So every line is one flat JSON object.
 class JsonMessageFlag final : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
     const std::string text(msg.payload.data(), msg.payload.size());
-    const std::string out = !text.empty() && text.front() == '{' ? text : nlohmann::json(text).dump();
+    std::string out;
+    if (text.size() >= 2 && text.front() == '{' && text.back() == '}') {
+      out = text.substr(1, text.size() - 2);
+    } else {
+      out = "\"event\":\"log\",\"msg\":" + nlohmann::json(text).dump();
+    }
     dest.append(out.data(), out.data() + out.size());
   }
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonMessageFlag>(); }
@@ -67,7 +74,7 @@ void ConfigureLogging(const server::ServerConfig& c) {
   if (c.log.format == "json") {
     // Messages of requests are JSON objects already; others are quoted into "msg".
     auto formatter = std::make_unique<spdlog::pattern_formatter>();
-    formatter->add_flag<JsonMessageFlag>('*').set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","msg":%*})");
+    formatter->add_flag<JsonMessageFlag>('*').set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l",%*})");
     spdlog::set_formatter(std::move(formatter));
   } else {
     spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");

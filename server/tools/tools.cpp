@@ -17,6 +17,7 @@
 #include "streambp/model.h"
 #include "streambp/objective.h"
 #include "streambp/runtime.h"
+#include "streambp/tokenizer.h"
 
 namespace streambp::tools {
 namespace {
@@ -157,12 +158,27 @@ std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::str
 
 int InitModel(const InitModelArgs& args) {
   auto config = PresetConfig(args.preset);
+  std::vector<std::pair<std::string, std::string>> side_files;
+  std::string around;
+  if (!args.tokenizer.empty()) {
+    // A model around a real tokenizer: its vocabulary (padded to a multiple of 64, as model
+    // vocabularies usually are) and end tokens; its files travel into the model folder.
+    const auto tokenizer = Tokenizer::FromDir(args.tokenizer);
+    config.vocab_size = (tokenizer->vocab_size() + 63) / 64 * 64;
+    config.bos_token_id = tokenizer->bos_token_id();
+    const auto eos = tokenizer->eos_token_ids();
+    config.eos_token_id = eos.empty() ? std::nullopt : std::optional<int64_t>(eos.front());
+    config.eos_token_ids = eos;
+    side_files = ReadModelSideFiles(args.tokenizer);
+    around = ", tokenizer of " + args.tokenizer + " (" + std::to_string(tokenizer->vocab_size()) + " tokens)";
+  }
   auto model = streambp::InitModel(config, args.seed, ParseDtype(args.dtype));
   SaveModel(model, args.out);
+  WriteModelSideFiles(side_files, args.out);
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
-  std::printf("wrote %s model (seed %llu, %lld parameters, %s) to %s\n", args.preset.c_str(),
-              (unsigned long long)args.seed, (long long)params, args.dtype.c_str(), args.out.c_str());
+  std::printf("wrote %s model (seed %llu, %lld parameters, %s%s) to %s\n", args.preset.c_str(),
+              (unsigned long long)args.seed, (long long)params, args.dtype.c_str(), around.c_str(), args.out.c_str());
   return 0;
 }
 

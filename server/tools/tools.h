@@ -26,8 +26,27 @@ struct InitModelArgs {
   uint64_t seed = 0;
   std::string out;
   std::string dtype = "float32";
+  /// A folder with a tokenizer.json (and tokenizer_config.json, ...): the model gets its
+  /// vocabulary size (rounded up to a multiple of 64) and bos/eos ids, and the files are copied.
+  std::string tokenizer;
 };
 int InitModel(const InitModelArgs& args);
+
+/// tokenize: {"text": ...} lines on stdin -> {"ids": [...]} lines on stdout.
+struct TokenizeArgs {
+  std::string model;
+  bool add_special_tokens = false;
+};
+int Tokenize(const TokenizeArgs& args);
+
+/// render: {"messages": [...]} lines -> {"text", "ids", "loss_mask", "format"} lines.
+struct RenderArgs {
+  std::string model;
+  std::string format;  ///< "" = the one the tokenizer's chat_template is recognized as
+  bool add_generation_prompt = false;
+  bool disable_thinking = false;
+};
+int Render(const RenderArgs& args);
 
 struct GradArgs {
   ModelSource model;

@@ -46,7 +46,7 @@ python3 - "$metrics_port" > "$dir/metrics.out" <<'PY' || fail "scrape: $(cat "$d
 import sys, urllib.request
 body = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
 print(body)
-assert 'streambp_requests_total{code="OK",method="GetInfo"} 1' in body, "GetInfo not counted"
+assert 'grpc_server_handled_total{grpc_code="OK",grpc_method="GetInfo",grpc_service="streambp.v1.Trainer",grpc_type="unary"} 1' in body, "GetInfo not counted"
 PY
 
 # Back to info: requests are logged again.
@@ -68,6 +68,48 @@ wait "$server_pid"; rc=$?
 if "$server" health --server "127.0.0.1:$port" --timeout 1 > "$dir/health2.out" 2>&1; then
   fail "health passed on a stopped server"
 fi
+
+# The CLI as a user meets it: --version, defaults in --help, HOST:PORT checked, a clear
+# message (exit 3) when nothing answers, exit 2 for a bad command line.
+"$cli" --version > "$dir/cli_version.out" 2>&1 || fail "streambp --version: $(cat "$dir/cli_version.out")"
+grep -q "^streambp [0-9]" "$dir/cli_version.out" || fail "streambp --version: $(cat "$dir/cli_version.out")"
+"$cli" train --help > "$dir/help.out" 2>&1 || fail "train --help"
+grep -q "4096" "$dir/help.out" || fail "--help does not show the default of --batch-tokens: $(cat "$dir/help.out")"
+grep -q "Exit status" <("$cli" --help 2>&1) || fail "--help does not document the exit status"
+"$cli" info --server localhost > "$dir/noport.out" 2>&1; rc=$?
+[ "$rc" -eq 2 ] || fail "--server without a port: exit $rc, expected 2: $(cat "$dir/noport.out")"
+grep -q "give HOST:PORT" "$dir/noport.out" || fail "--server without a port: $(cat "$dir/noport.out")"
+"$cli" info --server http://localhost:50051 > "$dir/scheme.out" 2>&1; rc=$?
+[ "$rc" -eq 2 ] || fail "--server with a scheme: exit $rc: $(cat "$dir/scheme.out")"
+grep -q "without a scheme" "$dir/scheme.out" || fail "--server with a scheme: $(cat "$dir/scheme.out")"
+"$cli" info --server "127.0.0.1:$port" --timeout 3 > "$dir/down.out" 2>&1; rc=$?
+[ "$rc" -eq 3 ] || fail "no server: exit $rc, expected 3: $(cat "$dir/down.out")"
+grep -q "no server at 127.0.0.1:$port" "$dir/down.out" || fail "no server message: $(cat "$dir/down.out")"
+grep -q "streambp-server serve" "$dir/down.out" || fail "no server message: $(cat "$dir/down.out")"
+"$cli" info --bogus > /dev/null 2>&1; rc=$?
+[ "$rc" -eq 2 ] || fail "an unknown flag: exit $rc, expected 2"
+
+# JSON logs: one flat object per event, with fields (not a message string).
+"$server" serve --listen 127.0.0.1:0 --port-file "$dir/port3" --log-format json > "$dir/json.log" 2>&1 &
+server_pid=$!
+pids+=("$server_pid")
+wait_for "$dir/port3" "[0-9]"
+echo '{"tokens":[1,2,3,4,5,6,7,8]}' > "$dir/one.jsonl"
+"$cli" train --server "127.0.0.1:$(cat "$dir/port3")" --data "$dir/one.jsonl" > "$dir/json_train.out" 2>&1 \
+  || fail "train against the JSON-logging server: $(cat "$dir/json_train.out")"
+kill -TERM "$server_pid"; wait "$server_pid"
+python3 - "$dir/json.log" <<'PY' || fail "JSON logs: $(cat "$dir/json.log")"
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+assert all("time" in e and "level" in e and "event" in e for e in events), events
+req = [e for e in events if e["event"] == "request" and e["method"] in ("TrainStep", "TrainStepProgress")]
+assert req and req[0]["code"] == "OK" and req[0]["tokens"] == 8 and req[0]["seconds"] > 0, req
+fb = [e for e in events if e["event"] == "forward_backward"]
+assert fb and isinstance(fb[0]["loss"], float) and fb[0]["tokens"] == 8, fb
+opt = [e for e in events if e["event"] == "optim_step"]
+assert opt and opt[0]["grad_norm"] > 0 and opt[0]["policy_version"] == 1, opt
+assert any(e["event"] == "log" and "msg" in e for e in events), "plain messages are event log"
+PY
 
 # Without --config, SIGHUP toggles debug.
 "$server" serve --listen 127.0.0.1:0 --port-file "$dir/port2" > "$dir/toggle.log" 2>&1 &

@@ -51,10 +51,11 @@ grep -q "policy v1" "$dir/train.log" || fail "train output: $(cat "$dir/train.lo
 python3 - "$dir/main.log" <<'PY' || fail "the JSON log is not JSON, or the step was not logged after SIGTERM"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-msgs = [l["msg"] for l in lines]
-sig = next(i for i, m in enumerate(msgs) if isinstance(m, str) and "SIGTERM" in m)
-step = next(i for i, m in enumerate(msgs) if isinstance(m, dict) and m.get("method") == "TrainStep")
-assert step > sig and msgs[step]["status"] == "OK", (sig, step)
+assert all("time" in l and "level" in l and "event" in l for l in lines), lines
+sig = next(i for i, l in enumerate(lines) if l["event"] == "log" and "SIGTERM" in l["msg"])
+step = next(i for i, l in enumerate(lines)
+            if l["event"] == "request" and l["method"] in ("TrainStep", "TrainStepProgress"))
+assert step > sig and lines[step]["code"] == "OK", (sig, step)
 PY
 [ -f "$dir/ckpt/shutdown-1/manifest.json" ] || fail "no shutdown checkpoint"
 "$server" verify --model "$dir/ckpt/shutdown-1" --seq-len 16 > "$dir/verify.out" || fail "the shutdown checkpoint does not load"

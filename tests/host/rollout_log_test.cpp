@@ -56,7 +56,9 @@ TEST(RecordLog, ATornTailIsCutOffAndAppendsContinueAfterTheLastGoodRecord) {
   }
   const auto good = fs::file_size(path);
   // A crash mid-append: a header that promises 100 bytes, then 10 of them.
-  AppendRaw(path, std::string("\x64\x00\x00\x00\x01\x02\x03\x04", 8) + std::string(10, 'x'));
+  std::string torn("\x64\x00\x00\x00\x01\x02\x03\x04", 8);
+  torn.append(10, 'x');
+  AppendRaw(path, torn);
   {
     std::vector<std::string> records;
     int64_t dropped = 0;

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -180,8 +181,15 @@ TEST(Metrics, ScrapeCountsTheStepsTokensAndRequests) {
   EXPECT_EQ(first.value("streambp_rollouts_dropped_total"), 0);
   EXPECT_EQ(first.value("streambp_rollout_queue_depth"), 0);
   EXPECT_EQ(first.value("streambp_oom_refusals_total", {{"reason", "estimate"}}), 0);
-  EXPECT_EQ(first.value("streambp_skipped_steps_total"), 0);
+  EXPECT_EQ(first.value("streambp_skipped_steps_total", {{"reason", "nonfinite_loss"}}), 0);
   EXPECT_GT(first.value("streambp_tracked_memory_bytes"), 0);
+  // Process metrics, as the Prometheus client libraries name them.
+  EXPECT_GT(first.value("process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GT(first.value("process_open_fds"), 2);
+  EXPECT_GE(first.value("process_cpu_seconds_total"), 0);
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_GT(first.value("process_start_time_seconds"), now - 3600);
+  EXPECT_LE(first.value("process_start_time_seconds"), now + 1);
   bool build_info = false;
   for (const auto& [labels, v] : first.samples().at("streambp_build_info")) {
     build_info = v == 1 && labels.count("version") && labels.count("libtorch") && labels.count("blas") &&
@@ -216,17 +224,30 @@ TEST(Metrics, ScrapeCountsTheStepsTokensAndRequests) {
   EXPECT_EQ(m.value("streambp_forward_backward_total"), 4);
   EXPECT_GT(tokens, 0);
   EXPECT_EQ(m.value("streambp_tokens_total"), tokens);
-  EXPECT_EQ(m.value("streambp_skipped_steps_total"), 0);
+  EXPECT_EQ(m.value("streambp_skipped_steps_total", {{"reason", "nonfinite_loss"}}), 0);
   EXPECT_EQ(m.value("streambp_step_seconds_count", {{"phase", "forward_backward"}}), 4);
   EXPECT_EQ(m.value("streambp_step_seconds_count", {{"phase", "optim_step"}}), 4);
+  EXPECT_EQ(m.value("streambp_step_seconds_count", {{"phase", "train_step"}}), 3);  // the 3 TrainSteps
+  // The training signals of the last step.
+  EXPECT_NEAR(m.value("streambp_loss"), f->stats().loss(), 1e-9 * std::abs(f->stats().loss()));
+  EXPECT_EQ(m.value("streambp_learning_rate"), 1e-3);
+  EXPECT_GT(m.value("streambp_grad_norm"), 0);
+  EXPECT_GT(m.value("streambp_tokens_per_second"), 0);
   EXPECT_GT(m.value("streambp_step_seconds_sum", {{"phase", "forward_backward"}}), 0);
   EXPECT_EQ(m.value("streambp_step_seconds_bucket", {{"phase", "forward_backward"}, {"le", "+Inf"}}), 4);
-  EXPECT_EQ(m.value("streambp_requests_total", {{"method", "TrainStep"}, {"code", "OK"}}), 3);
-  EXPECT_EQ(m.value("streambp_requests_total", {{"method", "TrainStep"}, {"code", "INVALID_ARGUMENT"}}), 1);
-  EXPECT_EQ(m.value("streambp_requests_total", {{"method", "ForwardBackward"}, {"code", "OK"}}), 1);
-  EXPECT_EQ(m.value("streambp_requests_total", {{"method", "OptimStep"}, {"code", "OK"}}), 1);
-  EXPECT_EQ(m.value("streambp_requests_total", {{"method", "GetInfo"}, {"code", "OK"}}), 1);
-  EXPECT_EQ(m.value("streambp_request_seconds_count", {{"method", "TrainStep"}}), 4);
+  // The standard gRPC server metrics, by method and code.
+  auto rpc = [](const std::string& method, const std::string& code = "") {
+    Labels l{{"grpc_service", "streambp.v1.Trainer"}, {"grpc_method", method}, {"grpc_type", "unary"}};
+    if (!code.empty()) l["grpc_code"] = code;
+    return l;
+  };
+  EXPECT_EQ(m.value("grpc_server_handled_total", rpc("TrainStep", "OK")), 3);
+  EXPECT_EQ(m.value("grpc_server_handled_total", rpc("TrainStep", "INVALID_ARGUMENT")), 1);
+  EXPECT_EQ(m.value("grpc_server_handled_total", rpc("ForwardBackward", "OK")), 1);
+  EXPECT_EQ(m.value("grpc_server_handled_total", rpc("OptimStep", "OK")), 1);
+  EXPECT_EQ(m.value("grpc_server_handled_total", rpc("GetInfo", "OK")), 1);
+  EXPECT_EQ(m.value("grpc_server_started_total", rpc("TrainStep")), 4);
+  EXPECT_EQ(m.value("grpc_server_handling_seconds_count", rpc("TrainStep")), 4);
   EXPECT_GT(last_peak, 0);
   EXPECT_EQ(m.value("streambp_step_peak_memory_bytes"), last_peak);
   EXPECT_GE(m.value("streambp_max_step_peak_memory_bytes"), last_peak);
@@ -264,7 +285,11 @@ TEST(Metrics, MemoryRefusalsAndSkippedStepsAreCounted) {
     ASSERT_EQ(s.client->TrainStep(req).code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     auto m = ScrapeMetrics(*s.server);
     EXPECT_EQ(m.value("streambp_oom_refusals_total", {{"reason", "estimate"}}), 1);
-    EXPECT_EQ(m.value("streambp_requests_total", {{"method", "TrainStep"}, {"code", "RESOURCE_EXHAUSTED"}}), 1);
+    EXPECT_EQ(m.value("grpc_server_handled_total", {{"grpc_service", "streambp.v1.Trainer"},
+                                                    {"grpc_method", "TrainStep"},
+                                                    {"grpc_type", "unary"},
+                                                    {"grpc_code", "RESOURCE_EXHAUSTED"}}),
+              1);
     EXPECT_EQ(m.value("streambp_steps_total"), 0);
   }
   // An absurd learning rate overflows the weights: the next steps are not finite and skipped.
@@ -281,7 +306,9 @@ TEST(Metrics, MemoryRefusalsAndSkippedStepsAreCounted) {
     }
     ASSERT_GT(skipped, 0) << "the overflow did not produce a non-finite step";
     auto m = ScrapeMetrics(*s.server);
-    EXPECT_EQ(m.value("streambp_skipped_steps_total"), skipped);
+    EXPECT_EQ(m.value("streambp_skipped_steps_total", {{"reason", "nonfinite_loss"}}) +
+                  m.value("streambp_skipped_steps_total", {{"reason", "nonfinite_grad_norm"}}),
+              skipped);
     EXPECT_EQ(m.value("streambp_steps_total"), applied);
     EXPECT_EQ(m.value("streambp_policy_version"), applied);
   }

@@ -52,6 +52,7 @@ v1::SampleRequest SampleReq(int n, int max_tokens, uint64_t seed) {
   r.set_n(n);
   r.set_max_tokens(max_tokens);
   r.set_seed(seed);
+  r.set_ignore_eos(true);  // the preset's eos id (2) would end some completions early
   return r;
 }
 

@@ -77,14 +77,68 @@ TEST(ClientData, SftErrorsNameLineAndField) {
   EXPECT_EQ(ParseError("{\"prompt\":[1]}", "sft"), "d.jsonl:1: missing field 'completion'");
   EXPECT_EQ(ParseError("{\"prompt\":[1],\"completion\":[]}", "sft"), "d.jsonl:1: field 'completion' is empty");
   EXPECT_EQ(ParseError("{\"tokens\":[]}", "sft"), "d.jsonl:1: field 'tokens' is empty");
-  EXPECT_EQ(ParseError("{\"text\":\"hi\"}", "sft"),
-            "d.jsonl:1: expected a field 'tokens' or the fields 'prompt' and 'completion'");
+  EXPECT_EQ(ParseError("{\"words\":\"hi\"}", "sft"),
+            "d.jsonl:1: expected one of the fields 'tokens', 'input_ids', 'text', 'messages', or 'prompt' and "
+            "'completion'");
   EXPECT_EQ(ParseError("[1,2]", "sft"), "d.jsonl:1: expected a JSON object");
   EXPECT_EQ(ParseError("{\"tokens\":[1,2]}\n\n", "sft"), "");
   EXPECT_EQ(ParseError("\n \n", "sft"), "d.jsonl: no examples (the file is empty)");
   EXPECT_NE(ParseError("{\"tokens\":[1,2]}\n{\"tokens\":[1,2\n", "sft").find("d.jsonl:2: not valid JSON"),
             std::string::npos);
-  EXPECT_EQ(ParseError("{}", "ppo"), "no data format for objective 'ppo' (known: sft, dpo, grpo)");
+  EXPECT_EQ(ParseError("{}", "ppo"), "no data format for objective 'ppo' (known: sft, dpo, grpo, weighted)");
+}
+
+// TRL's dataset formats and Hugging Face's input_ids + labels.
+TEST(ClientData, TrlAndHuggingFaceFormats) {
+  const auto b = Parse(
+      "{\"text\":\"The quick brown fox.\"}\n"
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello\","
+      "\"train\":false}]}\n"
+      "{\"prompt\":\"2+2=\",\"completion\":\"4\"}\n"
+      "{\"prompt\":[{\"role\":\"user\",\"content\":\"2+2?\"}],\"completion\":[{\"role\":\"assistant\",\"content\":\"4\"}]}\n"
+      "{\"input_ids\":[5,6,7,8],\"labels\":[-100,-100,7,8],\"attention_mask\":[1,1,1,1]}\n",
+      "sft");
+  const auto& e = b.sft().examples();
+  ASSERT_EQ(e.size(), 5);
+  EXPECT_EQ(e[0].text(), "The quick brown fox.");
+  ASSERT_EQ(e[1].messages_size(), 2);
+  EXPECT_EQ(e[1].messages(1).role(), "assistant");
+  EXPECT_TRUE(e[1].messages(1).has_train());
+  EXPECT_FALSE(e[1].messages(1).train());
+  EXPECT_EQ(e[2].prompt_text().text(), "2+2=");
+  EXPECT_EQ(e[2].completion_text().text(), "4");
+  EXPECT_EQ(e[3].prompt_text().messages(0).content(), "2+2?");
+  EXPECT_EQ(e[3].completion_text().messages(0).role(), "assistant");
+  EXPECT_EQ(Vec(e[4].tokens()), (std::vector<int64_t>{5, 6, 7, 8}));
+  EXPECT_EQ(SequenceTargets(e[4]), (std::vector<int32_t>{0, 0, 1, 1}));
+  EXPECT_TRUE(BatchHasText(b));
+  EXPECT_FALSE(BatchHasText(Parse("{\"tokens\":[1,2]}", "sft")));
+
+  EXPECT_EQ(ParseError("{\"input_ids\":[5,6],\"labels\":[-100,9]}", "sft"),
+            "d.jsonl:1: labels[1] = 9 is neither -100 nor input_ids[1]");
+  EXPECT_EQ(ParseError("{\"input_ids\":[5,6],\"attention_mask\":[1,0]}", "sft"),
+            "d.jsonl:1: attention_mask[1] is not 1: strip padding from examples");
+  EXPECT_EQ(ParseError("{\"prompt\":\"a\",\"completion\":[1]}", "sft"),
+            "d.jsonl:1: 'prompt' and 'completion' must have the same form (ids, strings or messages)");
+  EXPECT_EQ(ParseError("{\"messages\":[{\"role\":\"user\"}]}", "sft"),
+            "d.jsonl:1: messages[0]: field 'content' must be a string");
+  EXPECT_EQ(ParseError("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"y\"}]}", "sft"),
+            "d.jsonl:1: messages[0]: unknown field 'name' (known: role, content, reasoning_content, train)");
+  EXPECT_EQ(ParseError("{\"text\":\"\"}", "sft"), "d.jsonl:1: field 'text' must be a non-empty string");
+
+  const auto d = Parse("{\"prompt\":\"Pick:\",\"chosen\":\"A\",\"rejected\":\"B\"}", "dpo");
+  EXPECT_EQ(d.dpo().pairs(0).chosen_text().text(), "A");
+  EXPECT_EQ(ParseError("{\"prompt\":\"Pick:\",\"chosen\":\"A\",\"rejected\":[1]}", "dpo"),
+            "d.jsonl:1: 'prompt', 'chosen' and 'rejected' must have the same form (ids, strings or messages)");
+  const auto g = Parse("{\"prompt\":\"Count:\",\"completions\":[{\"text\":\"1 2 3\",\"reward\":1}]}", "grpo");
+  EXPECT_EQ(g.grpo().groups(0).prompt_text().text(), "Count:");
+  EXPECT_EQ(g.grpo().groups(0).completions(0).text(), "1 2 3");
+
+  const auto w = Parse("{\"tokens\":[1,2,3],\"weights\":[0.5,-1]}", "weighted");
+  ASSERT_EQ(BatchKind(w), "weighted");
+  EXPECT_EQ(w.weighted().sequences(0).weights(1), -1.0);
+  EXPECT_EQ(ParseError("{\"tokens\":[1,2,3],\"weights\":[0.5]}", "weighted"),
+            "d.jsonl:1: weights has 1 entries; it needs 2 (one per token after the first)");
 }
 
 TEST(ClientData, Dpo) {
@@ -148,7 +202,7 @@ TEST(ClientData, Grpo) {
   EXPECT_EQ(ParseError("{\"prompt\":[1],\"completions\":[{\"tokens\":[2],\"reward\":\"high\"}]}", "grpo"),
             "d.jsonl:1: completions[0]: field 'reward' must be a number, got \"high\"");
   EXPECT_EQ(ParseError("{\"prompt\":[1],\"completions\":[{\"tokens\":[2],\"reward\":1,\"score\":1}]}", "grpo"),
-            "d.jsonl:1: completions[0]: unknown field 'score' (known: tokens, reward, logprobs, advantages)");
+            "d.jsonl:1: completions[0]: unknown field 'score' (known: tokens, text, reward, logprobs, advantages)");
   EXPECT_NE(ParseError("{\"prompt\":[1],\"completions\":[{\"tokens\":[2],\"reward\":1e999}]}", "grpo")
                 .find("d.jsonl:1: not valid JSON"),
             std::string::npos);

@@ -1,4 +1,4 @@
-// SHA-256 of the client (FIPS 180-4) against the standard test vectors.
+// SHA-256 of the client (OpenSSL) against the standard test vectors (FIPS 180-4).
 #include <string>
 
 #include <gtest/gtest.h>

@@ -86,6 +86,7 @@ std::vector<Sequence> GrpoSequences(int64_t vocab, uint64_t seed) {
 
 std::unique_ptr<Objective> MakeObjective(const std::string& kind) {
   if (kind == "sft") return MakeSftObjective({});
+  if (kind == "weighted") return MakeWeightedLogprobsObjective({});
   if (kind == "dpo") return MakeDpoObjective({});
   GrpoOptions o;
   o.old_logprobs = "sampler";
@@ -96,6 +97,14 @@ std::unique_ptr<Objective> MakeObjective(const std::string& kind) {
 std::vector<Sequence> Sequences(const std::string& kind, int64_t vocab, uint64_t seed) {
   if (kind == "sft") return SftSequences(vocab, seed);
   if (kind == "dpo") return DpoSequences(vocab, seed);
+  if (kind == "weighted") {  // client weights of both signs, some zero
+    auto seqs = SftSequences(vocab, seed);
+    for (auto& s : seqs) {
+      s.token_weights.assign(s.tokens.size(), 0.0);
+      for (size_t t = 1; t < s.tokens.size(); ++t) s.token_weights[t] = t % 3 == 0 ? 0.0 : 0.3 * std::sin(double(t));
+    }
+    return seqs;
+  }
   return GrpoSequences(vocab, seed);
 }
 
@@ -168,7 +177,8 @@ std::vector<LoraCase> Cases() {
   const std::pair<int64_t, bool> ranks[] = {{1, false}, {4, true}, {8, false}};
   for (const char* family : {"llama3_tied", "qwen2", "qwen3", "llama_bias"}) {
     for (const auto& [r, rslora] : ranks) {
-      for (const char* objective : {"sft", "dpo", "grpo"}) {
+      for (const char* objective : {"sft", "dpo", "grpo", "weighted"}) {
+        if (std::string(objective) == "weighted" && r != 4) continue;  // one rank is enough for it
         for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
           out.push_back({family, r, rslora, objective, layout});
         }
@@ -382,7 +392,9 @@ TEST(Lora, Bfloat16BaseWithAFloat32Adapter) {
   auto objective = MakeSftObjective({});
   trainer->train_step(seqs, *objective);
   for (const auto& [key, t] : trainer->optimizer().state()) {
-    if (key != "rng_state" && !key.starts_with("step/")) EXPECT_EQ(t.scalar_type(), torch::kFloat32) << key;
+    if (key != "rng_state" && !key.starts_with("step/")) {
+      EXPECT_EQ(t.scalar_type(), torch::kFloat32) << key;
+    }
   }
   for (const auto& [name, t] : base16->hf_tensors()) EXPECT_TRUE(torch::equal(t, before.at(name))) << name;
 }

@@ -34,6 +34,7 @@ struct Sequence {
   std::vector<double> sampler_logprobs;  ///< grpo: log-probs of the sampler, per token
   std::vector<double> advantages;        ///< grpo: advantages given per token
   std::vector<double> ref_logprobs;      ///< reference log-probs per token (grpo KL)
+  std::vector<double> token_weights;     ///< weighted_logprobs: w of each token (entry 0 unused)
 
   /// Tokens that are training targets (loss_mask[i] = 1 for i >= 1).
   int64_t num_targets() const;
@@ -58,6 +59,7 @@ struct Batch {
   torch::Tensor sampler_logprobs;
   torch::Tensor advantages;
   torch::Tensor ref_logprobs;
+  torch::Tensor token_weights;
   int64_t num_sequences = 0;
   std::vector<int64_t> lengths;     ///< tokens of each input sequence
   std::vector<Sequence> sequences;  ///< the input sequences, with their side inputs

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -41,7 +42,10 @@ struct ModelConfig {
   std::optional<int64_t> sliding_window;  ///< Mistral: a query sees keys with i - j < window
   std::string torch_dtype = "float32";    ///< dtype recorded in the file (informational)
   std::optional<int64_t> bos_token_id;
-  std::optional<int64_t> eos_token_id;
+  std::optional<int64_t> eos_token_id;  ///< the first of eos_token_ids
+  /// Every end-of-sequence id config.json names (Llama 3.1 lists three); written back as a
+  /// list when there is more than one.
+  std::vector<int64_t> eos_token_ids;
 
   /// Parses a config.json object. Throws InvalidArgument naming the missing or bad field,
   /// or the unsupported architecture / activation / rope type.

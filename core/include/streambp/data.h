@@ -29,7 +29,11 @@ std::vector<Sequence> ParseDpoExample(const nlohmann::json& j, const std::string
 /// completion tokens (one value per completion token) when given.
 std::vector<Sequence> ParseGrpoExample(const nlohmann::json& j, const std::string& where, int64_t group);
 
-/// Reads a JSONL file in the format of `objective` (sft | dpo | grpo).
+/// One weighted_logprobs sequence {"tokens":[...], "weights":[...]}: weights[i] multiplies
+/// log p(tokens[i+1] | tokens[..i]) (one fewer than the tokens, as ComputeLogprobs aligns).
+Sequence ParseWeightedExample(const nlohmann::json& j, const std::string& where);
+
+/// Reads a JSONL file in the format of `objective` (sft | dpo | grpo | weighted_logprobs).
 std::vector<Sequence> ReadExamples(const std::string& path, const std::string& objective);
 
 /// Reads a JSONL file into parsed JSON objects, with line numbers (1-based).

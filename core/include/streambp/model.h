@@ -177,6 +177,19 @@ CausalLM LoadModel(const std::string& dir, torch::Dtype dtype,
 /// Writes config.json + model.safetensors (HF names; each tensor in the model's dtype).
 void SaveModel(const CausalLM& model, const std::string& dir);
 
+/// The files of a model folder that travel with its weights so that a copy (a checkpoint,
+/// an export) loads in transformers / vLLM as is: tokenizer.json, tokenizer_config.json,
+/// special_tokens_map.json, generation_config.json, chat_template.jinja, vocab.json,
+/// merges.txt.
+const std::vector<std::string>& ModelSideFileNames();
+/// Those of them present in `dir`, as (name, bytes), in the order above ({} for "").
+std::vector<std::pair<std::string, std::string>> ReadModelSideFiles(const std::string& dir);
+/// Writes side files into `dir` (atomically, each).
+void WriteModelSideFiles(const std::vector<std::pair<std::string, std::string>>& files, const std::string& dir);
+/// The ids that end a completion: config.json's eos_token_id(s) and generation_config.json's
+/// (an id or a list), without repeats, in that order. `dir` "" = the config's only.
+std::vector<int64_t> ModelEosTokenIds(const ModelConfig& config, const std::string& dir);
+
 /// Where a model comes from: a Hugging Face folder, or the embedded preset made from a seed.
 struct ModelSource {
   std::string dir;                ///< HF model folder; empty = the embedded preset

@@ -139,6 +139,16 @@ struct GrpoOptions {
 };
 std::unique_ptr<Objective> MakeGrpoObjective(const GrpoOptions& options);
 
+/// weighted_logprobs: a loss linear in the per-token log-probs of the targets,
+///   L = sum over target tokens t of w_t log p(token_t)   (log p of logits / temperature)
+/// with w = Sequence::token_weights, given by the client: a client loss f(logp) is trained
+/// exactly by sending w = df/dlogp computed at the current weights (one extra forward, as
+/// Tinker's forward_backward_custom). No normalization: the weights carry it.
+struct WeightedLogprobsOptions {
+  double temperature = 1.0;  ///< logits are divided by it
+};
+std::unique_ptr<Objective> MakeWeightedLogprobsObjective(const WeightedLogprobsOptions& options);
+
 /// One option of an objective: the schema that the JSON reader, the server's protobuf
 /// converter (a field of the same name in streambp.v1.<Kind>Options) and the command-line
 /// tools share, so the three cannot drift apart (a test checks the proto against it).

@@ -127,11 +127,16 @@ class Trainer {
   ///   optimizer.safetensors            Optimizer::state() + "rng_state" (uint8)
   ///   reference.safetensors            the reference weights, when there is a reference
   ///   trainer_state.json               step, policy version, dtype, options
+  ///   tokenizer.json, ...              the side files given to set_side_files() (the model
+  ///                                    folder's tokenizer, generation config, chat template)
   ///   manifest.json                    every other file with its size and SHA-256
   /// Written to "<parent>/.staging/<name>.tmp-<pid>", each file and the folder fsynced,
   /// then renamed to dir. Disk full is ResourceExhausted ("no space left"), and the old
   /// checkpoint of that name, if any, stays. Pending gradients are not saved.
-  void save_checkpoint(const std::string& dir) const;
+  void save_checkpoint(const std::string& dir, bool with_side_files = true) const;
+  /// Files written as they are into every checkpoint (ReadModelSideFiles of the model folder),
+  /// so that a checkpoint folder is a model folder transformers / vLLM load with its tokenizer.
+  void set_side_files(std::vector<std::pair<std::string, std::string>> files) { side_files_ = std::move(files); }
 
   /// Data parallelism (DESIGN §1 dist). With a communicator of N ranks every rank holds
   /// the whole model and is given the whole step by every call (the same sequences on
@@ -190,6 +195,7 @@ class Trainer {
   std::shared_ptr<LoraAdapter> adapter_;
   bool reference_from_base_ = false;  // the reference is the base with the adapter off
   mutable std::string base_identity_;
+  std::vector<std::pair<std::string, std::string>> side_files_;
   TrainerOptions options_;
   std::unique_ptr<Optimizer> optimizer_;
   at::Generator generator_;

@@ -42,7 +42,7 @@ Batch Batch::to(const torch::Device& device) const {
   b.sequence_ids = sequence_ids.to(device);
   b.targets = targets.to(device);
   b.target_mask = target_mask.to(device);
-  for (auto* t : {&b.sampler_logprobs, &b.advantages, &b.ref_logprobs}) {
+  for (auto* t : {&b.sampler_logprobs, &b.advantages, &b.ref_logprobs, &b.token_weights}) {
     if (t->defined()) *t = t->to(device);
   }
   return b;
@@ -76,7 +76,8 @@ void ValidateSequences(const std::vector<Sequence>& sequences, int64_t vocab_siz
       }
     }
     const std::pair<const char*, const std::vector<double>*> per_token[] = {
-        {"sampler_logprobs", &s.sampler_logprobs}, {"advantages", &s.advantages}, {"ref_logprobs", &s.ref_logprobs}};
+        {"sampler_logprobs", &s.sampler_logprobs}, {"advantages", &s.advantages}, {"ref_logprobs", &s.ref_logprobs},
+        {"token_weights", &s.token_weights}};
     for (const auto& [field, values] : per_token) {
       if (values->empty()) continue;
       if (values->size() != s.tokens.size()) {
@@ -148,9 +149,10 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
     return any ? torch::zeros({B, T}, torch::kFloat64) : torch::Tensor();
   };
   std::vector<double> Sequence::*fields[] = {&Sequence::sampler_logprobs, &Sequence::advantages,
-                                             &Sequence::ref_logprobs};
-  torch::Tensor side_tensors[3];
-  for (int f = 0; f < 3; ++f) side_tensors[f] = side(fields[f]);
+                                             &Sequence::ref_logprobs, &Sequence::token_weights};
+  constexpr int kSides = 4;
+  torch::Tensor side_tensors[kSides];
+  for (int f = 0; f < kSides; ++f) side_tensors[f] = side(fields[f]);
   Batch batch;
   batch.num_sequences = sequences.size();
   batch.sequences = sequences;
@@ -166,7 +168,7 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
         if (t + 1 < n) {
           tgt_a[r][start + t] = s.tokens[t + 1];
           tmask_a[r][start + t] = s.loss_mask.empty() || s.loss_mask[t + 1] != 0;
-          for (int f = 0; f < 3; ++f) {
+          for (int f = 0; f < kSides; ++f) {
             const auto& values = s.*fields[f];
             if (!values.empty()) side_tensors[f][r][start + t] = values[t + 1];
           }
@@ -182,6 +184,7 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   batch.sampler_logprobs = side_tensors[0];
   batch.advantages = side_tensors[1];
   batch.ref_logprobs = side_tensors[2];
+  batch.token_weights = side_tensors[3];
   return batch;
 }
 

@@ -147,10 +147,33 @@ std::vector<Sequence> ParseGrpoExample(const json& j, const std::string& where, 
   return out;
 }
 
+Sequence ParseWeightedExample(const json& j, const std::string& where) {
+  if (!j.is_object()) throw InvalidArgument(where + ": expected a JSON object");
+  CheckKeys(j, where, {"tokens", "weights"});
+  Sequence s;
+  s.tokens = TokenList(j, "tokens", where);
+  if (s.tokens.size() < 2) throw InvalidArgument(where + ": field 'tokens' needs at least 2 tokens");
+  const auto weights = NumberList(j, "weights", where);
+  if (weights.size() + 1 != s.tokens.size()) {
+    throw InvalidArgument(where + ": weights has " + std::to_string(weights.size()) + " entries; it needs " +
+                          std::to_string(s.tokens.size() - 1) + " (one per token after the first)");
+  }
+  s.token_weights.push_back(0.0);
+  s.token_weights.insert(s.token_weights.end(), weights.begin(), weights.end());
+  return s;
+}
+
 std::vector<Sequence> ReadExamples(const std::string& path, const std::string& objective) {
   if (objective == "sft") return ReadSftJsonl(path);
+  if (objective == "weighted" || objective == "weighted_logprobs") {
+    std::vector<Sequence> out;
+    for (const auto& l : ReadJsonl(path)) out.push_back(ParseWeightedExample(l.value, path + ":" + std::to_string(l.line)));
+    if (out.empty()) throw InvalidArgument(path + ": no examples (the file is empty)");
+    return out;
+  }
   if (objective != "dpo" && objective != "grpo") {
-    throw InvalidArgument("no data format for objective '" + objective + "' (known: sft, dpo, grpo)");
+    throw InvalidArgument("no data format for objective '" + objective +
+                          "' (known: sft, dpo, grpo, weighted_logprobs)");
   }
   std::vector<Sequence> out;
   int64_t group = 0;

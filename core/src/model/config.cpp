@@ -187,6 +187,13 @@ ModelConfig ModelConfig::FromJson(const json& j) {
   if (auto d = j.find("torch_dtype"); d != j.end() && d->is_string()) c.torch_dtype = d->get<std::string>();
   c.bos_token_id = OptionalTokenId(j, "bos_token_id");
   c.eos_token_id = OptionalTokenId(j, "eos_token_id");
+  if (auto e = j.find("eos_token_id"); e != j.end() && e->is_array()) {
+    for (const auto& id : *e) {
+      if (id.is_number_integer()) c.eos_token_ids.push_back(id.get<int64_t>());
+    }
+  } else if (c.eos_token_id) {
+    c.eos_token_ids = {*c.eos_token_id};
+  }
   c.Validate();
   return c;
 }
@@ -260,7 +267,11 @@ json ModelConfig::ToJson() const {
   }
   j["torch_dtype"] = torch_dtype;
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
-  if (eos_token_id) j["eos_token_id"] = *eos_token_id;
+  if (eos_token_ids.size() > 1) {
+    j["eos_token_id"] = eos_token_ids;
+  } else if (eos_token_id) {
+    j["eos_token_id"] = *eos_token_id;
+  }
   return j;
 }
 

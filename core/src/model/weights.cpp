@@ -1,6 +1,8 @@
 // Parameter names (the HF table), deterministic initialization, loading and saving.
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -161,6 +163,64 @@ void SaveModel(const CausalLM& model, const std::string& dir) {
   WriteSafetensors((fs::path(dir) / "model.safetensors").string(), model->hf_tensors(),
                    {{"format", "pt"}});
   WriteFileAtomic((fs::path(dir) / "config.json").string(), config.ToJson().dump(2) + "\n");
+}
+
+const std::vector<std::string>& ModelSideFileNames() {
+  static const std::vector<std::string> names = {"tokenizer.json",          "tokenizer_config.json",
+                                                 "special_tokens_map.json", "generation_config.json",
+                                                 "chat_template.jinja",     "vocab.json",
+                                                 "merges.txt"};
+  return names;
+}
+
+std::vector<std::pair<std::string, std::string>> ReadModelSideFiles(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::string>> out;
+  if (dir.empty()) return out;
+  for (const auto& name : ModelSideFileNames()) {
+    const fs::path path = fs::path(dir) / name;
+    if (!fs::is_regular_file(path)) continue;
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) throw InvalidArgument("cannot read " + path.string());
+    out.emplace_back(name, std::move(bytes));
+  }
+  return out;
+}
+
+void WriteModelSideFiles(const std::vector<std::pair<std::string, std::string>>& files, const std::string& dir) {
+  namespace fs = std::filesystem;
+  for (const auto& [name, bytes] : files) WriteFileAtomic((fs::path(dir) / name).string(), bytes);
+}
+
+std::vector<int64_t> ModelEosTokenIds(const ModelConfig& config, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<int64_t> ids = config.eos_token_ids;
+  if (ids.empty() && config.eos_token_id) ids.push_back(*config.eos_token_id);
+  const fs::path path = fs::path(dir) / "generation_config.json";
+  if (!dir.empty() && fs::is_regular_file(path)) {
+    std::ifstream in(path);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw InvalidArgument(path.string() + " is not valid JSON (" + e.what() + ")");
+    }
+    auto add = [&](const nlohmann::json& v) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+        throw InvalidArgument(path.string() + ": eos_token_id must be a token id or a list of them, got " + v.dump());
+      }
+      if (std::find(ids.begin(), ids.end(), v.get<int64_t>()) == ids.end()) ids.push_back(v.get<int64_t>());
+    };
+    if (auto e = j.find("eos_token_id"); j.is_object() && e != j.end() && !e->is_null()) {
+      if (e->is_array()) {
+        for (const auto& v : *e) add(v);
+      } else {
+        add(*e);
+      }
+    }
+  }
+  return ids;
 }
 
 std::string ModelSource::describe() const {

@@ -126,6 +126,17 @@ const std::vector<Field<GrpoOptions>>& GrpoFields() {
   return f;
 }
 
+const std::vector<Field<WeightedLogprobsOptions>>& WeightedFields() {
+  static const std::vector<Field<WeightedLogprobsOptions>> f = {
+      Number("temperature", &WeightedLogprobsOptions::temperature, "log-probs of logits / temperature"),
+  };
+  return f;
+}
+
+std::unique_ptr<Objective> CreateWeighted(const nlohmann::json& options) {
+  return MakeWeightedLogprobsObjective(Read("weighted_logprobs", options, WeightedFields()));
+}
+
 std::unique_ptr<Objective> CreateSft(const nlohmann::json& options) {
   auto o = Read("sft", options, SftFields());
   if (o.normalizer < 0) throw InvalidArgument("sft: normalizer must be >= 0");
@@ -152,6 +163,7 @@ void RegisterBuiltinObjectives() {
   RegisterObjective("sft", &CreateSft, Schema(SftFields()));
   RegisterObjective("dpo", &CreateDpo, Schema(DpoFields()));
   RegisterObjective("grpo", &CreateGrpo, Schema(GrpoFields()));
+  RegisterObjective("weighted_logprobs", &CreateWeighted, Schema(WeightedFields()), "weighted");
 }
 
 std::vector<std::string> ObjectiveNames() {

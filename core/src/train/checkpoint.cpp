@@ -122,7 +122,7 @@ std::map<std::string, std::string> ReadVerified(const fs::path& dir) {
 
 }  // namespace
 
-void Trainer::save_checkpoint(const std::string& dir) const {
+void Trainer::save_checkpoint(const std::string& dir, bool with_side_files) const {
   const fs::path target = CleanDir(dir);
   // Temporary folders live in a hidden ".staging" folder beside the checkpoints: a name no
   // checkpoint can have, so saving never deletes a user's folder, and CleanStaging() removes
@@ -177,6 +177,9 @@ void Trainer::save_checkpoint(const std::string& dir) const {
     state["base_sha256"] = base_identity();
   }
   files.emplace_back("trainer_state.json", state.dump(2) + "\n");
+  if (with_side_files) {
+    for (const auto& file : side_files_) files.push_back(file);
+  }
   json manifest = {{"format", kFormat}, {"version", kVersion}, {"files", json::array()}};
   for (const auto& [name, bytes] : files) {
     manifest["files"].push_back(
@@ -340,6 +343,9 @@ std::unique_ptr<Trainer> Trainer::LoadCheckpoint(const std::string& dir, const T
   }
   trainer->step_ = step;
   trainer->policy_version_ = policy_version;
+  for (const auto& name : ModelSideFileNames()) {
+    if (files.count(name)) trainer->side_files_.emplace_back(name, files.at(name));
+  }
   return trainer;
 }
 

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,6 +92,8 @@ struct ExportedWeights {
   std::string sha256;       ///< lowercase hex
   std::string config_json;  ///< config.json of the model (adapter_config.json for an adapter)
   std::string format = "model";  ///< "model" (model.safetensors) | "peft_adapter" (adapter_model.safetensors)
+  /// with_files: the model folder's other files (tokenizer.json, ...) by name, each verified.
+  std::map<std::string, std::string> files;
 };
 
 /// A new random request id: 128 bits as 32 lowercase hex digits. Thread-safe.
@@ -124,6 +127,21 @@ class Client {
   Result<v1::OptimStepResponse> OptimStep(v1::OptimStepRequest request = {}, const CallOptions& call = {}) const;
   /// ForwardBackward + OptimStep. Mutating.
   Result<v1::TrainStepResponse> TrainStep(v1::TrainStepRequest request, const CallOptions& call = {}) const;
+  /// TrainStep with its progress (TrainStepProgress): `on_progress` sees each message before
+  /// "done" (queued, started, forward / backward layer by layer, head, optimizer); the result
+  /// is the step's answer. Against a server without that RPC (UNIMPLEMENTED) it runs
+  /// TrainStep with the same request id and reports nothing. Mutating (one request id).
+  Result<v1::TrainStepResponse> TrainStepWithProgress(v1::TrainStepRequest request,
+                                                      const std::function<void(const v1::StepProgress&)>& on_progress,
+                                                      const CallOptions& call = {}) const;
+
+  /// Text: ids of texts / conversations with the model's tokenizer and chat format, and a
+  /// batch's text forms resolved exactly as a step would (request.batch).
+  Result<v1::TokenizeResponse> Tokenize(const v1::TokenizeRequest& request, const CallOptions& call = {}) const;
+  Result<v1::DetokenizeResponse> Detokenize(const v1::DetokenizeRequest& request, const CallOptions& call = {}) const;
+
+  /// Completions of prompts (ids or text) from the current policy.
+  Result<v1::SampleResponse> Sample(const v1::SampleRequest& request, const CallOptions& call = {}) const;
 
   /// Per-token log-probs of sequences under the policy or the reference model.
   Result<v1::ComputeLogprobsResponse> ComputeLogprobs(const v1::ComputeLogprobsRequest& request,

@@ -1,11 +1,16 @@
 #pragma once
-/// JSONL data files -> streambp.v1 batches, with no LibTorch. The formats are the server
-/// tools' (README "Data"), one example per line, blank lines skipped:
-///   sft   {"tokens":[...], "loss_mask":[0|1,...]?}  or  {"prompt":[...], "completion":[...]}
-///   dpo   {"prompt":[...], "chosen":[...], "rejected":[...],
-///          "ref_chosen_logp":x?, "ref_rejected_logp":y?}          (both ref values or neither)
-///   grpo  {"prompt":[...], "completions":[{"tokens":[...], "reward":r,
-///          "logprobs":[...]?, "advantages":[...]?}, ...]}          (reward optional with advantages)
+/// JSONL data files -> streambp.v1 batches, with no LibTorch. One example per line, blank
+/// lines skipped. Ids, or text that the server tokenizes (TRL's dataset formats):
+///   sft   {"tokens":[...], "loss_mask":[0|1,...]?}  or  {"prompt":[ids], "completion":[ids]}
+///         {"input_ids":[...], "labels":[... -100 = no loss ...]?}      (Hugging Face)
+///         {"text":"..."}                                              (TRL language modeling)
+///         {"messages":[{"role":..., "content":...}, ...]}             (loss on assistant turns)
+///         {"prompt":"...", "completion":"..."}  or both as message lists (loss on the completion)
+///   dpo   {"prompt":..., "chosen":..., "rejected":..., "ref_chosen_logp":x?, "ref_rejected_logp":y?}
+///         prompt/chosen/rejected all ids, all strings or all message lists (both ref values or neither)
+///   grpo  {"prompt": ids | "..." | [messages], "completions":[{"tokens":[...] | "text":"...",
+///          "reward":r, "logprobs":[...]?, "advantages":[...]?}, ...]}  (reward optional with advantages)
+///   weighted  {"tokens":[...], "weights":[...]}   weights[i] multiplies log p(tokens[i+1])
 /// An example is one SFT sequence, one DPO pair or one GRPO group; splitting into steps
 /// keeps examples whole.
 ///
@@ -21,7 +26,7 @@
 
 namespace streambp::client {
 
-/// "sft", "dpo" or "grpo"; anything else is INVALID_ARGUMENT.
+/// "sft", "dpo", "grpo" or "weighted"; anything else is INVALID_ARGUMENT.
 void CheckObjectiveKind(const std::string& kind);
 
 /// Every example of a JSONL stream in the format of `kind`, in one Batch (its oneof set
@@ -30,12 +35,16 @@ void CheckObjectiveKind(const std::string& kind);
 v1::Batch ParseBatchJsonl(std::istream& in, const std::string& name, const std::string& kind);
 v1::Batch ReadBatchJsonl(const std::string& path, const std::string& kind);
 
-/// The kind of a batch ("sft", "dpo", "grpo"; "" when unset).
+/// The kind of a batch ("sft", "dpo", "grpo", "weighted"; "" when unset).
 std::string BatchKind(const v1::Batch& batch);
+/// Whether any example is text (the server tokenizes it; Client::Tokenize with the batch
+/// gives the ids it will train on, which token counts and splitting need).
+bool BatchHasText(const v1::Batch& batch);
 /// Examples in the batch (SFT examples, DPO pairs, GRPO groups).
 int64_t BatchExamples(const v1::Batch& batch);
 /// Tokens the server processes for the batch: every sequence in full (a DPO pair is
 /// prompt+chosen and prompt+rejected; a GRPO group is prompt+completion per completion).
+/// Text is not counted: resolve it to ids first (BatchHasText).
 int64_t BatchTokens(const v1::Batch& batch);
 /// The same for example `i` of the batch.
 int64_t ExampleTokens(const v1::Batch& batch, int64_t i);
@@ -56,10 +65,11 @@ std::vector<int32_t> SequenceTargets(const v1::SftExample& example);
 /// "loss_type":"ipo"}). An unknown key, a value of the wrong type or bad JSON is
 /// INVALID_ARGUMENT naming the key and listing the known ones.
 struct ObjectiveOptions {
-  std::string kind;  ///< sft | dpo | grpo
+  std::string kind;  ///< sft | dpo | grpo | weighted (objective weighted_logprobs)
   v1::SftOptions sft;
   v1::DpoOptions dpo;
   v1::GrpoOptions grpo;
+  v1::WeightedOptions weighted;
 
   /// Sets the request's options oneof (and objective name) to these options.
   void ApplyTo(v1::TrainStepRequest* request) const;

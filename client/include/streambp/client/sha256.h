@@ -1,8 +1,8 @@
 #pragma once
-/// SHA-256 (FIPS 180-4), so that the client verifies exported weights with no dependency
-/// beyond gRPC and protobuf.
+/// SHA-256 for verifying exported weights: OpenSSL's (libcrypto, which gRPC links already).
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -13,6 +13,9 @@ namespace streambp::client {
 class Sha256 {
  public:
   Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
   void update(const void* data, size_t size);
   void update(std::string_view data) { update(data.data(), data.size()); }
   /// Finishes the hash; the object must not be updated afterwards.
@@ -21,12 +24,8 @@ class Sha256 {
   std::string hex();
 
  private:
-  void block(const uint8_t* p);
-
-  std::array<uint32_t, 8> h_;
-  std::array<uint8_t, 64> buffer_{};
-  size_t buffered_ = 0;
-  uint64_t length_ = 0;  // bytes hashed so far
+  struct Context;
+  std::unique_ptr<Context> ctx_;
 };
 
 /// SHA-256 of `data` as 64 lowercase hex digits.

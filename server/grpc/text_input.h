@@ -1,0 +1,36 @@
+#pragma once
+// Text at the edge (DESIGN §3 "Text"): the text forms of a request (strings, chat messages)
+// become ids with the model's tokenizer and chat format before the ids are validated as
+// always. One function per request type; Tokenize(batch) shows a client exactly what a step
+// would train on, because it is the same function.
+#include <string>
+
+#include "streambp/v1/trainer.pb.h"
+#include "types.h"
+
+namespace streambp::server {
+
+/// Whether a batch / request carries any text form.
+bool HasText(const v1::Batch& batch);
+bool HasText(const v1::SampleRequest& r);
+bool HasText(const v1::RolloutGroup& g);
+
+/// Replaces every text form by ids (and loss masks), in place:
+///   SFT   text -> tokens (+ eos), loss on all; messages -> tokens + loss_mask (assistant turns);
+///         prompt_text + completion_text -> prompt + completion (strings: + eos), or tokens +
+///         loss_mask (conversations: the completion's assistant turns)
+///   DPO   prompt_text / chosen_text / rejected_text -> prompt / chosen / rejected
+///   GRPO  prompt_text -> prompt; completions[].text -> tokens
+/// InvalidArgument naming the field (two forms at once, invalid UTF-8, a bad role, empty
+/// messages, no assistant turn to train on); ResourceExhausted over limits.max_text_bytes;
+/// FailedPrecondition when the model has no tokenizer.
+void ResolveText(v1::Batch* batch, const InputLimits& limits);
+/// text_prompts -> prompts (messages end with the generation prompt).
+void ResolveText(v1::SampleRequest* r, const InputLimits& limits);
+/// prompt_text -> prompt, completions[].text -> tokens; `field` names the group.
+void ResolveText(v1::RolloutGroup* g, const InputLimits& limits, const std::string& field);
+
+v1::TokenizeResponse Tokenize(const v1::TokenizeRequest& r, const InputLimits& limits);
+v1::DetokenizeResponse Detokenize(const v1::DetokenizeRequest& r, const InputLimits& limits);
+
+}  // namespace streambp::server

@@ -1,0 +1,652 @@
+// Text in, text out over the wire (issue 16), custom losses from the client (issue 19) and
+// step progress (issue 18). The model is the tiny preset around the real Qwen3 tokenizer
+// (from the npm reference packages, tests/text/reference/setup.sh); the expected ids come
+// from the tokenizer and chat-format library directly, following the documented rules, so
+// the server's own text path is what is checked.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "device_worker.h"
+#include "host.h"
+#include "integration/server_fixture.h"
+#include "streambp/chat.h"
+#include "streambp/model.h"
+#include "streambp/tokenizer.h"
+#include "streambp/v1/trainer.grpc.pb.h"
+#include "test_util/fixtures.h"
+
+namespace streambp {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TestConfig;
+
+// --- The model folder -----------------------------------------------------------------------
+
+std::string ReferenceModels() { return std::string(STREAMBP_TEXT_REFERENCE_DIR) + "/models"; }
+
+// Skips the test when the npm reference could not be installed (outside CI), saying why.
+#define REQUIRE_REFERENCE()                                                                     \
+  do {                                                                                          \
+    const fs::path ref(STREAMBP_TEXT_REFERENCE_DIR);                                            \
+    if (!fs::exists(ref / "COMPLETE")) {                                                        \
+      std::ifstream why(ref / "UNAVAILABLE");                                                   \
+      std::string reason((std::istreambuf_iterator<char>(why)), std::istreambuf_iterator<char>()); \
+      GTEST_SKIP() << "text reference unavailable: " << reason;                                 \
+    }                                                                                           \
+  } while (0)
+
+// The tiny preset with the Qwen3 tokenizer's vocabulary and end token, its tokenizer files
+// copied in (what `streambp-server init-model --tokenizer` writes). Made once per process.
+const std::string& QwenModelDir() {
+  static const std::string dir = [] {
+    const auto out = testing::TempDir("text-model");
+    const auto tokenizer_dir = ReferenceModels() + "/qwen3";
+    auto tokenizer = Tokenizer::FromDir(tokenizer_dir);
+    auto config = PresetConfig("tiny");
+    config.vocab_size = (tokenizer->vocab_size() + 63) / 64 * 64;
+    config.tie_word_embeddings = true;
+    config.eos_token_ids = tokenizer->eos_token_ids();
+    config.eos_token_id = config.eos_token_ids.front();
+    SaveModel(InitModel(config, 7, torch::kFloat32), out);
+    WriteModelSideFiles(ReadModelSideFiles(tokenizer_dir), out);
+    return out;
+  }();
+  return dir;
+}
+
+server::ServerConfig TextConfig(const std::string& model_dir) {
+  auto c = TestConfig();
+  c.model.dir = model_dir;
+  c.model.dtype = "float32";
+  c.trainer.optimizer.name = "sgd";
+  c.trainer.optimizer.lr = 1e-2;
+  c.trainer.engine = EngineOptions{EngineKind::kStream, 16, 16};
+  return c;
+}
+
+struct Wire {
+  std::unique_ptr<v1::Trainer::Stub> stub;
+  explicit Wire(const std::string& target)
+      : stub(v1::Trainer::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
+  static std::unique_ptr<grpc::ClientContext> ctx() {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    return c;
+  }
+};
+
+v1::ChatMessage* Add(google::protobuf::RepeatedPtrField<v1::ChatMessage>* to, const std::string& role,
+                     const std::string& content) {
+  auto* m = to->Add();
+  m->set_role(role);
+  m->set_content(content);
+  return m;
+}
+
+std::vector<int64_t> Ids(const google::protobuf::RepeatedField<int32_t>& ids) { return {ids.begin(), ids.end()}; }
+
+class Text : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    REQUIRE_REFERENCE();
+    tokenizer_ = Tokenizer::FromDir(QwenModelDir());
+    chat_ = ChatFormat::Create("qwen3");
+    eos_ = tokenizer_->eos_token_ids().front();
+  }
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatFormat> chat_;
+  int64_t eos_ = -1;
+};
+
+// --- Tokenize, Detokenize, GetInfo --------------------------------------------------------------
+
+TEST_F(Text, TokenizeAndDetokenizeUseTheModelsTokenizerAndChatFormat) {
+  auto s = testing::StartServer(TextConfig(QwenModelDir()));
+  Wire w(s.target);
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(w.stub->GetInfo(Wire::ctx().get(), {}, &info).ok());
+  EXPECT_TRUE(info.tokenizer().available());
+  EXPECT_EQ(info.tokenizer().chat_format(), "qwen3");
+  EXPECT_EQ(info.tokenizer().eos_token(), "<|im_end|>");
+  ASSERT_GE(info.tokenizer().eos_token_ids_size(), 1);
+  EXPECT_EQ(info.tokenizer().eos_token_ids(0), eos_);
+
+  v1::TokenizeRequest req;
+  const std::string text = "Hello, world! 你好 👩‍💻  tabs\tand\nnewlines 12345";
+  req.add_inputs()->set_text(text);
+  auto* conv = req.add_inputs();
+  Add(conv->mutable_messages(), "system", "Be brief.");
+  Add(conv->mutable_messages(), "user", "What is 2+2?");
+  Add(conv->mutable_messages(), "assistant", "4");
+  v1::TokenizeResponse out;
+  ASSERT_TRUE(w.stub->Tokenize(Wire::ctx().get(), req, &out).ok());
+  ASSERT_EQ(out.outputs_size(), 2);
+  EXPECT_EQ(Ids(out.outputs(0).ids()), tokenizer_->encode(text));
+  const std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "What is 2+2?"}, {"assistant", "4"}};
+  const auto expected = chat_->render(*tokenizer_, messages);
+  EXPECT_EQ(out.outputs(1).text(), expected.text);
+  EXPECT_EQ(Ids(out.outputs(1).ids()), expected.ids);
+  EXPECT_EQ(std::vector<uint8_t>(out.outputs(1).loss_mask().begin(), out.outputs(1).loss_mask().end()),
+            expected.loss_mask);
+
+  v1::DetokenizeRequest d;
+  d.add_sequences()->mutable_tokens()->CopyFrom(out.outputs(0).ids());
+  d.add_sequences()->mutable_tokens()->CopyFrom(out.outputs(1).ids());
+  d.set_skip_special_tokens(true);
+  v1::DetokenizeResponse texts;
+  ASSERT_TRUE(w.stub->Detokenize(Wire::ctx().get(), d, &texts).ok());
+  EXPECT_EQ(texts.texts(0), text);
+  EXPECT_EQ(texts.texts(1).find("<|im_start|>"), std::string::npos);
+}
+
+// --- Training from text: the ids each form stands for -------------------------------------------
+
+TEST_F(Text, EveryTextFormResolvesToTheDocumentedIdsAndTrainsAsThoseIds) {
+  auto s = testing::StartServer(TextConfig(QwenModelDir()));
+  Wire w(s.target);
+  v1::Batch text;
+  auto* sft = text.mutable_sft();
+  sft->add_examples()->set_text("The quick brown fox.");
+  auto* chat = sft->add_examples();
+  Add(chat->mutable_messages(), "user", "Name a colour.");
+  Add(chat->mutable_messages(), "assistant", "Blue.");
+  auto* pc = sft->add_examples();
+  pc->mutable_prompt_text()->set_text("Q: 1+1=");
+  pc->mutable_completion_text()->set_text(" 2");
+  auto* pcm = sft->add_examples();
+  Add(pcm->mutable_prompt_text()->mutable_messages(), "user", "Say hi.");
+  Add(pcm->mutable_completion_text()->mutable_messages(), "assistant", "Hi!");
+
+  v1::TokenizeRequest req;
+  *req.mutable_batch() = text;
+  v1::TokenizeResponse resolved;
+  ASSERT_TRUE(w.stub->Tokenize(Wire::ctx().get(), req, &resolved).ok());
+  const auto& ex = resolved.batch().sft().examples();
+  ASSERT_EQ(ex.size(), 4);
+  // text: the tokens plus the end token, loss on all.
+  auto plain = tokenizer_->encode("The quick brown fox.", true);
+  plain.push_back(eos_);
+  EXPECT_EQ(Ids(ex[0].tokens()), plain);
+  EXPECT_TRUE(ex[0].loss_mask().empty());
+  // messages: the chat format's ids, loss on the assistant turn only.
+  const std::vector<ChatMessage> conv = {{"user", "Name a colour."}, {"assistant", "Blue."}};
+  const auto r = chat_->render(*tokenizer_, conv);
+  EXPECT_EQ(Ids(ex[1].tokens()), r.ids);
+  EXPECT_EQ(std::vector<uint8_t>(ex[1].loss_mask().begin(), ex[1].loss_mask().end()), r.loss_mask);
+  int64_t trained = 0;
+  for (auto m : r.loss_mask) trained += m;
+  EXPECT_GT(trained, 0);
+  EXPECT_LT(trained, static_cast<int64_t>(r.ids.size()));
+  // string prompt + completion: prompt ids, completion ids + end token.
+  EXPECT_EQ(Ids(ex[2].prompt()), tokenizer_->encode("Q: 1+1=", true));
+  auto completion = tokenizer_->encode(" 2");
+  completion.push_back(eos_);
+  EXPECT_EQ(Ids(ex[2].completion()), completion);
+  // conversational prompt + completion: one conversation, only the completion's turn trained.
+  std::vector<ChatMessage> pair = {{"user", "Say hi."}, {"assistant", "Hi!"}};
+  pair[0].train = false;
+  const auto rp = chat_->render(*tokenizer_, pair);
+  EXPECT_EQ(Ids(ex[3].tokens()), rp.ids);
+  EXPECT_EQ(std::vector<uint8_t>(ex[3].loss_mask().begin(), ex[3].loss_mask().end()), rp.loss_mask);
+
+  // The step on text and the step on the resolved ids: the same loss, bit for bit.
+  v1::ForwardBackwardRequest a;
+  *a.mutable_batch() = text;
+  v1::ForwardBackwardResponse ra, rb;
+  ASSERT_TRUE(w.stub->ForwardBackward(Wire::ctx().get(), a, &ra).ok());
+  v1::ForwardBackwardRequest b;
+  *b.mutable_batch() = resolved.batch();
+  ASSERT_TRUE(w.stub->ForwardBackward(Wire::ctx().get(), b, &rb).ok());
+  EXPECT_EQ(ra.stats().loss(), rb.stats().loss());
+  EXPECT_EQ(ra.stats().targets(), rb.stats().targets());
+  EXPECT_GT(ra.stats().targets(), 0);
+}
+
+TEST_F(Text, DpoAndGrpoTextResolveAsDocumented) {
+  auto s = testing::StartServer(TextConfig(QwenModelDir()));
+  Wire w(s.target);
+  v1::TokenizeRequest req;
+  auto* dpo = req.mutable_batch()->mutable_dpo();
+  auto* pair = dpo->add_pairs();
+  Add(pair->mutable_prompt_text()->mutable_messages(), "user", "Pick one.");
+  Add(pair->mutable_chosen_text()->mutable_messages(), "assistant", "A.");
+  Add(pair->mutable_rejected_text()->mutable_messages(), "assistant", "B, obviously.");
+  auto* plain = dpo->add_pairs();
+  plain->mutable_prompt_text()->set_text("2+2=");
+  plain->mutable_chosen_text()->set_text("4");
+  plain->mutable_rejected_text()->set_text("5");
+  v1::TokenizeResponse out;
+  ASSERT_TRUE(w.stub->Tokenize(Wire::ctx().get(), req, &out).ok());
+  const auto& p = out.batch().dpo().pairs(0);
+  ChatOptions gen;
+  gen.add_generation_prompt = true;
+  const std::vector<ChatMessage> prompt = {{"user", "Pick one."}};
+  const auto prompt_ids = chat_->render(*tokenizer_, prompt, gen).ids;
+  EXPECT_EQ(Ids(p.prompt()), prompt_ids);
+  for (const auto& [completion, ids] : {std::pair<std::string, const google::protobuf::RepeatedField<int32_t>*>{"A.", &p.chosen()},
+                                        {"B, obviously.", &p.rejected()}}) {
+    const std::vector<ChatMessage> whole = {{"user", "Pick one."}, {"assistant", completion}};
+    const auto full = chat_->render(*tokenizer_, whole).ids;
+    std::vector<int64_t> expected(full.begin() + static_cast<std::ptrdiff_t>(prompt_ids.size()), full.end());
+    EXPECT_EQ(Ids(*ids), expected) << completion;
+  }
+  const auto& q = out.batch().dpo().pairs(1);
+  EXPECT_EQ(Ids(q.prompt()), tokenizer_->encode("2+2=", true));
+  EXPECT_EQ(Ids(q.chosen()), (std::vector<int64_t>{tokenizer_->encode("4").front(), eos_}));
+
+  v1::TokenizeRequest g;
+  auto* group = g.mutable_batch()->mutable_grpo()->add_groups();
+  Add(group->mutable_prompt_text()->mutable_messages(), "user", "Count to three.");
+  group->add_completions()->set_text("1, 2, 3");
+  group->add_completions()->set_text("one two three");
+  ASSERT_TRUE(w.stub->Tokenize(Wire::ctx().get(), g, &out).ok());
+  const auto& rg = out.batch().grpo().groups(0);
+  const std::vector<ChatMessage> count = {{"user", "Count to three."}};
+  EXPECT_EQ(Ids(rg.prompt()), chat_->render(*tokenizer_, count, gen).ids);
+  EXPECT_EQ(Ids(rg.completions(1).tokens()), tokenizer_->encode("one two three"));
+}
+
+// --- Sampling text, and the model's end tokens ------------------------------------------------
+
+TEST_F(Text, SampleTakesTextAndStopsAtTheModelsEndTokens) {
+  auto s = testing::StartServer(TextConfig(QwenModelDir()));
+  Wire w(s.target);
+  v1::SampleRequest req;
+  auto* prompt = req.add_text_prompts();
+  Add(prompt->mutable_messages(), "user", "Tell me a story.");
+  req.set_max_tokens(6);
+  req.set_temperature(0);
+  req.set_ignore_eos(true);
+  v1::SampleResponse greedy;
+  ASSERT_TRUE(w.stub->Sample(Wire::ctx().get(), req, &greedy).ok());
+  ASSERT_EQ(greedy.completions_size(), 1);
+  const auto& c = greedy.completions(0);
+  ASSERT_EQ(c.tokens_size(), 6);
+  EXPECT_EQ(c.finish_reason(), "length");
+  EXPECT_EQ(c.text(), tokenizer_->decode(Ids(c.tokens()), true));
+
+  // The same folder with generation_config.json naming the greedy path's third token as an end
+  // token: sampling stops there (finish "stop"), unless ignore_eos.
+  const auto dir = testing::TempDir("text-model-eos");
+  for (const auto& e : fs::directory_iterator(QwenModelDir())) fs::copy(e.path(), fs::path(dir) / e.path().filename());
+  const int32_t stop = c.tokens(2);
+  int stop_at = 0;  // the first place the greedy path produces that token
+  while (c.tokens(stop_at) != stop) ++stop_at;
+  std::ofstream(fs::path(dir) / "generation_config.json") << "{\"eos_token_id\": [" << eos_ << ", " << stop << "]}";
+  auto s2 = testing::StartServer(TextConfig(dir));
+  Wire w2(s2.target);
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(w2.stub->GetInfo(Wire::ctx().get(), {}, &info).ok());
+  ASSERT_EQ(info.tokenizer().eos_token_ids_size(), 2);
+  EXPECT_EQ(info.tokenizer().eos_token_ids(1), stop);
+  req.set_ignore_eos(false);
+  v1::SampleResponse stopped;
+  ASSERT_TRUE(w2.stub->Sample(Wire::ctx().get(), req, &stopped).ok());
+  const auto& sc = stopped.completions(0);
+  ASSERT_EQ(sc.tokens_size(), stop_at + 1) << "stops after the end token";
+  EXPECT_EQ(sc.tokens(stop_at), stop);
+  EXPECT_EQ(sc.finish_reason(), "stop");
+  req.set_ignore_eos(true);
+  ASSERT_TRUE(w2.stub->Sample(Wire::ctx().get(), req, &stopped).ok());
+  EXPECT_EQ(stopped.completions(0).tokens_size(), 6);
+}
+
+// --- Bad text: a clear error naming the field, and nothing changed --------------------------------
+
+TEST_F(Text, BadTextIsRefusedNamingTheFieldAndChangesNothing) {
+  auto config = TextConfig(QwenModelDir());
+  config.limits.max_sequence_length = 64;
+  auto s = testing::StartServer(config);
+  Wire w(s.target);
+  const auto before = testing::ExportedTensors(*s.client);
+  auto train = [&](const v1::Batch& batch) {
+    v1::TrainStepRequest r;
+    *r.mutable_batch() = batch;
+    v1::TrainStepResponse out;
+    return w.stub->TrainStep(Wire::ctx().get(), r, &out);
+  };
+  struct Case {
+    std::string name;
+    std::function<void(v1::Batch*)> make;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"unknown role",
+       [](v1::Batch* b) {
+         auto* e = b->mutable_sft()->add_examples();
+         Add(e->mutable_messages(), "user", "hi");
+         Add(e->mutable_messages(), "bot", "hello");
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "batch.sft.examples[0].messages[1].role"},
+      {"no assistant turn",
+       [](v1::Batch* b) { Add(b->mutable_sft()->add_examples()->mutable_messages(), "user", "hi"); },
+       grpc::StatusCode::INVALID_ARGUMENT, "batch.sft.examples[0].messages: no assistant message"},
+      {"two forms",
+       [](v1::Batch* b) {
+         auto* e = b->mutable_sft()->add_examples();
+         e->set_text("a");
+         e->add_tokens(1);
+         e->add_tokens(2);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "batch.sft.examples[0]: give one of"},
+      {"empty messages of a prompt",
+       [](v1::Batch* b) {
+         auto* e = b->mutable_sft()->add_examples();
+         e->mutable_prompt_text();
+         e->mutable_completion_text()->set_text("x");
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "batch.sft.examples[0].prompt_text is empty"},
+      {"too long after tokenization",
+       [](v1::Batch* b) {
+         std::string long_text;
+         for (int i = 0; i < 200; ++i) long_text += " word" + std::to_string(i);
+         b->mutable_sft()->add_examples()->set_text(long_text);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "batch.sft.examples[0]: "},
+  };
+  for (const auto& c : cases) {
+    v1::Batch batch;
+    c.make(&batch);
+    auto st = train(batch);
+    EXPECT_EQ(st.error_code(), c.code) << c.name << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(c.message), std::string::npos) << c.name << ": " << st.error_message();
+  }
+  // Invalid UTF-8 cannot be a protobuf string: the body does not parse, and the answer names the field.
+  {
+    v1::TrainStepRequest r;
+    r.mutable_batch()->mutable_sft()->add_examples()->set_text(std::string("ok \xff\xfe bad", 9));
+    std::string bytes;
+    ASSERT_TRUE(r.SerializePartialToString(&bytes));
+    grpc::ByteBuffer in, out;
+    grpc::Slice slice(bytes);
+    in = grpc::ByteBuffer(&slice, 1);
+    grpc::GenericStub generic(grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials()));
+    auto ctx = Wire::ctx();
+    grpc::CompletionQueue cq;
+    auto call = generic.PrepareUnaryCall(ctx.get(), "/streambp.v1.Trainer/TrainStep", in, &cq);
+    grpc::Status st;
+    call->StartCall();
+    call->Finish(&out, &st, reinterpret_cast<void*>(1));
+    void* tag;
+    bool ok;
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("batch.sft.examples[0].text is not valid UTF-8 at byte 3"), std::string::npos)
+        << st.error_message();
+  }
+  testing::ExpectSameTensors(before, testing::ExportedTensors(*s.client));
+}
+
+TEST(TextWithoutTokenizer, TextIsFailedPreconditionAndIdsStillWork) {
+  auto s = testing::StartServer(TestConfig());  // the embedded preset: no tokenizer
+  Wire w(s.target);
+  v1::TrainStepRequest r;
+  r.mutable_batch()->mutable_sft()->add_examples()->set_text("hello");
+  v1::TrainStepResponse out;
+  auto st = w.stub->TrainStep(Wire::ctx().get(), r, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_NE(st.error_message().find("tokenizer"), std::string::npos) << st.error_message();
+  v1::TokenizeRequest t;
+  t.add_inputs()->set_text("hello");
+  v1::TokenizeResponse tr;
+  EXPECT_EQ(w.stub->Tokenize(Wire::ctx().get(), t, &tr).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(w.stub->GetInfo(Wire::ctx().get(), {}, &info).ok());
+  EXPECT_FALSE(info.tokenizer().available());
+  v1::TrainStepRequest ids;
+  auto* e = ids.mutable_batch()->mutable_sft()->add_examples();
+  for (int t = 0; t < 8; ++t) e->add_tokens(t + 3);
+  EXPECT_TRUE(w.stub->TrainStep(Wire::ctx().get(), ids, &out).ok());
+}
+
+// --- Files travel with the weights ------------------------------------------------------------------
+
+TEST_F(Text, TokenizerFilesTravelIntoCheckpointsAndExports) {
+  auto config = TextConfig(QwenModelDir());
+  config.checkpoint_dir = testing::TempDir("text-ckpt");
+  auto s = testing::StartServer(config);
+  Wire w(s.target);
+  v1::SaveCheckpointRequest save;
+  save.set_name("with-tokenizer");
+  v1::SaveCheckpointResponse saved;
+  ASSERT_TRUE(w.stub->SaveCheckpoint(Wire::ctx().get(), save, &saved).ok());
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const fs::path model(QwenModelDir());
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    EXPECT_EQ(read(fs::path(config.checkpoint_dir) / "with-tokenizer" / f), read(model / f)) << f;
+  }
+  v1::ExportWeightsRequest req;
+  req.set_with_files(true);
+  auto ctx = Wire::ctx();
+  auto reader = w.stub->ExportWeights(ctx.get(), req);
+  v1::WeightsChunk chunk;
+  std::map<std::string, std::string> files;
+  std::map<std::string, std::string> digests;
+  while (reader->Read(&chunk)) {
+    auto& bytes = files[chunk.file()];
+    EXPECT_EQ(static_cast<int64_t>(bytes.size()), chunk.offset()) << chunk.file();
+    bytes += chunk.data();
+    if (chunk.last()) digests[chunk.file()] = chunk.sha256();
+  }
+  const auto finished = reader->Finish();
+  ASSERT_TRUE(finished.ok()) << finished.error_code() << ": " << finished.error_message();
+  EXPECT_TRUE(files.count(""));  // the weights first
+  EXPECT_EQ(files["tokenizer.json"], read(model / "tokenizer.json"));
+  EXPECT_EQ(files["tokenizer_config.json"], read(model / "tokenizer_config.json"));
+  EXPECT_EQ(digests.size(), files.size());
+}
+
+// --- Custom losses: weights computed by the client ----------------------------------------------------
+
+server::ServerConfig SgdF64() {
+  auto c = TestConfig();
+  c.trainer.optimizer.name = "sgd";
+  c.trainer.optimizer.lr = 0.5;
+  return c;
+}
+
+std::vector<std::vector<int32_t>> Sequences() {
+  std::vector<std::vector<int32_t>> out;
+  for (int s = 0; s < 3; ++s) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < 9 + 3 * s; ++i) t.push_back((37 * s + 11 * i + 5) % 256);
+    out.push_back(t);
+  }
+  return out;
+}
+
+// log-probs of the sequences at the current policy, double precision.
+v1::ComputeLogprobsResponse Logprobs(Wire& w, const std::vector<std::vector<int32_t>>& seqs) {
+  v1::ComputeLogprobsRequest req;
+  req.set_fp64(true);
+  for (const auto& s : seqs) req.add_sequences()->mutable_tokens()->Add(s.begin(), s.end());
+  v1::ComputeLogprobsResponse out;
+  EXPECT_TRUE(w.stub->ComputeLogprobs(Wire::ctx().get(), req, &out).ok());
+  return out;
+}
+
+double MaxRelativeDifference(const TensorMap& a, const TensorMap& b) {
+  double worst = 0;
+  for (const auto& [name, t] : a) {
+    const auto d = (t - b.at(name)).abs().max().item<double>();
+    worst = std::max(worst, d / std::max(1e-30, t.abs().max().item<double>()));
+  }
+  return worst;
+}
+
+TEST(CustomLoss, HandWrittenDpoEqualsTheBuiltInObjective) {
+  const auto seqs = Sequences();
+  const int prompt = 4;
+  const double beta = 0.3, ref_c = -31.5, ref_r = -29.25;
+  // Built-in: DPO with given reference log-probs, one SGD step.
+  auto a = testing::StartServer(SgdF64());
+  {
+    v1::TrainStepRequest r;
+    auto* p = r.mutable_batch()->mutable_dpo()->add_pairs();
+    p->mutable_prompt()->Add(seqs[0].begin(), seqs[0].begin() + prompt);
+    p->mutable_chosen()->Add(seqs[0].begin() + prompt, seqs[0].end());
+    std::vector<int32_t> rejected(seqs[1].begin() + prompt, seqs[1].end());
+    p->mutable_rejected()->Add(rejected.begin(), rejected.end());
+    p->set_ref_chosen_logp(ref_c);
+    p->set_ref_rejected_logp(ref_r);
+    r.mutable_dpo()->set_beta(beta);
+    ASSERT_TRUE(a.client->TrainStep(r).ok());
+  }
+  // Hand-written: the same loss, L = -log sigmoid(beta z), differentiated here.
+  auto b = testing::StartServer(SgdF64());
+  Wire w(b.target);
+  std::vector<int32_t> chosen = seqs[0];
+  std::vector<int32_t> rejected(seqs[0].begin(), seqs[0].begin() + prompt);
+  rejected.insert(rejected.end(), seqs[1].begin() + prompt, seqs[1].end());
+  const auto lp = Logprobs(w, {chosen, rejected});
+  double S[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    const auto& l = lp.sequences(k).logprobs_fp64();
+    for (int i = prompt - 1; i < l.size(); ++i) S[k] += l[i];
+  }
+  const double z = (S[0] - S[1]) - (ref_c - ref_r);
+  const double dL_dz = -beta / (1 + std::exp(beta * z));  // d/dz of -log sigmoid(beta z)
+  v1::ForwardBackwardRequest fb;
+  auto* weighted = fb.mutable_batch()->mutable_weighted();
+  weighted->set_policy_version(lp.policy_version());
+  for (int k = 0; k < 2; ++k) {
+    auto* s = weighted->add_sequences();
+    const auto& tokens = k == 0 ? chosen : rejected;
+    s->mutable_tokens()->Add(tokens.begin(), tokens.end());
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+      s->add_weights(static_cast<int>(i) >= prompt - 1 ? (k == 0 ? dL_dz : -dL_dz) : 0.0);
+    }
+  }
+  fb.set_objective("weighted_logprobs");
+  ASSERT_TRUE(b.client->ForwardBackward(fb).ok());
+  ASSERT_TRUE(b.client->OptimStep().ok());
+  const auto built_in = testing::ExportedTensors(*a.client);
+  const auto custom = testing::ExportedTensors(*b.client);
+  const auto base = InitModel(PresetConfig("tiny"), 0, torch::kFloat64)->hf_tensors();
+  // Compare the updates (new - old), which SGD makes proportional to the gradients.
+  TensorMap ua, ub;
+  for (const auto& [name, t] : base) {
+    ua[name] = built_in.at(name) - t;
+    ub[name] = custom.at(name) - t;
+  }
+  EXPECT_LE(MaxRelativeDifference(ua, ub), 1e-10);
+  EXPECT_GT(ua.at("model.layers.0.mlp.up_proj.weight").abs().max().item<double>(), 0);
+}
+
+TEST(CustomLoss, WeightsFromAnOldPolicyAreRefusedAndChangeNothing) {
+  auto s = testing::StartServer(SgdF64());
+  Wire w(s.target);
+  const auto seqs = Sequences();
+  const auto lp = Logprobs(w, {seqs[0]});
+  ASSERT_TRUE(s.client->TrainStep([&] {
+                v1::TrainStepRequest r;
+                r.mutable_batch()->mutable_sft()->add_examples()->mutable_tokens()->Add(seqs[1].begin(), seqs[1].end());
+                return r;
+              }())
+                  .ok());
+  const auto before = testing::ExportedTensors(*s.client);
+  v1::ForwardBackwardRequest fb;
+  fb.set_objective("weighted_logprobs");
+  auto* weighted = fb.mutable_batch()->mutable_weighted();
+  weighted->set_policy_version(lp.policy_version());  // the version before the TrainStep
+  auto* seq = weighted->add_sequences();
+  seq->mutable_tokens()->Add(seqs[0].begin(), seqs[0].end());
+  for (size_t i = 0; i + 1 < seqs[0].size(); ++i) seq->add_weights(-0.1);
+  v1::ForwardBackwardResponse out;
+  auto st = w.stub->ForwardBackward(Wire::ctx().get(), fb, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("computed at policy version 0"), std::string::npos) << st.error_message();
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(w.stub->GetInfo(Wire::ctx().get(), {}, &info).ok());
+  EXPECT_EQ(info.pending_micro_batches(), 0);
+  testing::ExpectSameTensors(before, testing::ExportedTensors(*s.client));
+  // A weight count that does not match the tokens: INVALID_ARGUMENT naming the field.
+  weighted->clear_policy_version();
+  seq->add_weights(1.0);
+  st = w.stub->ForwardBackward(Wire::ctx().get(), fb, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("batch.weighted.sequences[0].weights has"), std::string::npos) << st.error_message();
+}
+
+// --- Progress of a step -------------------------------------------------------------------------------
+
+TEST(StepProgress, AStepReportsQueuedStartedEveryLayerAndDone) {
+  auto s = testing::StartServer(TestConfig());
+  Wire w(s.target);
+  auto& worker = s.server->host().worker();
+  worker.pause();
+  // A step ahead of ours, so ours is queued behind it.
+  std::thread first([&] {
+    v1::TrainStepRequest r;
+    auto* tokens = r.mutable_batch()->mutable_sft()->add_examples()->mutable_tokens();
+    for (int t = 1; t <= 6; ++t) tokens->Add(t);
+    EXPECT_TRUE(s.client->TrainStep(r).ok());
+  });
+  while (worker.depth() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  v1::TrainStepRequest r;
+  auto* e = r.mutable_batch()->mutable_sft()->add_examples();
+  for (int t = 0; t < 40; ++t) e->add_tokens((t * 13) % 256);
+  auto ctx = Wire::ctx();
+  auto reader = w.stub->TrainStepProgress(ctx.get(), r);
+  std::vector<v1::StepProgress> seen;
+  v1::StepProgress p;
+  ASSERT_TRUE(reader->Read(&p));  // queued, behind the first step
+  seen.push_back(p);
+  worker.resume();
+  while (reader->Read(&p)) seen.push_back(p);
+  ASSERT_TRUE(reader->Finish().ok());
+  first.join();
+  EXPECT_EQ(seen.front().state(), "queued");
+  EXPECT_EQ(seen.front().queue_position(), 1);
+  std::vector<std::string> states;
+  std::set<int> forward_layers, backward_layers;
+  for (const auto& m : seen) {
+    if (states.empty() || states.back() != m.state()) states.push_back(m.state());
+    if (m.state() == "forward") forward_layers.insert(m.layer());
+    if (m.state() == "backward") backward_layers.insert(m.layer());
+    if (m.state() == "forward" || m.state() == "backward") EXPECT_EQ(m.num_layers(), 2);
+  }
+  ASSERT_GE(states.size(), 5u);
+  EXPECT_EQ(states.back(), "done");
+  EXPECT_NE(std::find(states.begin(), states.end(), "started"), states.end());
+  EXPECT_NE(std::find(states.begin(), states.end(), "head"), states.end());
+  EXPECT_NE(std::find(states.begin(), states.end(), "optimizer"), states.end());
+  EXPECT_EQ(forward_layers, (std::set<int>{0, 1}));
+  EXPECT_FALSE(backward_layers.empty());
+  const auto& done = seen.back();
+  EXPECT_TRUE(done.has_train_step());
+  EXPECT_EQ(done.train_step().optim().step(), 2);
+  EXPECT_GT(done.train_step().stats().tokens(), 0);
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i].elapsed_seconds(), seen[i - 1].elapsed_seconds());
+}
+
+TEST(StepProgress, AnErrorEndsTheStreamWithTheUnaryStatus) {
+  auto s = testing::StartServer(TestConfig());
+  Wire w(s.target);
+  v1::TrainStepRequest r;
+  r.mutable_batch()->mutable_sft()->add_examples()->add_tokens(999);  // outside the vocabulary
+  auto ctx = Wire::ctx();
+  auto reader = w.stub->TrainStepProgress(ctx.get(), r);
+  v1::StepProgress p;
+  EXPECT_FALSE(reader->Read(&p));
+  auto st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("batch.sft.examples[0].tokens[0] = 999"), std::string::npos) << st.error_message();
+}
+
+}  // namespace
+}  // namespace streambp
