@@ -111,15 +111,22 @@ def split_section(comment):
     return title, "\n".join(lines).strip("\n")
 
 
+def no_html(text):
+    """Comment text is text: `<name>` outside code spans would be taken for an HTML tag and
+    vanish from the rendered page, so it is written &lt;name>."""
+    parts = re.split(r"(`+[^`]*`+)", text)
+    return "".join(p if p.startswith("`") else re.sub(r"<(?=[A-Za-z/!?])", "&lt;", p) for p in parts)
+
+
 def cell(text):
     """Text for a Markdown table cell: pipes escaped, line breaks kept as <br>."""
-    return text.replace("|", "\\|").replace("\n", "<br>")
+    return no_html(text).replace("|", "\\|").replace("\n", "<br>")
 
 
 def paragraph(text):
-    """A comment as Markdown prose: its lines as they are, pipes and angle brackets left alone
-    except that a leading `#` is not a heading."""
-    return "\n".join(("\\" + line) if line.startswith("#") else line for line in text.split("\n"))
+    """A comment as Markdown prose: its lines as they are, except that a leading `#` is not a
+    heading and nothing is taken for HTML."""
+    return "\n".join(("\\" + line) if line.startswith("#") else line for line in no_html(text).split("\n"))
 
 
 def anchor(full_name):
