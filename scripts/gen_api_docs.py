@@ -160,6 +160,16 @@ class Renderer:
     def w(self, line=""):
         self.out.append(line)
 
+    def entry(self, anchor_id, heading, text=""):
+        """The start of one documented thing: an anchor to link to, its heading, its comment."""
+        self.w()
+        self.w(f'<a id="{anchor_id}"></a>')
+        self.w()
+        self.w(heading)
+        if text:
+            self.w()
+            self.w(paragraph(text))
+
     def type_ref(self, field):
         """The field's type: a scalar name, or a link to the message/enum's entry."""
         if field.type in SCALARS:
@@ -214,10 +224,7 @@ class Renderer:
     def render_file(self, f):
         w = self.w
         c = Comments(f)
-        w()
-        w(f'<a id="{self.file_anchor(f)}"></a>')
-        w()
-        w(f"## {f.name}")
+        self.entry(self.file_anchor(f), f"## {f.name}")
         w()
         w(f"Package `{f.package}` ([source](../proto/{f.name})).")
         header = "\n\n".join(x for x in c.detached([FILE_SYNTAX]) + [c.leading([FILE_SYNTAX])] if x)
@@ -231,13 +238,7 @@ class Renderer:
     def render_service(self, f, c, s, path):
         w = self.w
         full = f"{f.package}.{s.name}"
-        w()
-        w(f'<a id="{full}"></a>')
-        w()
-        w(f"### Service `{s.name}`")
-        if c.leading(path):
-            w()
-            w(paragraph(c.leading(path)))
+        self.entry(full, f"### Service `{s.name}`", c.leading(path))
         w()
         w("| RPC | request | response | kind |")
         w("|---|---|---|---|")
@@ -258,10 +259,7 @@ class Renderer:
                     texts.append(rest)
             if c.trailing(mpath):
                 texts.append(c.trailing(mpath))
-            w()
-            w(f'<a id="{full}.{m.name}"></a>')
-            w()
-            w(f"#### {s.name}.{m.name}")
+            self.entry(f"{full}.{m.name}", f"#### {s.name}.{m.name}")
             w()
             w(f"{self.kind(m).capitalize()}: {self.stream_ref(m.input_type, m.client_streaming)} → "
               f"{self.stream_ref(m.output_type, m.server_streaming)}.")
@@ -318,14 +316,7 @@ class Renderer:
     def render_message(self, f, c, m, path, prefix):
         w = self.w
         full = f"{prefix}.{m.name}" if prefix else m.name
-        w()
-        w(f'<a id="{full}"></a>')
-        w()
-        w(f"#### message `{self.local(f, full)}`")
-        text = split_section(c.leading(path))[1]
-        if text:
-            w()
-            w(paragraph(text))
+        self.entry(full, f"#### message `{self.local(f, full)}`", split_section(c.leading(path))[1])
         real_oneofs = {}
         for fi, fld in enumerate(m.field):
             if fld.HasField("oneof_index") and not fld.proto3_optional:
@@ -362,14 +353,7 @@ class Renderer:
     def render_enum(self, f, c, e, path, prefix):
         w = self.w
         full = f"{prefix}.{e.name}" if prefix else e.name
-        w()
-        w(f'<a id="{full}"></a>')
-        w()
-        w(f"#### enum `{self.local(f, full)}`")
-        text = c.leading(path)
-        if text:
-            w()
-            w(paragraph(text))
+        self.entry(full, f"#### enum `{self.local(f, full)}`", split_section(c.leading(path))[1])
         w()
         w("| value | number | description |")
         w("|---|---:|---|")
