@@ -39,8 +39,8 @@ export interface ClientOptions {
   maxMessageBytes?: number;
   /** Wait for the channel to connect (up to the deadline) instead of failing fast. */
   waitForReady?: boolean;
-  /** More @grpc/grpc-js channel options (keepalive, proxies, ...). */
-  channelOptions?: grpc.ChannelOptions;
+  /** More @grpc/grpc-js client options: channel options (keepalive, proxies, ...), interceptors. */
+  channelOptions?: grpc.ClientOptions;
 }
 
 /** Per-call options. */
@@ -237,7 +237,7 @@ export class Client {
     this.retry = retryPolicy(options.retry);
     this.service = trainerService();
     const maxBytes = options.maxMessageBytes ?? 64 << 20;
-    const channelOptions: grpc.ChannelOptions = {
+    const channelOptions: grpc.ClientOptions = {
       'grpc.max_receive_message_length': maxBytes,
       'grpc.max_send_message_length': maxBytes,
       ...options.channelOptions,
