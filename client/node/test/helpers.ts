@@ -9,8 +9,17 @@ import * as path from 'path';
 export const serverBin = process.env.STREAMBP_SERVER_BIN ?? '';
 export const tokenizerDir = process.env.STREAMBP_TOKENIZER_DIR ?? '';
 
-/** Why a server test cannot run here, or '' when it can. */
+/**
+ * Why a server test cannot run here, or '' when it can. Under ctest (STREAMBP_REQUIRE_SERVER=1)
+ * a missing server or tokenizer is an error, not a skip.
+ */
 export function missingServer(needTokenizer = false): string {
+  const why = whyMissing(needTokenizer);
+  if (why && process.env.STREAMBP_REQUIRE_SERVER === '1') throw new Error(why);
+  return why;
+}
+
+function whyMissing(needTokenizer: boolean): string {
   if (!serverBin) return 'STREAMBP_SERVER_BIN is not set';
   if (!fs.existsSync(serverBin)) return `${serverBin} does not exist`;
   if (needTokenizer && !fs.existsSync(path.join(tokenizerDir, 'tokenizer.json'))) {
@@ -29,13 +38,13 @@ export interface Server {
   stop(): Promise<void>;
 }
 
-/** `streambp-server serve` on 127.0.0.1:0 with these flags (and a config object, when given). */
-export async function startServer(name: string, flags: string[], config?: object): Promise<Server> {
+/** `streambp-server serve` on 127.0.0.1:0 with these flags (and a config made in its folder, when given). */
+export async function startServer(name: string, flags: string[], config?: (dir: string) => object): Promise<Server> {
   const dir = tempDir(name);
   const portFile = path.join(dir, 'port');
   const args = ['serve', '--listen', '127.0.0.1:0', '--port-file', portFile, ...flags];
   if (config) {
-    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config(dir)));
     args.push('--config', path.join(dir, 'config.json'));
   }
   const log = fs.openSync(path.join(dir, 'server.log'), 'w');
