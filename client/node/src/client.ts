@@ -189,6 +189,10 @@ function toText(input: TextInput): T.Text {
   return input;
 }
 
+function isTokenSequence(s: ArrayLike<number> | T.TokenSequence): s is T.TokenSequence {
+  return typeof (s as ArrayLike<number>).length !== 'number';
+}
+
 function checkFinite(value: number, what: string): void {
   if (typeof value !== 'number' || !Number.isFinite(value)) throw invalid(`${what} = ${String(value)} is not a finite number`);
 }
@@ -325,7 +329,7 @@ export class Client {
   async forwardBackwardCustom(sequences: ReadonlyArray<ArrayLike<number> | T.TokenSequence>, lossFn: CustomLossFn,
                               options: CustomLossOptions = {}): Promise<CustomLossResult> {
     const { temperature, engine, request_id, session, ...call } = options;
-    const tokens = sequences.map((s) => Array.from(('tokens' in s ? s.tokens : s) as ArrayLike<number>));
+    const tokens = sequences.map((s) => Array.from(isTokenSequence(s) ? s.tokens ?? [] : s));
     const computed = await this.computeLogprobs(
       { sequences: tokens.map((t) => ({ tokens: t })), fp64: true, temperature, session }, call);
     const logprobs = computed.sequences.map((s, i) => {
