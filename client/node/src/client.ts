@@ -605,22 +605,23 @@ export class Client {
                                 unaryFallback: () => Promise<R>,
                                 onProgress: (progress: T.StepProgress__Output) => void): Promise<R> {
     let seen = false;
+    let answer: R | null | undefined;
     try {
-      for await (const progress of steps) {
+      for await (const progress of steps) {  // to the stream's end: "done" is its last message
         seen = true;
         if (progress.state !== 'done') {
           onProgress(progress);
           continue;
         }
-        const answer = pick(progress);
+        answer = pick(progress);
         if (!answer) throw new StreambpError(grpc.status.DATA_LOSS, 'the "done" message carries no answer', { method });
-        return answer;
       }
     } catch (e) {
       // A server from before the progress RPCs: the plain call, with the same request id.
       if (!seen && e instanceof StreambpError && e.code === grpc.status.UNIMPLEMENTED) return unaryFallback();
       throw e;
     }
-    throw new StreambpError(grpc.status.DATA_LOSS, 'the stream ended before its "done" message', { method });
+    if (!answer) throw new StreambpError(grpc.status.DATA_LOSS, 'the stream ended before its "done" message', { method });
+    return answer;
   }
 }

@@ -10,7 +10,7 @@ import * as grpc from '@grpc/grpc-js';
 import { Client, StreambpError, type CustomLossOutput, type SftExample } from '@streambp/client';
 import { missingServer, readSafetensors, startServer, tempDir, type Server } from './helpers';
 
-const skip = missingServer();
+const skip = missingServer() || false;
 const FLAGS = ['--dtype', 'float64', '--optimizer', 'sgd', '--lr', '0.5'];
 const TOLERANCE = 1e-10;
 

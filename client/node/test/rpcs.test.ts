@@ -3,7 +3,8 @@
 // sessions (a LoRA session carries the model RPCs), the RL loop (Sample with text prompts,
 // PushRollouts + PushRolloutsStream run a server-side GRPO step that WatchPolicy announces),
 // progress streams, checkpoints and weights export to a folder. An interceptor records every
-// RPC that returned OK; the test ends by checking that none is missing.
+// RPC that returned OK (or, for WatchPolicy, which runs until cancelled, gave a message); the
+// test ends by checking that none is missing.
 import { strict as assert } from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
@@ -12,12 +13,16 @@ import * as grpc from '@grpc/grpc-js';
 import { Client, StreambpError, trainerService, type PolicyUpdate__Output, type StepProgress__Output } from '@streambp/client';
 import { missingServer, modelWithTokenizer, startServer, tempDir, type Server } from './helpers';
 
-const skip = missingServer(true);
+const skip = missingServer(true) || false;
 const succeeded = new Set<string>();
+const rpc = (options: grpc.InterceptorOptions): string => options.method_definition.path.split('/').pop() ?? '';
 const recorder: grpc.Interceptor = (options, next) => new grpc.InterceptingCall(next(options),
   new grpc.RequesterBuilder().withStart((metadata, _listener, start) => start(metadata,
-    new grpc.ListenerBuilder().withOnReceiveStatus((status, onStatus) => {
-      if (status.code === grpc.status.OK) succeeded.add(options.method_definition.path.split('/').pop() ?? '');
+    new grpc.ListenerBuilder().withOnReceiveMessage((message, onMessage) => {
+      if (rpc(options) === 'WatchPolicy') succeeded.add('WatchPolicy');
+      onMessage(message);
+    }).withOnReceiveStatus((status, onStatus) => {
+      if (status.code === grpc.status.OK) succeeded.add(rpc(options));
       onStatus(status);
     }).build())).build());
 
