@@ -6,14 +6,12 @@
 # usage: example_test.sh SERVER_BIN CLI_BIN
 set -uo pipefail
 server="$1"; cli="$2"
-dir="$(mktemp -d)"; pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../cli/common.sh"
 start() {
   "$server" serve --listen 127.0.0.1:0 --port-file "$dir/$1.port" --dtype float64 > "$dir/$1.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 600); do [ -s "$dir/$1.port" ] && break; sleep 0.1; done
-  [ -s "$dir/$1.port" ] || fail "server $1 did not start: $(tail -5 "$dir/$1.log")"
+  [ -s "$dir/$1.port" ] || fail "server $1 did not start"
 }
 start a; start b
 out="$(node build/examples/quickstart.js --server "127.0.0.1:$(cat "$dir/a.port")" --json)" || fail "node example: $out"

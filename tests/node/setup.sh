@@ -15,33 +15,19 @@ pkg="$out/client/node"
 mkdir -p "$pkg"
 rm -f "$out/COMPLETE" "$out/UNAVAILABLE"
 
-unavailable() {
-  if [ "${CI:-}" = "true" ]; then echo "FAIL (CI=true): $*" >&2; exit 1; fi
-  echo "$*" > "$out/UNAVAILABLE"
-  echo "Node package unavailable, the node tests will skip: $*"
-  exit 0
-}
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
+what="Node package"
+source "$src/tests/npm_fixture.sh"
 start=$SECONDS
-command -v node >/dev/null && command -v npm >/dev/null || unavailable "node and npm are not installed"
+require_node
 
 # 1. The sources (everything but what npm and the builds make), fresh each time.
-find "$pkg" -mindepth 1 -maxdepth 1 ! -name node_modules -exec rm -rf {} +
+find "$pkg" -mindepth 1 -maxdepth 1 ! -name node_modules ! -name .lock-digest -exec rm -rf {} +
 rm -rf "$out/proto" && cp -r "$src/proto" "$out/proto"
 (cd "$src/client/node" && tar cf - --exclude=./node_modules --exclude=./dist --exclude=./build --exclude=./proto .) \
   | (cd "$pkg" && tar xf -) || fail "cannot copy client/node"
 
 # 2. npm ci, cached by the lock file's digest.
-lock_digest="$(sha256sum < "$pkg/package-lock.json" | cut -d' ' -f1)"
-if [ "$(cat "$out/.lock-digest" 2>/dev/null)" != "$lock_digest" ] || [ ! -d "$pkg/node_modules" ]; then
-  rm -f "$out/.lock-digest"
-  if ! (cd "$pkg" && timeout 300 npm ci --prefer-offline --no-audit --no-fund --loglevel=error) > "$out/npm.log" 2>&1; then
-    unavailable "npm ci failed (is the npm registry reachable?): $(grep -m 3 -E 'code|errno|reason' "$out/npm.log" | tr '\n' ' ')"
-  fi
-  echo "$lock_digest" > "$out/.lock-digest"
-  echo "npm ci: $((SECONDS - start)) s"
-fi
+npm_ci_cached "$pkg"
 
 # 3. The package, then the examples and tests against it (type errors fail here too).
 t=$SECONDS
