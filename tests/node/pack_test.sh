@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The package as a user installs it: `npm pack`, then `npm install` of the tarball into an
-# empty project (dependencies from npm's cache, filled by setup.sh's npm ci); it loads its
-# own proto/ from inside node_modules, and a TypeScript file using its types type-checks.
+# The package as a user installs it: `npm pack` (of what setup.sh built: no prepack here, so
+# tests running beside this one see dist/ unchanged), then `npm install` of the tarball into an
+# empty project (dependencies from npm's cache, filled by setup.sh's npm ci); it loads its own
+# proto/ from inside node_modules, and a TypeScript file using its types type-checks.
 # Run by tests/node/run.sh in the package built by tests/node/setup.sh.
 set -uo pipefail
 pkg="$PWD"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-tgz="$(npm pack --silent --pack-destination "$dir" 2>/dev/null | tail -1)" || fail "npm pack"
+tgz="$(npm pack --silent --ignore-scripts --pack-destination "$dir" 2>/dev/null | tail -1)" || fail "npm pack"
 [ -f "$dir/$tgz" ] || fail "npm pack wrote no tarball ($tgz)"
 mkdir "$dir/app" && cd "$dir/app" && echo '{"name": "app", "private": true}' > package.json
 timeout 300 npm install --prefer-offline --no-audit --no-fund --loglevel=error "$dir/$tgz" \
