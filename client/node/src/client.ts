@@ -203,9 +203,9 @@ function checkFinite(value: number, what: string): void {
  * RolloutStream), plus conveniences (progress callbacks, text prompts, export to a folder,
  * custom losses).
  *
- * Requests and responses are the generated types (field names as in the proto): a request
- * is `T.XRequest`, an answer `T.XResponse__Output` (every field present, 64-bit integers
- * as numbers).
+ * Requests and responses are the generated types (field names as in the proto), exported
+ * by the package: a request is `XRequest`, an answer `XResponse__Output` (every field
+ * present, 64-bit integers as numbers).
  *
  * Deadlines: every call has one (CallOptions.deadlineSeconds, else the default of its kind)
  * that covers all its attempts, except WatchPolicy and PushRolloutsStream, which run until
