@@ -85,13 +85,18 @@ def _pem(value: Union[bytes, str, None], what: str) -> Optional[bytes]:
         raise StreambpError(grpc.StatusCode.NOT_FOUND, f"tls.{what}: cannot read {value}: {e.strerror}") from None
 
 
+# A step RPC -> its progress RPC and the field of StepProgress with its answer.
+_PROGRESS = {"ForwardBackward": ("ForwardBackwardProgress", "forward_backward"),
+             "TrainStep": ("TrainStepProgress", "train_step")}
+
+
 class Connection:
     """The channel, the stub and the call defaults shared by a ServiceClient and its
     TrainingClients. Methods that return coroutines run on ``runtime``'s loop."""
 
     def __init__(self, target: str, token: Optional[str], tls: Union[None, bool, TlsConfig], timeout: float,
                  info_timeout: float, max_message_bytes: int, retry: Optional[RetryPolicy], wait_for_ready: bool,
-                 options: Sequence[Tuple[str, Any]]):
+                 options: Sequence[Tuple[str, Any]], interceptors: Sequence[grpc.aio.ClientInterceptor]):
         if not target:
             raise invalid("target is empty (expected HOST:PORT)")
         for name, value in (("timeout", timeout), ("info_timeout", info_timeout)):
@@ -121,8 +126,8 @@ class Connection:
 
         async def open_channel() -> grpc.aio.Channel:
             if credentials is None:
-                return grpc.aio.insecure_channel(target, options=channel_options)
-            return grpc.aio.secure_channel(target, credentials, options=channel_options)
+                return grpc.aio.insecure_channel(target, options=channel_options, interceptors=interceptors)
+            return grpc.aio.secure_channel(target, credentials, options=channel_options, interceptors=interceptors)
 
         self.channel = self.runtime.run(open_channel())
         self.stub = pb_grpc.TrainerStub(self.channel)
@@ -151,12 +156,19 @@ class Connection:
         except grpc.aio.AioRpcError as e:
             raise StreambpError.from_rpc_error(e, request_id) from None
 
-    async def step(self, method: str, request: Any, timeout: Optional[float],
-                   on_progress: Optional[ProgressCallback]) -> pb.StepProgress:
-        """A ForwardBackwardProgress / TrainStepProgress call: the order is released at its first
-        message (the server has queued it), progress goes to ``on_progress`` and the "done"
-        message is returned."""
-        call = getattr(self.stub, method)(request, **self._call_kwargs(timeout or self.timeout))
+    async def step(self, method: str, request: Any, timeout: Optional[float], on_progress: Optional[ProgressCallback],
+                   pipeline: bool) -> Any:
+        """A ForwardBackward / TrainStep (``method``), answered with its response message.
+
+        With ``pipeline`` it runs as ``method``Progress: the order is released at the stream's
+        first message (the server has queued the step), progress goes to ``on_progress``, and
+        the "done" message carries the answer. A server without the progress RPC
+        (UNIMPLEMENTED) gets the unary call with the same request id. Without ``pipeline`` the
+        unary call is made (the order is released when it finishes; no progress)."""
+        if not pipeline:
+            return await self.unary(method, request, timeout, request.request_id)
+        progress_method, answer = _PROGRESS[method]
+        call = getattr(self.stub, progress_method)(request, **self._call_kwargs(timeout or self.timeout))
         done: Optional[pb.StepProgress] = None
         try:
             async for message in call:
@@ -169,13 +181,15 @@ class Connection:
                     except Exception:  # a callback's bug must not lose the step's answer
                         log.exception("on_progress raised; the step goes on")
         except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return await self.unary(method, request, timeout, request.request_id)
             raise StreambpError.from_rpc_error(e, request.request_id) from None
         finally:
             call.cancel()  # no-op once finished; stops the server's writes when we were cancelled
         if done is None:
-            raise StreambpError(grpc.StatusCode.INTERNAL, f"{method}: the stream ended without the step's answer",
+            raise StreambpError(grpc.StatusCode.INTERNAL, f"{progress_method}: the stream ended without the answer",
                                 request.request_id)
-        return done
+        return getattr(done, answer)
 
 
 _END = object()
@@ -186,7 +200,7 @@ class StreamPump(Generic[T]):
     ``deliver`` (from the loop's thread), then ``deliver(_END)`` or ``deliver(StreambpError)``."""
 
     def __init__(self, connection: Connection, open_call: Callable[[], Any], convert: Callable[[Any], T],
-                 deliver: Callable[[Any], None]):
+                 deliver: Callable[[Any], object]):
         self._open_call = open_call
         self._convert = convert
         self._deliver = deliver

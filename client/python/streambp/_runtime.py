@@ -40,11 +40,16 @@ class Runtime:
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
 
+    def check_open(self) -> None:
+        """Raises StreambpError(CANCELLED) once the client is closed."""
+        if self._closed:
+            raise StreambpError(grpc.StatusCode.CANCELLED, "the client is closed")
+
     def submit(self, coro: Coroutine[Any, Any, R]) -> "concurrent.futures.Future[R]":
         """Runs ``coro`` on the loop; its result or exception arrives in the returned Future."""
         if self._closed:
             coro.close()
-            raise StreambpError(grpc.StatusCode.CANCELLED, "the client is closed")
+            self.check_open()
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def wait(self, future: "concurrent.futures.Future[R]") -> R:
@@ -159,6 +164,7 @@ def call_forms(impl: "Callable[Concatenate[S, P], Coroutine[Any, Any, R]]", orde
     name = impl.__name__.lstrip("_")
 
     def future(self: S, *args: P.args, **kwargs: P.kwargs) -> "concurrent.futures.Future[R]":
+        self._runtime.check_open()
         coro = impl(self, *args, **kwargs)
         if ordered:
             sequencer: Sequencer = getattr(self, "_sequencer")

@@ -7,6 +7,7 @@ import os
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
+import grpc.aio
 
 from ._connection import Connection, RetryPolicy, TlsConfig, new_request_id
 from ._runtime import call_forms
@@ -30,7 +31,8 @@ class ServiceClient:
     (seconds; every call also takes ``timeout=``). ``retry`` retries UNAVAILABLE on the
     channel with the same request (and request id); None turns retries off.
     ``wait_for_ready`` makes calls wait for the server (until their deadline) instead of
-    failing at once while it is unreachable. ``options`` are extra gRPC channel options.
+    failing at once while it is unreachable. ``options`` are extra gRPC channel options and
+    ``interceptors`` grpc.aio client interceptors (tracing, metrics).
 
     Every call comes in three forms: ``name(...)`` blocks, ``name_future(...)`` returns a
     ``concurrent.futures.Future`` and ``name_async(...)`` is a coroutine. All run on one
@@ -40,9 +42,9 @@ class ServiceClient:
     def __init__(self, target: str, token: Optional[str] = None, tls: Union[None, bool, TlsConfig] = None, *,
                  timeout: float = 600.0, info_timeout: float = 30.0, max_message_bytes: int = 64 << 20,
                  retry: Optional[RetryPolicy] = RetryPolicy(), wait_for_ready: bool = False,
-                 options: Sequence[Tuple[str, Any]] = ()):
+                 options: Sequence[Tuple[str, Any]] = (), interceptors: Sequence[grpc.aio.ClientInterceptor] = ()):
         self._conn = Connection(target, token, tls, timeout, info_timeout, max_message_bytes, retry, wait_for_ready,
-                                options)
+                                options, interceptors)
         self._runtime = self._conn.runtime
         self.target = target
 
@@ -66,10 +68,10 @@ class ServiceClient:
 
     wait_ready, wait_ready_future, wait_ready_async = call_forms(_wait_ready)
 
-    def training_client(self, session: str = "") -> TrainingClient:
+    def training_client(self, session: str = "", *, pipeline: bool = True) -> TrainingClient:
         """A TrainingClient of ``session`` ("" = the default session of a server without
-        sessions: the whole model). No call is made."""
-        return TrainingClient(self, session)
+        sessions: the whole model); ``pipeline`` see TrainingClient. No call is made."""
+        return TrainingClient(self, session, pipeline)
 
     async def _create_training_client(self, name: str, **session: Any) -> TrainingClient:
         """Creates session ``name`` (the arguments of create_session) and returns its TrainingClient."""

@@ -30,7 +30,7 @@ MODES = ("auto", "torch", "gradients")
 def torch_available() -> bool:
     """Whether PyTorch can be imported (mode "auto" then differentiates with it)."""
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401  # pyright: ignore[reportMissingImports]
     except ImportError:
         return False
     return True
@@ -75,7 +75,7 @@ def _run_gradients(loss_fn: LossFn, sequences: List[List[int]],
 def _run_torch(loss_fn: LossFn, sequences: List[List[int]],
                logprobs: List[List[float]]) -> Tuple[float, Sequence[Sequence[float]], Dict[str, Any]]:
     try:
-        import torch
+        import torch  # pyright: ignore[reportMissingImports]
     except ImportError:
         raise invalid("forward_backward_custom: mode torch needs PyTorch (pip install torch), or use mode "
                       "gradients") from None

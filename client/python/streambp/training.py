@@ -89,18 +89,24 @@ class TrainingClient:
     streams (watch_policy, open_rollout_stream) are not ordered. Each TrainingClient has its
     own order: share one client between threads that must be ordered together.
 
+    Steps go as ForwardBackwardProgress / TrainStepProgress, whose first message says the
+    server has queued the step, so the next call can be sent at once (``pipeline``, the
+    default); with ``pipeline=False`` they go as the unary ForwardBackward / TrainStep, one
+    at a time on the wire, without progress.
+
     Mutating calls carry a request id (``request_id=``, random by default, the same across
     the channel's retries of UNAVAILABLE), so a retried step is applied once."""
 
-    def __init__(self, service: "ServiceClient", session: str = ""):
+    def __init__(self, service: "ServiceClient", session: str = "", pipeline: bool = True):
         self._service = service
         self._conn = service._conn
         self._runtime = self._conn.runtime
         self._sequencer = Sequencer()
         self.session = session
+        self.pipeline = pipeline
 
     def __repr__(self) -> str:
-        return f"TrainingClient(target={self._conn.target!r}, session={self.session!r})"
+        return f"TrainingClient(target={self._conn.target!r}, session={self.session!r}, pipeline={self.pipeline})"
 
     @property
     def service(self) -> "ServiceClient":
@@ -129,8 +135,8 @@ class TrainingClient:
         the SDK's I/O thread: keep it short). Mutating (request id)."""
         request = _step_request(pb.ForwardBackwardRequest(), batch, objective, options, engine, request_id,
                                 self.session)
-        done = await self._conn.step("ForwardBackwardProgress", request, timeout, on_progress)
-        return from_proto(ForwardBackwardResult, done.forward_backward)
+        response = await self._conn.step("ForwardBackward", request, timeout, on_progress, self.pipeline)
+        return from_proto(ForwardBackwardResult, response)
 
     forward_backward, forward_backward_future, forward_backward_async = call_forms(_forward_backward, ordered=True)
 
@@ -161,10 +167,10 @@ class TrainingClient:
                                 "weighted_logprobs", None, engine, request_id, self.session)
         if temperature is not None:
             request.weighted.temperature = temperature
-        done = await self._conn.step("ForwardBackwardProgress", request, timeout, on_progress)
+        response = await self._conn.step("ForwardBackward", request, timeout, on_progress, self.pipeline)
         return CustomLossResult(loss=loss, metrics=metrics, logprobs=logprobs.logprobs, weights=grads,
                                 policy_version=logprobs.policy_version,
-                                forward_backward=from_proto(ForwardBackwardResult, done.forward_backward))
+                                forward_backward=from_proto(ForwardBackwardResult, response))
 
     forward_backward_custom, forward_backward_custom_future, forward_backward_custom_async = call_forms(
         _forward_backward_custom, ordered=True)
@@ -186,8 +192,8 @@ class TrainingClient:
         """TrainStep: forward_backward + optim_step in one call, the usual path (arguments as in
         forward_backward; on_progress also sees "optimizer"). Mutating (request id)."""
         request = _step_request(pb.TrainStepRequest(), batch, objective, options, engine, request_id, self.session)
-        done = await self._conn.step("TrainStepProgress", request, timeout, on_progress)
-        return from_proto(TrainStepResult, done.train_step)
+        response = await self._conn.step("TrainStep", request, timeout, on_progress, self.pipeline)
+        return from_proto(TrainStepResult, response)
 
     train_step, train_step_future, train_step_async = call_forms(_train_step, ordered=True)
 
@@ -569,6 +575,8 @@ class _FolderWriter:
         if self._out is not None:
             self._out.close()
             self._out = None
+        if self._name is not None:
+            self._name = None
             try:
                 os.unlink(self._path + ".partial")
             except OSError:

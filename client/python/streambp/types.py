@@ -50,14 +50,15 @@ def _converter(name: str, hint: Any) -> Callable[[Message], Any]:
         inner = _converter(name, next(a for a in args if a is not type(None)))
         return lambda m: inner(m) if m.HasField(name) else None
     if origin in (list, List):
-        item = args[0]
+        item = typing.cast(type, args[0])
         if dataclasses.is_dataclass(item):
             return lambda m: [from_proto(item, x) for x in getattr(m, name)]
         return lambda m: list(getattr(m, name))
     if origin in (dict, Dict):
         return lambda m: dict(getattr(m, name))
     if dataclasses.is_dataclass(hint):
-        return lambda m: from_proto(hint, getattr(m, name))
+        nested = typing.cast(type, hint)
+        return lambda m: from_proto(nested, getattr(m, name))
     return lambda m: getattr(m, name)
 
 
