@@ -49,11 +49,11 @@ def close(a, b, tol):
 class Server:
     """streambp-server on 127.0.0.1:<free port>, with a JSON config and/or flags; its log in TMP."""
 
-    def __init__(self, server_bin, name, config=None, args=()):
+    def __init__(self, server_bin, name, config=None, args=(), threads=1):
         self.name = name
         self.port_file = os.path.join(TMP, name + ".port")
         self.log_path = os.path.join(TMP, name + ".log")
-        cmd = [server_bin, "serve", "--listen", "127.0.0.1:0", "--port-file", self.port_file]
+        cmd = [server_bin, "--threads", str(threads), "serve", "--listen", "127.0.0.1:0", "--port-file", self.port_file]
         if config is not None:
             path = os.path.join(TMP, name + ".json")
             with open(path, "w") as f:
