@@ -12,13 +12,13 @@ import os
 import sys
 import time
 
-from sdk_util import TMP, check, start
+from sdk_util import TMP, check, expect_error, start
 
 import grpc
 import grpc.aio
 
 import streambp
-from streambp import StreambpError, pb
+from streambp import pb
 
 SFT = [[5, 9, 13, 17, 21, 25], [3, 1, 4, 1, 5, 9, 2, 6]]
 
@@ -55,16 +55,6 @@ class Recorder:
                 return await continuation(details, request_iterator)
 
         self.interceptors = [UU(), US(), SU(), SS()]
-
-
-def expect_error(code, fn, *args, contains="", **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except StreambpError as e:
-        check(e.code == code, f"{getattr(fn, '__name__', fn)}: expected {code.name}, got {e.code.name}: {e.message}")
-        check(contains in e.message, f"{getattr(fn, '__name__', fn)}: {contains!r} not in the message {e.message!r}")
-        return e
-    check(False, f"{getattr(fn, '__name__', fn)} did not raise {code.name}")
 
 
 def main() -> int:

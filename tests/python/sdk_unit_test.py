@@ -19,7 +19,7 @@ import struct
 import threading
 import time
 
-from sdk_util import PACKAGE_DIR, TMP, check
+from sdk_util import PACKAGE_DIR, TMP, check, expect_error as raises
 
 import grpc
 
@@ -27,16 +27,6 @@ import streambp
 from streambp import StreambpError, custom_loss, data, pb, types
 from streambp._runtime import Runtime, Sequencer, call_forms, release_order
 from streambp.training import _FolderWriter
-
-
-def raises(code, fn, *args, contains="", **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except StreambpError as e:
-        check(e.code == code, f"{fn.__name__}: expected {code.name}, got {e.code.name}: {e.message}")
-        check(contains in e.message, f"{fn.__name__}: {contains!r} not in {e.message!r}")
-        return e
-    raise AssertionError(f"{fn.__name__} did not raise {code.name}")
 
 
 def test_jsonl_formats():

@@ -39,6 +39,20 @@ def check(cond, what):
         fail(what)
 
 
+def expect_error(code, fn, *args, contains="", **kwargs):
+    """Calls fn(*args, **kwargs), which must raise StreambpError with ``code`` and a message
+    containing ``contains``; returns the error."""
+    from streambp import StreambpError
+    name = getattr(fn, "__name__", repr(fn))
+    try:
+        fn(*args, **kwargs)
+    except StreambpError as e:
+        check(e.code == code, f"{name}: expected {code.name}, got {e.code.name}: {e.message}")
+        check(contains in e.message, f"{name}: {contains!r} not in the message {e.message!r}")
+        return e
+    fail(f"{name} did not raise {code.name}")
+
+
 def close(a, b, tol):
     """|a - b| <= tol * max(1, |a|, |b|) for numbers or equal-length lists of numbers."""
     if isinstance(a, (list, tuple)):

@@ -8,7 +8,7 @@ import concurrent.futures
 import hashlib
 import os
 import threading
-from typing import (TYPE_CHECKING, Any, AsyncIterator, BinaryIO, Deque, Dict, Iterable, List, Mapping, Optional,
+from typing import (TYPE_CHECKING, Any, AsyncIterator, BinaryIO, Deque, Iterable, List, Mapping, Optional,
                     Sequence, Union)
 
 import grpc
