@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
@@ -46,11 +47,12 @@ class ServiceClient:
         self._conn = Connection(target, token, tls, timeout, info_timeout, max_message_bytes, retry, wait_for_ready,
                                 options, interceptors)
         self._runtime = self._conn.runtime
+        self._close = weakref.finalize(self, self._conn.close)  # also when collected or at exit
         self.target = target
 
     def close(self) -> None:
         """Closes the channel; calls in flight are cancelled. Idempotent."""
-        self._conn.close()
+        self._close()
 
     def __enter__(self) -> "ServiceClient":
         return self

@@ -560,14 +560,16 @@ class _FolderWriter:
         if chunk.sha256 and chunk.sha256.lower() != digest:
             raise self._bad(f"{self._name}: SHA-256 {digest} differs from the server's {chunk.sha256}")
         os.replace(self._path + ".partial", self._path)
-        self.files.append(self._name)
+        if self._name not in self.files:
+            self.files.append(self._name)
         if not chunk.file:  # the weights: their config goes beside them
             self.sha256 = digest
             if chunk.config_json:
                 config = _WEIGHTS_FILE[self.format][1]
                 with open(os.path.join(self.folder, config), "w", encoding="utf-8") as f:
                     f.write(chunk.config_json)
-                self.files.append(config)
+                if config not in self.files:
+                    self.files.append(config)
         self._name = None
 
     def abort(self) -> None:
