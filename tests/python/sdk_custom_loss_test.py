@@ -91,6 +91,7 @@ def main() -> int:
     custom.optim_step()
     check(close(result.loss, step.loss, TOL), f"sft loss: custom {result.loss!r}, built-in {step.loss!r}")
     check(result.metrics["targets"] == step.stats.targets, "sft targets")
+    check("weight_abs_sum" in result.forward_backward.stats.metrics, "the server ran weighted_logprobs")
     w1a, w1b = export(built_in, "a1"), export(custom, "b1")
     same_update(w0a, w1a, w0b, w1b, "sft")
 

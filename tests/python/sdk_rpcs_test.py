@@ -152,7 +152,8 @@ def main() -> int:
     async def first_update():
         async for update in tc.watch_policy_async(since_version=0, timeout=60):
             return update
-    check(asyncio.run(first_update()).policy_version >= 6, "WatchPolicy (async)")
+    first = asyncio.run(first_update())
+    check(first is not None and first.policy_version >= 1, f"WatchPolicy (async): {first}")
     check(asyncio.run(tc.info_async()).session.name == "alice", "an _async form")
     check(tc.rollout_stats_future().result(30).accepted == 2, "a _future form")
 
@@ -160,8 +161,7 @@ def main() -> int:
     e = expect_error(grpc.StatusCode.FAILED_PRECONDITION, service.tokenize, "hello")
     check(len(e.message) > 10, f"the server's message: {e.message!r}")
     expect_error(grpc.StatusCode.FAILED_PRECONDITION, service.detokenize, [[1, 2]])
-    batch = service.tokenize_batch(streambp.sft_batch(SFT))
-    check(list(batch.sft.examples[0].tokens) == SFT[0], "Tokenize of an id batch")
+    expect_error(grpc.StatusCode.FAILED_PRECONDITION, service.tokenize_batch, streambp.sft_batch(SFT))
 
     # Errors: the code and the server's message, naming the field; nothing applied.
     version = tc.info().policy_version

@@ -264,7 +264,13 @@ async def stream_async(connection: Connection, open_call: Callable[[], Any],
     """The same as an async iterator on the caller's loop (closing it cancels the call)."""
     loop = asyncio.get_running_loop()
     items: "asyncio.Queue[Any]" = asyncio.Queue()
-    pump = StreamPump(connection, open_call, convert, lambda item: loop.call_soon_threadsafe(items.put_nowait, item))
+
+    def deliver(item: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(items.put_nowait, item)
+        except RuntimeError:  # the caller's loop has closed: nobody is listening
+            pass
+    pump = StreamPump(connection, open_call, convert, deliver)
     try:
         while True:
             item = await items.get()

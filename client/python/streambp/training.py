@@ -52,7 +52,8 @@ def _step_request(request: Any, batch: BatchLike, objective: str, options: Optio
     batch = _as_batch(batch)
     request.request_id = request_id or new_request_id()
     request.session = session
-    request.objective = objective
+    # "" = the batch kind's objective; a weighted batch's is named weighted_logprobs.
+    request.objective = objective or ("weighted_logprobs" if batch_kind(batch) == "weighted" else "")
     request.batch.CopyFrom(batch)
     if options is not None:
         kind = batch_kind(batch)
