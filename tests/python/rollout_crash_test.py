@@ -66,7 +66,8 @@ def main() -> int:
     check(acks[0].status == "accepted", f"third ack: {acks[0]}")
     for _ in range(1200):  # up to 60 s on a loaded machine
         stats = client.rollout_stats()
-        if stats.steps_run == 1:
+        # The step's counters can be published a moment before its policy version.
+        if stats.steps_run == 1 and stats.policy_version == 1:
             break
         time.sleep(0.05)
     check(stats.steps_run == 1 and stats.consumed == 3 and stats.queue_depth == 0,
