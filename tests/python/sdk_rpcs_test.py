@@ -62,10 +62,14 @@ def main() -> int:
     t0 = time.time()
     config = {"log": {"level": "warn"}, "checkpoint_dir": os.path.join(TMP, "checkpoints"),
               "sessions": {"enabled": True, "max_sessions": 4}}
-    (server,) = start(server_bin, ("sessions", config, ()))
+    (server,) = start(server_bin, ("sessions", config, ("--token", "sesame-0123456789abcdef")))
     recorder = Recorder()
-    service = streambp.ServiceClient(server.target, interceptors=recorder.interceptors)
+    service = streambp.ServiceClient(server.target, token="sesame-0123456789abcdef", interceptors=recorder.interceptors)
     service.wait_ready(60)
+    with streambp.ServiceClient(server.target) as anonymous:
+        expect_error(grpc.StatusCode.UNAUTHENTICATED, anonymous.info)
+    with streambp.ServiceClient("127.0.0.1:1", retry=streambp.RetryPolicy(max_attempts=2)) as nobody:
+        expect_error(grpc.StatusCode.UNAVAILABLE, nobody.info, timeout=10)
 
     info = service.info()
     check(info.sessions and info.vocab_size > 0 and info.session is None, f"GetInfo: {info}")
