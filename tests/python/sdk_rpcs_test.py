@@ -24,37 +24,22 @@ SFT = [[5, 9, 13, 17, 21, 25], [3, 1, 4, 1, 5, 9, 2, 6]]
 
 
 class Recorder:
-    """Client interceptors (one per call kind) that record the methods called."""
+    """Client interceptors (one per call kind, as grpc.aio wants) that record the methods called."""
 
     def __init__(self):
         self.methods = set()
-        recorder = self
+        methods = self.methods
 
-        def record(details):
-            method = details.method
-            recorder.methods.add((method.decode() if isinstance(method, bytes) else method).rsplit("/", 1)[-1])
-
-        class UU(grpc.aio.UnaryUnaryClientInterceptor):
-            async def intercept_unary_unary(self, continuation, details, request):
-                record(details)
+        class Record:
+            async def intercept(self, continuation, details, request):
+                method = details.method
+                methods.add((method.decode() if isinstance(method, bytes) else method).rsplit("/", 1)[-1])
                 return await continuation(details, request)
+            intercept_unary_unary = intercept_unary_stream = intercept_stream_unary = intercept_stream_stream = intercept
 
-        class US(grpc.aio.UnaryStreamClientInterceptor):
-            async def intercept_unary_stream(self, continuation, details, request):
-                record(details)
-                return await continuation(details, request)
-
-        class SU(grpc.aio.StreamUnaryClientInterceptor):
-            async def intercept_stream_unary(self, continuation, details, request_iterator):
-                record(details)
-                return await continuation(details, request_iterator)
-
-        class SS(grpc.aio.StreamStreamClientInterceptor):
-            async def intercept_stream_stream(self, continuation, details, request_iterator):
-                record(details)
-                return await continuation(details, request_iterator)
-
-        self.interceptors = [UU(), US(), SU(), SS()]
+        kinds = (grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
+                 grpc.aio.StreamUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor)
+        self.interceptors = [type("Record" + kind.__name__, (Record, kind), {})() for kind in kinds]
 
 
 def main() -> int:
