@@ -142,7 +142,8 @@ class Connection:
             pass
         self.runtime.close()
 
-    def _call_kwargs(self, timeout: Optional[float]) -> dict:
+    def call_kwargs(self, timeout: Optional[float]) -> dict:
+        """The keyword arguments of a stub call: deadline (None = none), metadata, wait_for_ready."""
         kwargs: dict = {"timeout": timeout, "metadata": self.metadata}
         if self.wait_for_ready:
             kwargs["wait_for_ready"] = True
@@ -152,7 +153,7 @@ class Connection:
                     request_id: Optional[str] = None) -> Any:
         """One unary call (``timeout`` None = the default step timeout)."""
         try:
-            return await getattr(self.stub, method)(request, **self._call_kwargs(timeout or self.timeout))
+            return await getattr(self.stub, method)(request, **self.call_kwargs(timeout or self.timeout))
         except grpc.aio.AioRpcError as e:
             raise StreambpError.from_rpc_error(e, request_id) from None
 
@@ -168,7 +169,7 @@ class Connection:
         if not pipeline:
             return await self.unary(method, request, timeout, request.request_id)
         progress_method, answer = _PROGRESS[method]
-        call = getattr(self.stub, progress_method)(request, **self._call_kwargs(timeout or self.timeout))
+        call = getattr(self.stub, progress_method)(request, **self.call_kwargs(timeout or self.timeout))
         done: Optional[pb.StepProgress] = None
         try:
             async for message in call:

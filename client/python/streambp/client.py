@@ -9,6 +9,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 import grpc.aio
+from google.protobuf.message import Message
 
 from ._connection import Connection, RetryPolicy, TlsConfig, new_request_id
 from ._runtime import call_forms
@@ -20,7 +21,8 @@ from .v1 import trainer_pb2 as pb
 
 __all__ = ["ServiceClient"]
 
-ConfigLike = Union[Mapping[str, Any], Any]
+#: A config message (LoraConfig, TrainingConfig, RolloutConfig) or a dict of its fields.
+ConfigLike = Union[Message, Mapping[str, Any]]
 
 
 class ServiceClient:

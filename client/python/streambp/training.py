@@ -323,8 +323,7 @@ class TrainingClient:
         request = pb.ExportWeightsRequest(merged=merged, max_chunk_bytes=max_chunk_bytes, version=version,
                                           session=self.session, with_files=with_files)
         folder = os.fspath(path)
-        call = self._conn.stub.ExportWeights(request, timeout=timeout or self._conn.timeout,
-                                             metadata=self._conn.metadata)
+        call = self._conn.stub.ExportWeights(request, **self._conn.call_kwargs(timeout or self._conn.timeout))
         writer = _FolderWriter(folder, expect_format, self.session)
         try:
             async for chunk in call:
@@ -373,7 +372,7 @@ class TrainingClient:
 
     def _watch_call(self, since_version: int, timeout: Optional[float]) -> Any:
         request = pb.WatchPolicyRequest(since_version=since_version, session=self.session)
-        return lambda: self._conn.stub.WatchPolicy(request, timeout=timeout, metadata=self._conn.metadata)
+        return lambda: self._conn.stub.WatchPolicy(request, **self._conn.call_kwargs(timeout))
 
     def watch_policy(self, since_version: int = 0, *, timeout: Optional[float] = None) -> StreamIterator[PolicyUpdate]:
         """WatchPolicy: a blocking iterator of PolicyUpdate, one per new policy version after
@@ -423,7 +422,7 @@ class RolloutStream:
         self._outbox = asyncio.Queue()
         self._ready.set()
         conn = self._client._conn
-        call = conn.stub.PushRolloutsStream(self._requests(), timeout=timeout, metadata=conn.metadata)
+        call = conn.stub.PushRolloutsStream(self._requests(), **conn.call_kwargs(timeout))
         try:
             async for ack in call:
                 with self._lock:
