@@ -27,6 +27,8 @@ with streambp.ServiceClient(sys.argv[1]) as service:
         raise SystemExit("a token outside the vocabulary was accepted")
     except streambp.StreambpError as e:
         assert e.code.name == "INVALID_ARGUMENT", e
+with streambp_client.Client(sys.argv[1]) as old:  # the deprecated name still works
+    assert old.info().vocab_size == info.vocab_size and len(old.compute_logprobs([[1, 2, 3]])[0]) == 2
 print(f"installed streambp {streambp.__version__} from {os.path.dirname(streambp.__file__)}: "
       f"{info.architecture}, loss {step.loss:.4f}, policy v{step.policy_version}, {len(out.completions)} samples")
 """
