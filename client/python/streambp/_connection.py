@@ -133,12 +133,10 @@ class Connection:
         self.stub = pb_grpc.TrainerStub(self.channel)
 
     def close(self) -> None:
-        """Closes the channel (cancelling calls in flight) and stops the loop."""
-        if self.runtime.loop.is_closed():
-            return
+        """Closes the channel (cancelling calls in flight); later calls raise StreambpError(CANCELLED)."""
         try:
             self.runtime.run(self.channel.close())
-        except (StreambpError, RuntimeError):
+        except (StreambpError, RuntimeError):  # closed already, or called from the loop's own thread
             pass
         self.runtime.close()
 

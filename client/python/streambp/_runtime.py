@@ -1,5 +1,5 @@
-"""The machinery behind every call: one private asyncio loop per ServiceClient on a daemon
-thread, where the grpc.aio channel lives and every RPC runs; the three forms of a call
+"""The machinery behind every call: one private asyncio loop for the process on a daemon
+thread, where the grpc.aio channels live and every RPC runs; the three forms of a call
 (blocking, ``_future``, ``_async``) built from one coroutine; and the Sequencer that sends a
 TrainingClient's calls in the order they were submitted.
 """
@@ -9,6 +9,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import os
 import threading
 from typing import Any, Callable, Concatenate, Coroutine, Optional, ParamSpec, Protocol, Tuple, TypeVar
 
@@ -20,25 +21,49 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class Runtime:
-    """A private event loop on a daemon thread ("streambp-io"). Thread-safe."""
+class _Loop:
+    """The process's SDK event loop, on a daemon thread ("streambp-io"): every client's calls
+    run here. One loop for the whole process because grpc.aio's completion queue is
+    process-wide: each further loop would be woken by every event (grpc/grpc#25364)."""
+
+    _shared: "Optional[_Loop]" = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def shared(cls) -> "_Loop":
+        with cls._lock:
+            if cls._shared is None or cls._shared.pid != os.getpid():  # a forked child starts its own
+                cls._shared = cls()
+            return cls._shared
 
     def __init__(self) -> None:
+        self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self._closed = False
-        self._thread = threading.Thread(target=self._main, name="streambp-io", daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self._main, name="streambp-io", daemon=True)
+        self.thread.start()
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
+        self.loop.set_exception_handler(_quiet_poller)
         self.loop.run_forever()
-        pending = asyncio.all_tasks(self.loop)
-        for task in pending:
-            task.cancel()
-        if pending:
-            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        self.loop.close()
+
+
+def _quiet_poller(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    # grpc.aio's poller, when another loop of the process (the user's) also uses grpc.aio, is
+    # woken for events that loop takes first: harmless, but logged as BlockingIOError.
+    if isinstance(context.get("exception"), BlockingIOError) and "PollerCompletionQueue" in repr(context.get("handle")):
+        return
+    loop.default_exception_handler(context)
+
+
+class Runtime:
+    """One client's use of the SDK's event loop: submits coroutines to it and waits for them
+    from other threads, and refuses new calls once closed. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._shared = _Loop.shared()
+        self.loop = self._shared.loop
+        self._closed = False
 
     def check_open(self) -> None:
         """Raises StreambpError(CANCELLED) once the client is closed."""
@@ -54,7 +79,7 @@ class Runtime:
 
     def wait(self, future: "concurrent.futures.Future[R]") -> R:
         """The result of a submitted call, blocking the calling thread (not the loop's)."""
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self._shared.thread:
             future.cancel()
             raise RuntimeError("a blocking streambp call from the SDK's own I/O thread (e.g. inside an on_progress "
                                "callback) would deadlock: use the _future or _async form there")
@@ -69,15 +94,8 @@ class Runtime:
         return self.wait(self.submit(coro))
 
     def close(self) -> None:
-        """Stops the loop (cancelling what still runs) and joins its thread. Idempotent."""
-        if self._closed:
-            return
+        """Refuses further calls (StreambpError CANCELLED); the loop goes on for other clients."""
         self._closed = True
-        if threading.current_thread() is self._thread:
-            self.loop.stop()
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=30)
 
 
 # --- Ordering ------------------------------------------------------------------------------

@@ -38,8 +38,8 @@ class ServiceClient:
     ``interceptors`` grpc.aio client interceptors (tracing, metrics).
 
     Every call comes in three forms: ``name(...)`` blocks, ``name_future(...)`` returns a
-    ``concurrent.futures.Future`` and ``name_async(...)`` is a coroutine. All run on one
-    private grpc.aio event loop; errors raise StreambpError. Close the client (or use it as a
+    ``concurrent.futures.Future`` and ``name_async(...)`` is a coroutine. All run on the
+    SDK's grpc.aio event loop (one thread per process); errors raise StreambpError. Close the client (or use it as a
     context manager) to release the channel."""
 
     def __init__(self, target: str, token: Optional[str] = None, tls: Union[None, bool, TlsConfig] = None, *,
