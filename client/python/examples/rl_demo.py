@@ -12,6 +12,7 @@ runs a GRPO step whenever 4 groups are queued; the mean reward per policy versio
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,11 @@ def start_server(server_bin: str, tmp: str, lr: float) -> "tuple[subprocess.Pope
 
 def run(args: argparse.Namespace) -> int:
     tmp = tempfile.mkdtemp(prefix="streambp-rl-demo-")
-    server, target = start_server(args.server_bin, tmp, args.lr)
+    try:
+        server, target = start_server(args.server_bin, tmp, args.lr)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     workers: List[subprocess.Popen] = []
     try:
         print(f"server on {target}; {args.workers} rollout workers; reward = share of even token ids", flush=True)
@@ -102,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
                 w.kill()
         server.terminate()
         server.wait(timeout=60)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> int:
