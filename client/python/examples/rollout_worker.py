@@ -28,6 +28,14 @@ def even_share(tokens: Sequence[int]) -> float:
     return sum(1 for t in tokens if t % 2 == 0) / max(1, len(tokens))
 
 
+def odd_share(tokens: Sequence[int]) -> float:
+    """The other experiment's reward: the share of odd token ids."""
+    return 1.0 - even_share(tokens)
+
+
+REWARDS = {"even": even_share, "odd": odd_share}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="A rollout worker: Sample -> reward -> PushRollouts.")
     ap.add_argument("--server", default="127.0.0.1:50051")
@@ -38,6 +46,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=12)
     ap.add_argument("--prompts", type=int, default=2, help="prompts (groups) per Sample call")
     ap.add_argument("--worker", type=int, default=0, help="worker id (seeds its prompts and samples)")
+    ap.add_argument("--reward", choices=sorted(REWARDS), default="even",
+                    help="even: the share of even token ids; odd: the share of odd ones")
     ap.add_argument("--quiet", action="store_true", help="do not print the policy versions")
     args = ap.parse_args()
 
@@ -68,7 +78,8 @@ def main() -> int:
         while not done.is_set():
             prompts = [[rng.randrange(vocab) for _ in range(4)] for _ in range(args.prompts)]
             out = tc.sample(prompts, n=args.n, max_tokens=args.max_tokens, seed=rng.randrange(1 << 62))
-            groups = [streambp.rollout_group(prompt, out.for_prompt(i), [even_share(c.tokens) for c in out.for_prompt(i)],
+            reward = REWARDS[args.reward]
+            groups = [streambp.rollout_group(prompt, out.for_prompt(i), [reward(c.tokens) for c in out.for_prompt(i)],
                                              out.policy_version)
                       for i, prompt in enumerate(prompts)]
             for ack in tc.push_rollouts(groups):
