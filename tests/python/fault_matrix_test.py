@@ -13,7 +13,7 @@
                       (checked from rollouts.audit_log across restarts) and every checkpoint
                       on disk is complete and loads
 
-    fault_matrix_test.py <streambp-server> [case...]      (PYTHONPATH=<build>/python)
+    fault_matrix_test.py <streambp-server> [case...]      (PYTHONPATH=client/python)
 
 The disk-full cases mount small tmpfs file systems: they need root (CI runs as root);
 elsewhere they are skipped with the reason.

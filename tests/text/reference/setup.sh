@@ -16,30 +16,18 @@ ref="$src/reference"
 mkdir -p "$out"
 rm -f "$out/COMPLETE" "$out/UNAVAILABLE"
 
-unavailable() {
-  if [ "${CI:-}" = "true" ]; then echo "FAIL (CI=true): $*" >&2; exit 1; fi
-  echo "$*" > "$out/UNAVAILABLE"
-  echo "text reference unavailable, the text tests will skip: $*"
-  exit 0
-}
-fail() { echo "FAIL: $*" >&2; exit 1; }
+what="text reference"
+source "$src/../npm_fixture.sh"
 digest() { cat "$@" | sha256sum | cut -d' ' -f1; }
 
 start=$SECONDS
-command -v node >/dev/null && command -v npm >/dev/null || unavailable "node and npm are not installed"
+require_node
 
 # 1. npm ci, cached by the lock file's digest.
 cache="$out/npm"
-lock_digest="$(digest "$ref/package-lock.json")"
-if [ "$(cat "$cache/.lock-digest" 2>/dev/null)" != "$lock_digest" ] || [ ! -d "$cache/node_modules" ]; then
-  rm -rf "$cache"; mkdir -p "$cache"
-  cp "$ref/package.json" "$ref/package-lock.json" "$cache/"
-  if ! (cd "$cache" && timeout 300 npm ci --prefer-offline --no-audit --no-fund --loglevel=error) > "$out/npm.log" 2>&1; then
-    unavailable "npm ci failed (is the npm registry reachable?): $(grep -m 3 -E 'code|errno|reason' "$out/npm.log" | tr '\n' ' ')"
-  fi
-  echo "$lock_digest" > "$cache/.lock-digest"
-  echo "npm ci: $((SECONDS - start)) s"
-fi
+mkdir -p "$cache"
+cp "$ref/package.json" "$ref/package-lock.json" "$cache/"
+npm_ci_cached "$cache"
 
 # 2. Reference ids (and the tokenizer files), from the Node reference.
 ids_digest="$(digest "$ref/package-lock.json" "$ref/encode.js" "$src/corpus.jsonl")"

@@ -1,0 +1,47 @@
+// Original file: ../../proto/streambp/v1/trainer.proto
+
+import type { TokenSequence as _streambp_v1_TokenSequence, TokenSequence__Output as _streambp_v1_TokenSequence__Output } from '../../streambp/v1/TokenSequence';
+
+export interface ComputeLogprobsRequest {
+  'sequences'?: (_streambp_v1_TokenSequence)[];
+  /**
+   * the frozen reference model instead of the policy
+   */
+  'reference'?: (boolean);
+  /**
+   * logits / temperature, default 1
+   */
+  'temperature'?: (number | string);
+  /**
+   * the session; "" = the default session (servers without sessions)
+   */
+  'session'?: (string);
+  /**
+   * Also return the log-probs in double precision (SequenceLogprobs.logprobs_fp64): what a
+   * client-side custom loss differentiates, so that its weights are exact.
+   */
+  'fp64'?: (boolean);
+  '_temperature'?: "temperature";
+}
+
+export interface ComputeLogprobsRequest__Output {
+  'sequences': (_streambp_v1_TokenSequence__Output)[];
+  /**
+   * the frozen reference model instead of the policy
+   */
+  'reference': (boolean);
+  /**
+   * logits / temperature, default 1
+   */
+  'temperature'?: (number);
+  /**
+   * the session; "" = the default session (servers without sessions)
+   */
+  'session': (string);
+  /**
+   * Also return the log-probs in double precision (SequenceLogprobs.logprobs_fp64): what a
+   * client-side custom loss differentiates, so that its weights are exact.
+   */
+  'fp64': (boolean);
+  '_temperature'?: "temperature";
+}

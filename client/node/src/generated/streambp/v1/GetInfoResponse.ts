@@ -1,0 +1,115 @@
+// Original file: ../../proto/streambp/v1/trainer.proto
+
+import type { SessionInfo as _streambp_v1_SessionInfo, SessionInfo__Output as _streambp_v1_SessionInfo__Output } from '../../streambp/v1/SessionInfo';
+import type { TokenizerInfo as _streambp_v1_TokenizerInfo, TokenizerInfo__Output as _streambp_v1_TokenizerInfo__Output } from '../../streambp/v1/TokenizerInfo';
+import type { Long } from '@grpc/proto-loader';
+
+export interface GetInfoResponse {
+  'architecture'?: (string);
+  'num_layers'?: (number | string | Long);
+  'hidden_size'?: (number | string | Long);
+  'num_heads'?: (number | string | Long);
+  'num_kv_heads'?: (number | string | Long);
+  'head_dim'?: (number | string | Long);
+  'vocab_size'?: (number | string | Long);
+  'num_parameters'?: (number | string | Long);
+  'dtype'?: (string);
+  'device'?: (string);
+  /**
+   * default engine
+   */
+  'engine'?: (string);
+  /**
+   * default query chunk of the stream engine (0 = whole sequence)
+   */
+  'chunk'?: (number | string | Long);
+  /**
+   * default lm_head+loss chunk (0 = whole sequence, materialized)
+   */
+  'logits_chunk'?: (number | string | Long);
+  'policy_version'?: (number | string | Long);
+  'step'?: (number | string | Long);
+  'world_size'?: (number);
+  'optimizer'?: (string);
+  'learning_rate'?: (number | string);
+  'max_sequence_length'?: (number | string | Long);
+  'max_tokens_per_request'?: (number | string | Long);
+  'reference_model'?: (boolean);
+  'server_version'?: (string);
+  /**
+   * LibTorch, BLAS and threads
+   */
+  'runtime'?: (string);
+  /**
+   * ForwardBackward calls since the last OptimStep
+   */
+  'pending_micro_batches'?: (number | string | Long);
+  /**
+   * default attention key tile of the stream engine (0 = none)
+   */
+  'key_chunk'?: (number | string | Long);
+  /**
+   * the server hosts sessions (every model RPC names one)
+   */
+  'sessions'?: (boolean);
+  /**
+   * the session asked for, if any
+   */
+  'session'?: (_streambp_v1_SessionInfo | null);
+  'tokenizer'?: (_streambp_v1_TokenizerInfo | null);
+}
+
+export interface GetInfoResponse__Output {
+  'architecture': (string);
+  'num_layers': (number);
+  'hidden_size': (number);
+  'num_heads': (number);
+  'num_kv_heads': (number);
+  'head_dim': (number);
+  'vocab_size': (number);
+  'num_parameters': (number);
+  'dtype': (string);
+  'device': (string);
+  /**
+   * default engine
+   */
+  'engine': (string);
+  /**
+   * default query chunk of the stream engine (0 = whole sequence)
+   */
+  'chunk': (number);
+  /**
+   * default lm_head+loss chunk (0 = whole sequence, materialized)
+   */
+  'logits_chunk': (number);
+  'policy_version': (number);
+  'step': (number);
+  'world_size': (number);
+  'optimizer': (string);
+  'learning_rate': (number);
+  'max_sequence_length': (number);
+  'max_tokens_per_request': (number);
+  'reference_model': (boolean);
+  'server_version': (string);
+  /**
+   * LibTorch, BLAS and threads
+   */
+  'runtime': (string);
+  /**
+   * ForwardBackward calls since the last OptimStep
+   */
+  'pending_micro_batches': (number);
+  /**
+   * default attention key tile of the stream engine (0 = none)
+   */
+  'key_chunk': (number);
+  /**
+   * the server hosts sessions (every model RPC names one)
+   */
+  'sessions': (boolean);
+  /**
+   * the session asked for, if any
+   */
+  'session': (_streambp_v1_SessionInfo__Output | null);
+  'tokenizer': (_streambp_v1_TokenizerInfo__Output | null);
+}

@@ -1,0 +1,40 @@
+// Original file: ../../proto/streambp/v1/trainer.proto
+
+import type { Batch as _streambp_v1_Batch, Batch__Output as _streambp_v1_Batch__Output } from '../../streambp/v1/Batch';
+import type { SftOptions as _streambp_v1_SftOptions, SftOptions__Output as _streambp_v1_SftOptions__Output } from '../../streambp/v1/SftOptions';
+import type { DpoOptions as _streambp_v1_DpoOptions, DpoOptions__Output as _streambp_v1_DpoOptions__Output } from '../../streambp/v1/DpoOptions';
+import type { GrpoOptions as _streambp_v1_GrpoOptions, GrpoOptions__Output as _streambp_v1_GrpoOptions__Output } from '../../streambp/v1/GrpoOptions';
+import type { EngineOptions as _streambp_v1_EngineOptions, EngineOptions__Output as _streambp_v1_EngineOptions__Output } from '../../streambp/v1/EngineOptions';
+import type { WeightedOptions as _streambp_v1_WeightedOptions, WeightedOptions__Output as _streambp_v1_WeightedOptions__Output } from '../../streambp/v1/WeightedOptions';
+
+export interface TrainStepRequest {
+  'request_id'?: (string);
+  'batch'?: (_streambp_v1_Batch | null);
+  'objective'?: (string);
+  'sft'?: (_streambp_v1_SftOptions | null);
+  'dpo'?: (_streambp_v1_DpoOptions | null);
+  'grpo'?: (_streambp_v1_GrpoOptions | null);
+  'engine'?: (_streambp_v1_EngineOptions | null);
+  /**
+   * the session; "" = the default session (servers without sessions)
+   */
+  'session'?: (string);
+  'weighted'?: (_streambp_v1_WeightedOptions | null);
+  'options'?: "sft"|"dpo"|"grpo"|"weighted";
+}
+
+export interface TrainStepRequest__Output {
+  'request_id': (string);
+  'batch': (_streambp_v1_Batch__Output | null);
+  'objective': (string);
+  'sft'?: (_streambp_v1_SftOptions__Output | null);
+  'dpo'?: (_streambp_v1_DpoOptions__Output | null);
+  'grpo'?: (_streambp_v1_GrpoOptions__Output | null);
+  'engine': (_streambp_v1_EngineOptions__Output | null);
+  /**
+   * the session; "" = the default session (servers without sessions)
+   */
+  'session': (string);
+  'weighted'?: (_streambp_v1_WeightedOptions__Output | null);
+  'options'?: "sft"|"dpo"|"grpo"|"weighted";
+}

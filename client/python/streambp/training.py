@@ -1,0 +1,594 @@
+"""TrainingClient: the calls of one session (steps, log-probs, sampling, state, weights, the
+RL loop), sent in the order they are submitted."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import hashlib
+import os
+import threading
+from typing import (TYPE_CHECKING, Any, AsyncIterator, BinaryIO, Deque, Iterable, List, Mapping, Optional,
+                    Sequence, Union)
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from ._connection import ProgressCallback, StreamIterator, new_request_id, stream_async
+from ._runtime import Sequencer, call_forms
+from .custom_loss import LossFn, run_loss
+from .data import (Messages, TextLike, batch_kind, engine_options, objective_options, sft_batch, text_input,
+                   text_inputs, weighted_batch)
+from .errors import StreambpError, invalid
+from .types import (CheckpointInfo, CustomLossResult, ExportedWeights, ForwardBackwardResult, LoadedCheckpoint,
+                    LogprobsResult, MemoryEstimate, OptimStepResult, PolicyUpdate, RolloutAck, RolloutStats,
+                    SampleResult, ServerInfo, TokenizedText, TrainStepResult, from_proto)
+from .v1 import trainer_pb2 as pb
+
+if TYPE_CHECKING:
+    from .client import ServiceClient
+
+__all__ = ["TrainingClient", "RolloutStream"]
+
+#: A batch: a Batch message, or token lists (one SFT example each, loss on every token).
+BatchLike = Union[pb.Batch, Sequence[Sequence[int]]]
+#: Objective options: SftOptions / DpoOptions / GrpoOptions / WeightedOptions, or a dict of their fields.
+OptionsLike = Union[Message, Mapping[str, Any], None]
+#: Engine options: EngineOptions or a dict ({"engine": "stream", "chunk": 256}).
+EngineLike = Union[pb.EngineOptions, Mapping[str, Any], None]
+
+_WEIGHTS_FILE = {"model": ("model.safetensors", "config.json"),
+                 "peft_adapter": ("adapter_model.safetensors", "adapter_config.json")}
+
+
+def _as_batch(batch: BatchLike) -> pb.Batch:
+    return batch if isinstance(batch, pb.Batch) else sft_batch(batch)
+
+
+def _step_request(request: Any, batch: BatchLike, objective: str, options: OptionsLike, engine: EngineLike,
+                  request_id: Optional[str], session: str) -> Any:
+    """Fills a ForwardBackwardRequest / TrainStepRequest."""
+    batch = _as_batch(batch)
+    request.request_id = request_id or new_request_id()
+    request.session = session
+    # "" = the batch kind's objective; a weighted batch's is named weighted_logprobs.
+    request.objective = objective or ("weighted_logprobs" if batch_kind(batch) == "weighted" else "")
+    request.batch.CopyFrom(batch)
+    if options is not None:
+        kind = batch_kind(batch)
+        if not kind:
+            raise invalid("the batch is empty: set batch.sft, batch.dpo, batch.grpo or batch.weighted")
+        message = objective_options(kind, options) if not isinstance(options, Message) else options
+        field = {pb.SftOptions: "sft", pb.DpoOptions: "dpo", pb.GrpoOptions: "grpo",
+                 pb.WeightedOptions: "weighted"}.get(type(message))
+        if field is None:
+            raise invalid(f"options: expected SftOptions, DpoOptions, GrpoOptions, WeightedOptions or a dict, got "
+                          f"{type(options).__name__}")
+        getattr(request, field).CopyFrom(message)
+    if engine is not None:
+        request.engine.CopyFrom(engine_options(engine))
+    return request
+
+
+def _sequences(sequences: Sequence[Sequence[int]]) -> List[pb.TokenSequence]:
+    return [pb.TokenSequence(tokens=list(s)) for s in sequences]
+
+
+class TrainingClient:
+    """The calls of one session ("" = the default session: the whole model on a server
+    without sessions). Get one from ServiceClient.training_client() or
+    create_training_client(). Thread-safe.
+
+    Every call has three forms: ``name(...)`` blocks, ``name_future(...)`` returns a
+    ``concurrent.futures.Future``, ``name_async(...)`` is a coroutine. The calls that depend
+    on or change the session's state (forward_backward, forward_backward_custom, optim_step,
+    train_step, compute_logprobs, sample, save_state, load_state, save_weights,
+    export_adapter, push_rollouts) are sent in the order they were submitted, one after the
+    other reaching the server's queue, so futures are applied in submission order while the
+    server stays busy. Reads (info, rollout_stats, estimate_memory, tokenize, detokenize) and
+    streams (watch_policy, open_rollout_stream) are not ordered. Each TrainingClient has its
+    own order: share one client between threads that must be ordered together.
+
+    Steps go as ForwardBackwardProgress / TrainStepProgress, whose first message says the
+    server has queued the step, so the next call can be sent at once (``pipeline``, the
+    default); with ``pipeline=False`` they go as the unary ForwardBackward / TrainStep, one
+    at a time on the wire, without progress.
+
+    Mutating calls carry a request id (``request_id=``, random by default, the same across
+    the channel's retries of UNAVAILABLE), so a retried step is applied once."""
+
+    def __init__(self, service: "ServiceClient", session: str = "", pipeline: bool = True):
+        self._service = service
+        self._conn = service._conn
+        self._runtime = self._conn.runtime
+        self._sequencer = Sequencer()
+        self.session = session
+        self.pipeline = pipeline
+
+    def __repr__(self) -> str:
+        return f"TrainingClient(target={self._conn.target!r}, session={self.session!r}, pipeline={self.pipeline})"
+
+    @property
+    def service(self) -> "ServiceClient":
+        """The ServiceClient this client belongs to."""
+        return self._service
+
+    # -- info -----------------------------------------------------------------------------
+    async def _info(self, *, timeout: Optional[float] = None) -> ServerInfo:
+        """GetInfo for this session (ServerInfo.session is set on a server with sessions)."""
+        response = await self._conn.unary("GetInfo", pb.GetInfoRequest(session=self.session),
+                                          timeout or self._conn.info_timeout)
+        return from_proto(ServerInfo, response)
+
+    info, info_future, info_async = call_forms(_info)
+
+    # -- steps ----------------------------------------------------------------------------
+    async def _forward_backward(self, batch: BatchLike, objective: str = "", options: OptionsLike = None, *,
+                                engine: EngineLike = None, on_progress: Optional[ProgressCallback] = None,
+                                request_id: Optional[str] = None,
+                                timeout: Optional[float] = None) -> ForwardBackwardResult:
+        """ForwardBackward: forward and backward of ``batch``; the gradients accumulate until
+        optim_step. ``objective`` "" = the batch kind (sft, dpo, grpo, weighted_logprobs for a
+        weighted batch) or a registered objective name; ``options`` the objective's options
+        (message or dict, e.g. {"beta": 0.1} for DPO); ``engine`` engine and chunk sizes;
+        ``on_progress(StepProgress)`` sees queued / started / layer-by-layer events (called on
+        the SDK's I/O thread: keep it short). Mutating (request id)."""
+        request = _step_request(pb.ForwardBackwardRequest(), batch, objective, options, engine, request_id,
+                                self.session)
+        response = await self._conn.step("ForwardBackward", request, timeout, on_progress, self.pipeline)
+        return from_proto(ForwardBackwardResult, response)
+
+    forward_backward, forward_backward_future, forward_backward_async = call_forms(_forward_backward, ordered=True)
+
+    async def _forward_backward_custom(self, sequences: Sequence[Sequence[int]], loss_fn: LossFn, *,
+                                       mode: str = "auto", temperature: Optional[float] = None,
+                                       engine: EngineLike = None, on_progress: Optional[ProgressCallback] = None,
+                                       request_id: Optional[str] = None,
+                                       timeout: Optional[float] = None) -> CustomLossResult:
+        """A forward/backward with a loss computed here, exactly: ComputeLogprobs (float64) of
+        ``sequences`` at the current policy, ``loss_fn(sequences, logprobs)`` with its gradient
+        dL/dlogprobs (see streambp.custom_loss: mode "torch" differentiates a PyTorch loss,
+        mode "gradients" takes the gradients loss_fn returns, "auto" picks torch when
+        installed), then ForwardBackward of a weighted_logprobs batch with those weights and
+        the policy version they were computed at, so the server's gradient is the gradient of
+        the client's loss (one extra forward pass). If the policy moved in between, the server
+        refuses with FAILED_PRECONDITION. ``temperature`` applies to both passes. loss_fn runs
+        on a worker thread. Mutating (request id of the ForwardBackward)."""
+        seqs = [list(s) for s in sequences]
+        if not seqs:
+            raise invalid("forward_backward_custom: no sequences")
+        for i, s in enumerate(seqs):
+            if len(s) < 2:
+                raise invalid(f"forward_backward_custom: sequences[{i}] needs at least 2 tokens")
+        logprobs = await self._logprobs(seqs, False, temperature, True, timeout)
+        loop = asyncio.get_running_loop()
+        loss, grads, metrics = await loop.run_in_executor(None, run_loss, loss_fn, seqs, logprobs.logprobs, mode)
+        request = _step_request(pb.ForwardBackwardRequest(), weighted_batch(seqs, grads, logprobs.policy_version),
+                                "weighted_logprobs", None, engine, request_id, self.session)
+        if temperature is not None:
+            request.weighted.temperature = temperature
+        response = await self._conn.step("ForwardBackward", request, timeout, on_progress, self.pipeline)
+        return CustomLossResult(loss=loss, metrics=metrics, logprobs=logprobs.logprobs, weights=grads,
+                                policy_version=logprobs.policy_version,
+                                forward_backward=from_proto(ForwardBackwardResult, response))
+
+    forward_backward_custom, forward_backward_custom_future, forward_backward_custom_async = call_forms(
+        _forward_backward_custom, ordered=True)
+
+    async def _optim_step(self, *, request_id: Optional[str] = None,
+                          timeout: Optional[float] = None) -> OptimStepResult:
+        """OptimStep: applies the accumulated gradients (the session's optimizer, clipping and
+        LR schedule); the policy version then increases by one. A non-finite gradient skips
+        the step (OptimStepResult.skipped). Mutating (request id)."""
+        request = pb.OptimStepRequest(request_id=request_id or new_request_id(), session=self.session)
+        response = await self._conn.unary("OptimStep", request, timeout, request.request_id)
+        return from_proto(OptimStepResult, response)
+
+    optim_step, optim_step_future, optim_step_async = call_forms(_optim_step, ordered=True)
+
+    async def _train_step(self, batch: BatchLike, objective: str = "", options: OptionsLike = None, *,
+                          engine: EngineLike = None, on_progress: Optional[ProgressCallback] = None,
+                          request_id: Optional[str] = None, timeout: Optional[float] = None) -> TrainStepResult:
+        """TrainStep: forward_backward + optim_step in one call, the usual path (arguments as in
+        forward_backward; on_progress also sees "optimizer"). Mutating (request id)."""
+        request = _step_request(pb.TrainStepRequest(), batch, objective, options, engine, request_id, self.session)
+        response = await self._conn.step("TrainStep", request, timeout, on_progress, self.pipeline)
+        return from_proto(TrainStepResult, response)
+
+    train_step, train_step_future, train_step_async = call_forms(_train_step, ordered=True)
+
+    # -- log-probs and sampling -----------------------------------------------------------
+    async def _logprobs(self, sequences: Sequence[Sequence[int]], reference: bool, temperature: Optional[float],
+                        fp64: bool, timeout: Optional[float]) -> LogprobsResult:
+        request = pb.ComputeLogprobsRequest(sequences=_sequences(sequences), reference=reference,
+                                            session=self.session, fp64=fp64)
+        if temperature is not None:
+            request.temperature = temperature
+        response = await self._conn.unary("ComputeLogprobs", request, timeout)
+        return LogprobsResult(logprobs=[list(s.logprobs_fp64 if fp64 else s.logprobs) for s in response.sequences],
+                              policy_version=response.policy_version)
+
+    async def _compute_logprobs(self, sequences: Sequence[Sequence[int]], *, reference: bool = False,
+                                temperature: Optional[float] = None, fp64: bool = False,
+                                timeout: Optional[float] = None) -> LogprobsResult:
+        """ComputeLogprobs: logprobs[s][i] = log p(sequences[s][i+1] | sequences[s][..i]) under
+        the policy (or the frozen reference model with ``reference``), at ``temperature``
+        (default 1); ``fp64`` returns them in double precision."""
+        return await self._logprobs(sequences, reference, temperature, fp64, timeout)
+
+    compute_logprobs, compute_logprobs_future, compute_logprobs_async = call_forms(_compute_logprobs, ordered=True)
+
+    async def _sample(self, prompts: Optional[Sequence[Sequence[int]]] = None, *,
+                      text: Union[str, Sequence[str], None] = None,
+                      messages: Union[Messages, Sequence[Messages], None] = None, n: int = 1, max_tokens: int = 16,
+                      temperature: Optional[float] = None, top_p: Optional[float] = None,
+                      stop_tokens: Sequence[int] = (), seed: Optional[int] = None, ignore_eos: bool = False,
+                      enable_thinking: Optional[bool] = None, timeout: Optional[float] = None) -> SampleResult:
+        """Sample: ``n`` completions of each prompt from the current policy, with the sampler's
+        log-prob of each token, the finish reason, the text (when the model has a tokenizer)
+        and the policy version. Prompts are exactly one of ``prompts`` (token lists),
+        ``text`` (a string or a list of strings) or ``messages`` (a conversation or a list of
+        conversations, rendered with the generation prompt; ``enable_thinking`` for qwen3).
+        ``temperature`` (default 1; 0 = greedy), ``top_p``, ``stop_tokens``, ``seed`` (same seed
+        and policy version, same samples); a completion also ends at the model's
+        end-of-sequence tokens unless ``ignore_eos``."""
+        if [prompts is not None, text is not None, messages is not None].count(True) != 1:
+            raise invalid("sample: give exactly one of prompts=, text= or messages=")
+        request = pb.SampleRequest(n=n, max_tokens=max_tokens, stop_tokens=list(stop_tokens), session=self.session,
+                                   ignore_eos=ignore_eos)
+        if prompts is not None:
+            request.prompts.extend(_sequences(prompts))
+        else:
+            texts = text_inputs(text if text is not None else messages)  # type: ignore[arg-type]
+            request.text_prompts.extend(text_input(t, enable_thinking) for t in texts)
+        if temperature is not None:
+            request.temperature = temperature
+        if top_p is not None:
+            request.top_p = top_p
+        if seed is not None:
+            request.seed = seed
+        response = await self._conn.unary("Sample", request, timeout)
+        return from_proto(SampleResult, response)
+
+    sample, sample_future, sample_async = call_forms(_sample, ordered=True)
+
+    # -- text (delegated to the server; not ordered) ----------------------------------------
+    async def _tokenize(self, inputs: Union[TextLike, Sequence[TextLike]], *, add_special_tokens: bool = False,
+                        add_generation_prompt: bool = False, enable_thinking: Optional[bool] = None,
+                        timeout: Optional[float] = None) -> List[TokenizedText]:
+        """Tokenize (see ServiceClient.tokenize)."""
+        return await self._service._tokenize(inputs, add_special_tokens=add_special_tokens,
+                                             add_generation_prompt=add_generation_prompt,
+                                             enable_thinking=enable_thinking, timeout=timeout)
+
+    tokenize, tokenize_future, tokenize_async = call_forms(_tokenize)
+
+    async def _detokenize(self, sequences: Sequence[Sequence[int]], *, skip_special_tokens: bool = False,
+                          timeout: Optional[float] = None) -> List[str]:
+        """Detokenize (see ServiceClient.detokenize)."""
+        return await self._service._detokenize(sequences, skip_special_tokens=skip_special_tokens, timeout=timeout)
+
+    detokenize, detokenize_future, detokenize_async = call_forms(_detokenize)
+
+    # -- state ----------------------------------------------------------------------------
+    async def _save_state(self, name: str = "", *, request_id: Optional[str] = None,
+                          timeout: Optional[float] = None) -> CheckpointInfo:
+        """SaveCheckpoint: the full resumable state (weights, optimizer, step, schedule, RNG,
+        version) under ``name`` in the server's checkpoint directory ("" = "step-<step>").
+        Mutating (request id)."""
+        request = pb.SaveCheckpointRequest(request_id=request_id or new_request_id(), name=name,
+                                           session=self.session)
+        response = await self._conn.unary("SaveCheckpoint", request, timeout, request.request_id)
+        return from_proto(CheckpointInfo, response)
+
+    save_state, save_state_future, save_state_async = call_forms(_save_state, ordered=True)
+
+    async def _load_state(self, name: str = "", *, request_id: Optional[str] = None,
+                          timeout: Optional[float] = None) -> LoadedCheckpoint:
+        """LoadCheckpoint: restores the state saved under ``name`` ("" = the newest complete
+        checkpoint). Mutating (request id)."""
+        request = pb.LoadCheckpointRequest(request_id=request_id or new_request_id(), name=name,
+                                           session=self.session)
+        response = await self._conn.unary("LoadCheckpoint", request, timeout, request.request_id)
+        return from_proto(LoadedCheckpoint, response)
+
+    load_state, load_state_future, load_state_async = call_forms(_load_state, ordered=True)
+
+    async def _save_weights(self, path: Union[str, "os.PathLike[str]"], *, merged: bool = False,
+                            with_files: bool = True, version: int = 0, max_chunk_bytes: int = 0,
+                            timeout: Optional[float] = None) -> ExportedWeights:
+        """ExportWeights into the folder ``path`` (created if needed), as Hugging Face / PEFT
+        load it: model.safetensors + config.json for a whole model, adapter_model.safetensors +
+        adapter_config.json for a LoRA session (``merged=True``: the base with the adapter
+        folded in, as a whole model), and with ``with_files`` the model folder's tokenizer and
+        generation files. Each file is checked (contiguous pieces, size, SHA-256) and renamed
+        into place only once complete. ``version``: the policy version wanted (0 = current;
+        ExportedWeights.note says when another was served)."""
+        return await self._export(path, "", merged, with_files, version, max_chunk_bytes, timeout)
+
+    save_weights, save_weights_future, save_weights_async = call_forms(_save_weights, ordered=True)
+
+    async def _export_adapter(self, path: Union[str, "os.PathLike[str]"], *, with_files: bool = False,
+                              timeout: Optional[float] = None) -> ExportedWeights:
+        """The session's LoRA adapter as a PEFT folder (adapter_model.safetensors +
+        adapter_config.json); FAILED_PRECONDITION, with nothing written, when the session is
+        not an adapter."""
+        return await self._export(path, "peft_adapter", False, with_files, 0, 0, timeout)
+
+    export_adapter, export_adapter_future, export_adapter_async = call_forms(_export_adapter, ordered=True)
+
+    async def _export(self, path: Union[str, "os.PathLike[str]"], expect_format: str, merged: bool, with_files: bool,
+                      version: int, max_chunk_bytes: int, timeout: Optional[float]) -> ExportedWeights:
+        request = pb.ExportWeightsRequest(merged=merged, max_chunk_bytes=max_chunk_bytes, version=version,
+                                          session=self.session, with_files=with_files)
+        folder = os.fspath(path)
+        call = self._conn.stub.ExportWeights(request, **self._conn.call_kwargs(timeout or self._conn.timeout))
+        writer = _FolderWriter(folder, expect_format, self.session)
+        try:
+            async for chunk in call:
+                writer.add(chunk)
+        except grpc.aio.AioRpcError as e:
+            writer.abort()
+            raise StreambpError.from_rpc_error(e) from None
+        except BaseException:
+            writer.abort()
+            call.cancel()
+            raise
+        return writer.finish()
+
+    # -- memory ---------------------------------------------------------------------------
+    async def _estimate_memory(self, seq_len: int, batch: int = 1, *, engine: EngineLike = None,
+                               timeout: Optional[float] = None) -> MemoryEstimate:
+        """EstimateMemory: the predicted peak memory of a step of ``batch`` rows of ``seq_len``
+        tokens for this session (an adapter: frozen base), and whether it fits the budget."""
+        request = pb.EstimateMemoryRequest(seq_len=seq_len, batch=batch, session=self.session)
+        if engine is not None:
+            request.engine.CopyFrom(engine_options(engine))
+        response = await self._conn.unary("EstimateMemory", request, timeout or self._conn.info_timeout)
+        return from_proto(MemoryEstimate, response)
+
+    estimate_memory, estimate_memory_future, estimate_memory_async = call_forms(_estimate_memory)
+
+    # -- the RL loop ----------------------------------------------------------------------
+    async def _push_rollouts(self, groups: Iterable[pb.RolloutGroup], *,
+                             timeout: Optional[float] = None) -> List[RolloutAck]:
+        """PushRollouts: GRPO groups (see streambp.rollout_group) for the server's own steps,
+        one RolloutAck each (accepted | duplicate | stale | invalid), acknowledged once
+        durably queued. A group id is idempotent: a repeated push is a "duplicate"."""
+        request = pb.PushRolloutsRequest(groups=list(groups), session=self.session)
+        response = await self._conn.unary("PushRollouts", request, timeout)
+        return [from_proto(RolloutAck, a) for a in response.acks]
+
+    push_rollouts, push_rollouts_future, push_rollouts_async = call_forms(_push_rollouts, ordered=True)
+
+    async def _rollout_stats(self, *, timeout: Optional[float] = None) -> RolloutStats:
+        """GetRolloutStats: the session's rollout queue (depth, accepted, consumed, stale, steps run)."""
+        response = await self._conn.unary("GetRolloutStats", pb.GetRolloutStatsRequest(session=self.session),
+                                          timeout or self._conn.info_timeout)
+        return from_proto(RolloutStats, response)
+
+    rollout_stats, rollout_stats_future, rollout_stats_async = call_forms(_rollout_stats)
+
+    def _watch_call(self, since_version: int, timeout: Optional[float]) -> Any:
+        request = pb.WatchPolicyRequest(since_version=since_version, session=self.session)
+        return lambda: self._conn.stub.WatchPolicy(request, **self._conn.call_kwargs(timeout))
+
+    def watch_policy(self, since_version: int = 0, *, timeout: Optional[float] = None) -> StreamIterator[PolicyUpdate]:
+        """WatchPolicy: a blocking iterator of PolicyUpdate, one per new policy version after
+        ``since_version`` (the current one first), until ``timeout`` seconds (None = no
+        deadline) or close(). Use it in a ``with`` block or call close() to end the stream."""
+        return StreamIterator(self._conn, self._watch_call(since_version, timeout),
+                              lambda m: from_proto(PolicyUpdate, m))
+
+    def watch_policy_async(self, since_version: int = 0, *,
+                           timeout: Optional[float] = None) -> AsyncIterator[PolicyUpdate]:
+        """WatchPolicy as an async iterator (``async for update in tc.watch_policy_async()``)."""
+        return stream_async(self._conn, self._watch_call(since_version, timeout),
+                            lambda m: from_proto(PolicyUpdate, m))
+
+    def open_rollout_stream(self, *, timeout: Optional[float] = None) -> "RolloutStream":
+        """PushRolloutsStream: a stream to push groups one at a time, each push returning a
+        Future of its RolloutAck (acks come in order). Close it (or use ``with``) when done."""
+        return RolloutStream(self, timeout)
+
+
+class RolloutStream:
+    """An open PushRolloutsStream: ``push(group)`` returns a concurrent.futures.Future of the
+    group's RolloutAck; ``close()`` ends the stream and waits for the outstanding acks. If
+    the stream fails, every outstanding future fails with the StreambpError."""
+
+    def __init__(self, client: TrainingClient, timeout: Optional[float]):
+        self._client = client
+        self._loop = client._runtime.loop
+        self._lock = threading.Lock()
+        self._pending: Deque["concurrent.futures.Future[RolloutAck]"] = collections.deque()
+        self._closed = False
+        self._error: Optional[StreambpError] = None
+        self._outbox: "Optional[asyncio.Queue[Optional[pb.RolloutGroup]]]" = None
+        self._ready = threading.Event()
+        self._task = client._runtime.submit(self._run(timeout))
+        self._ready.wait()
+
+    async def _requests(self) -> AsyncIterator[pb.RolloutGroup]:
+        assert self._outbox is not None
+        while True:
+            group = await self._outbox.get()
+            if group is None:
+                return
+            yield group
+
+    async def _run(self, timeout: Optional[float]) -> None:
+        self._outbox = asyncio.Queue()
+        self._ready.set()
+        conn = self._client._conn
+        call = conn.stub.PushRolloutsStream(self._requests(), **conn.call_kwargs(timeout))
+        try:
+            async for ack in call:
+                with self._lock:
+                    future = self._pending.popleft() if self._pending else None
+                if future is not None:
+                    future.set_result(from_proto(RolloutAck, ack))
+            self._fail(StreambpError(grpc.StatusCode.INTERNAL, "the rollout stream has ended (groups pushed after "
+                                                               "its end are not acknowledged)"))
+        except grpc.aio.AioRpcError as e:
+            self._fail(StreambpError.from_rpc_error(e))
+        except asyncio.CancelledError:
+            call.cancel()
+            self._fail(StreambpError(grpc.StatusCode.CANCELLED, "the rollout stream was closed"))
+            raise
+
+    def _fail(self, error: StreambpError) -> None:
+        with self._lock:
+            self._error = error
+            pending, self._pending = list(self._pending), collections.deque()
+        for future in pending:
+            if not future.done():
+                future.set_exception(error)
+
+    def push(self, group: pb.RolloutGroup) -> "concurrent.futures.Future[RolloutAck]":
+        """Sends one group (its session set to this client's when empty); the Future resolves
+        to its RolloutAck."""
+        if not group.session and self._client.session:
+            copy = pb.RolloutGroup()
+            copy.CopyFrom(group)
+            copy.session = self._client.session
+            group = copy
+        future: "concurrent.futures.Future[RolloutAck]" = concurrent.futures.Future()
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            if self._closed:
+                raise StreambpError(grpc.StatusCode.FAILED_PRECONDITION, "push on a closed rollout stream")
+            self._pending.append(future)
+            assert self._outbox is not None
+            self._loop.call_soon_threadsafe(self._outbox.put_nowait, group)
+        return future
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Ends the stream and waits (up to ``timeout`` seconds) for the outstanding acks."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            assert self._outbox is not None
+            self._loop.call_soon_threadsafe(self._outbox.put_nowait, None)
+        try:
+            self._task.result(timeout)
+        except concurrent.futures.TimeoutError:
+            self._task.cancel()
+
+    def __enter__(self) -> "RolloutStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _FolderWriter:
+    """Writes an ExportWeights stream into a folder: each file through NAME.partial, checked
+    (contiguous offsets, total size, SHA-256) and renamed when its last piece arrives."""
+
+    def __init__(self, folder: str, expect_format: str, session: str):
+        self.folder = folder
+        self.expect_format = expect_format
+        self.session = session
+        self.format = ""
+        self.policy_version = 0
+        self.note = ""
+        self.sha256 = ""
+        self.files: List[str] = []
+        self._name: Optional[str] = None  # the file being received
+        self._file = ""  # its WeightsChunk.file ("" = the weights)
+        self._path = ""
+        self._out: Optional[BinaryIO] = None
+        self._hash: Any = None
+        self._received = 0
+        self._total = 0
+
+    def _bad(self, what: str) -> StreambpError:
+        self.abort()
+        return StreambpError(grpc.StatusCode.DATA_LOSS, f"ExportWeights: {what}")
+
+    def _begin(self, chunk: pb.WeightsChunk) -> None:
+        if not self.files and self._name is None:  # the first message of the stream
+            if chunk.file:
+                raise self._bad(f"the stream starts with {chunk.file!r}, not the weights")
+            self.format = chunk.format or "model"
+            if self.format not in _WEIGHTS_FILE:
+                raise self._bad(f"unknown format {self.format!r}")
+            if self.expect_format and self.format != self.expect_format:
+                raise StreambpError(grpc.StatusCode.FAILED_PRECONDITION,
+                                    f"session {self.session!r} exports {self.format!r}, not an adapter "
+                                    f"({self.expect_format}): use save_weights")
+            self.policy_version, self.note = chunk.policy_version, chunk.note
+            os.makedirs(self.folder, exist_ok=True)
+            name = _WEIGHTS_FILE[self.format][0]
+        else:
+            name = chunk.file
+            if not name or "/" in name or "\\" in name or name.startswith("."):
+                raise self._bad(f"refusing the file name {name!r}")
+        self._name, self._file = name, chunk.file
+        self._path = os.path.join(self.folder, name)
+        self._out = open(self._path + ".partial", "wb")
+        self._hash = hashlib.sha256()
+        self._received = 0
+        self._total = chunk.total_bytes
+
+    def add(self, chunk: pb.WeightsChunk) -> None:
+        """One message of the stream."""
+        if self._name is None:
+            self._begin(chunk)
+        elif chunk.file != self._file:
+            raise self._bad(f"{self._name} ended without its last piece")
+        assert self._out is not None
+        if chunk.offset != self._received:
+            raise self._bad(f"{self._name}: a piece at offset {chunk.offset}, expected {self._received}")
+        self._out.write(chunk.data)
+        self._hash.update(chunk.data)
+        self._received += len(chunk.data)
+        if chunk.last:
+            self._end(chunk)
+
+    def _end(self, chunk: pb.WeightsChunk) -> None:
+        assert self._out is not None and self._name is not None
+        self._out.close()
+        self._out = None
+        digest = self._hash.hexdigest()
+        if self._total and self._received != self._total:
+            raise self._bad(f"{self._name}: {self._received} bytes received, {self._total} announced")
+        if chunk.sha256 and chunk.sha256.lower() != digest:
+            raise self._bad(f"{self._name}: SHA-256 {digest} differs from the server's {chunk.sha256}")
+        os.replace(self._path + ".partial", self._path)
+        if self._name not in self.files:
+            self.files.append(self._name)
+        if not chunk.file:  # the weights: their config goes beside them
+            self.sha256 = digest
+            if chunk.config_json:
+                config = _WEIGHTS_FILE[self.format][1]
+                with open(os.path.join(self.folder, config), "w", encoding="utf-8") as f:
+                    f.write(chunk.config_json)
+                if config not in self.files:
+                    self.files.append(config)
+        self._name = None
+
+    def abort(self) -> None:
+        """Removes the partial file of an interrupted stream."""
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+        if self._name is not None:
+            self._name = None
+            try:
+                os.unlink(self._path + ".partial")
+            except OSError:
+                pass
+
+    def finish(self) -> ExportedWeights:
+        """The result, once the stream has ended."""
+        if self._name is not None:
+            raise self._bad(f"the stream ended before the last piece of {self._name}")
+        if not self.files:
+            raise self._bad("the stream ended without the weights")
+        return ExportedWeights(path=self.folder, format=self.format, files=self.files, sha256=self.sha256,
+                               policy_version=self.policy_version, note=self.note)
