@@ -48,7 +48,11 @@ double Median(std::vector<double> v) {
 
 std::string Variant::label() const {
   std::string s = engine;
-  if (engine == "checkpoint") s += logits_chunked ? "+chunked-logits" : "";
+  if (engine == "checkpoint" && options.tiled_attention) {
+    s += logits_chunked ? ":tiled" : ":tiled+materialized-logits";
+  } else if (engine == "checkpoint") {
+    s += logits_chunked ? "+chunked-logits" : "";
+  }
   if (options.recompute_kv_per_chunk) s += "+prefix-kv";
   return s;
 }
@@ -112,22 +116,30 @@ StepFlops AnalyticFlops(const ModelConfig& c, int64_t B, int64_t T, const Varian
   f.model = 3 * (L * (2 * n * layer_params + attention(causal_pairs)) + head);
   const double square = attention(static_cast<double>(T) * T);
   const double seq_head = sequence_pass ? head : 0;
+  // Query blocks (stream chunks, checkpoint:tiled's attention blocks) attend to the keys
+  // up to their last position only.
+  const auto chunks = ResolveChunks(v.options, T);
+  double pairs = 0, prefix_rows = 0;
+  for (int64_t s = 0; s < T; s += chunks.chunk) {
+    const double e = static_cast<double>(std::min<int64_t>(T, s + chunks.chunk));
+    pairs += (e - s) * e;
+    prefix_rows += e;
+  }
+  // Tiled attention's backward recomputes the probabilities: QK^T, dV, dP, dQ, dK = 2.5x
+  // the forward's two products.
   if (v.engine == "full") {
     f.executed = 3 * (L * (2 * n * layer_params + square) + head);
+  } else if (v.engine == "checkpoint" && v.options.tiled_attention) {
+    f.executed = L * (4 * 2 * n * layer_params + 4.5 * attention(pairs)) + 3 * head + seq_head;
   } else if (v.engine == "checkpoint") {
     f.executed = 4 * L * (2 * n * layer_params + square) + 3 * head + seq_head;
   } else {
-    const auto chunks = ResolveChunks(v.options, T);
-    double pairs = 0, prefix_rows = 0;
-    for (int64_t s = 0; s < T; s += chunks.chunk) {
-      const double e = static_cast<double>(std::min<int64_t>(T, s + chunks.chunk));
-      pairs += (e - s) * e;
-      prefix_rows += e;
-    }
+    // Forward; then per layer K/V without a graph, each chunk recomputed with a graph and
+    // backpropagated, and the K/V backward (recomputed with a graph).
     const double forward = 2 * n * layer_params + attention(pairs);
     const double kv_backward = v.options.recompute_kv_per_chunk ? 3 * 2 * rows * prefix_rows * kv_params
-                                                                : 3 * 2 * n * kv_params;
-    const double backward = kv_backward + 3 * (2 * n * q_params + attention(pairs));
+                                                                : 2 * n * kv_params + 3 * 2 * n * kv_params;
+    const double backward = kv_backward + 3 * 2 * n * q_params + 3.5 * attention(pairs);
     f.executed = L * (forward + backward) + 3 * head + seq_head;
   }
   return f;
@@ -276,12 +288,14 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
   const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
   auto options_for = [&](int64_t T) {
     Variant x = v;
-    if (auto_chunks && v.engine == "stream") {
-      // As the server does: the largest chunks whose estimate fits the budget.
+    if (auto_chunks && (v.engine == "stream" || v.options.tiled_attention)) {
+      // As the server does: the largest chunks whose estimate fits the budget (for
+      // checkpoint:tiled its attention blocks and the logits chunk, so the baseline gets the
+      // same help from small tiles that stream gets).
       const int64_t rows = MakeBatch(SyntheticSequences(ctx.workload, 8, ctx.config.vocab_size),
                                      Layout::kRightPad).rows();
       auto chosen = ChooseChunks(ctx.config, ctx.dtype, rows, T, statics + budget, ctx.optimizer,
-                                 ctx.adapter ? &ctx.adapter->config() : nullptr);
+                                 ctx.adapter ? &ctx.adapter->config() : nullptr, v.options);
       x.options.chunk = chosen.chunk;
       x.options.logits_chunk = chosen.logits_chunk;
       x.options.key_chunk = chosen.key_chunk;

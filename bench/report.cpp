@@ -25,6 +25,7 @@ nlohmann::json RunJson(const Run& r) {
   nlohmann::json j{{"engine", r.variant.engine},
                    {"logits_chunked", r.variant.logits_chunked},
                    {"recompute_kv_per_chunk", r.variant.options.recompute_kv_per_chunk},
+                   {"tiled_attention", r.variant.options.tiled_attention},
                    {"label", r.variant.label()},
                    {"seq_len", r.seq_len},
                    {"batch", r.batch},

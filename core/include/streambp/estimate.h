@@ -44,11 +44,14 @@ MemoryEstimate EstimateForwardMemory(const ModelConfig& config, torch::Dtype dty
 MemoryEstimate EstimateSampleMemory(const ModelConfig& config, torch::Dtype dtype, int64_t prompts,
                                     int64_t longest_prompt, int64_t n, int64_t max_tokens);
 
-/// The largest stream chunk (a power of two, at most kDefaultChunk, at least 16) whose
-/// estimate fits `budget_bytes`; the smallest when none fits. Logits chunk (2 x chunk, at
-/// most kDefaultLogitsChunk) and key chunk (2 x chunk, at most kDefaultKeyChunk) follow it.
+/// The largest chunk (a power of two, at most kDefaultChunk, at least 16) whose estimate
+/// fits `budget_bytes`; the smallest when none fits. Logits chunk (2 x chunk, at most
+/// kDefaultLogitsChunk) and key chunk (2 x chunk, at most kDefaultKeyChunk) follow it.
+/// `like`: the engine whose chunks are chosen (its kind and other options are kept; its
+/// chunk sizes are replaced): the stream engine by default, or checkpoint with tiled
+/// attention (chunk = its attention's query block).
 EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
                            int64_t budget_bytes, const std::string& optimizer = "adamw",
-                           const LoraConfig* lora = nullptr);
+                           const LoraConfig* lora = nullptr, const EngineOptions& like = EngineOptions{});
 
 }  // namespace streambp

@@ -45,6 +45,10 @@ ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len) {
                                                  : kDefaultLogitsChunk;
   } else if (options.kind == EngineKind::kCheckpoint) {
     r.logits_chunk = options.logits_chunk > 0 ? options.logits_chunk : seq_len;
+    if (options.tiled_attention) {
+      r.chunk = options.chunk > 0 ? options.chunk : kDefaultChunk;
+      r.key_chunk = options.key_chunk > 0 ? options.key_chunk : kDefaultKeyChunk;
+    }
   }
   r.chunk = std::clamp<int64_t>(r.chunk, 1, std::max<int64_t>(seq_len, 1));
   r.logits_chunk = std::clamp<int64_t>(r.logits_chunk, 1, std::max<int64_t>(seq_len, 1));
@@ -74,8 +78,8 @@ StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objecti
     case EngineKind::kFull:
       return engine::FullForwardBackward(model, batch, objective, options.on_grads_ready, options.on_progress);
     case EngineKind::kCheckpoint:
-      return engine::CheckpointForwardBackward(model, batch, objective, chunks, options.on_grads_ready,
-                                               options.on_progress);
+      return engine::CheckpointForwardBackward(model, batch, objective, chunks, options.tiled_attention,
+                                               options.on_grads_ready, options.on_progress);
     case EngineKind::kStream:
       return engine::StreamForwardBackward(model, batch, objective, chunks, options.recompute_kv_per_chunk,
                                            options.on_grads_ready, options.on_progress);

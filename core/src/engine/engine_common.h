@@ -46,8 +46,8 @@ using GradsReady = std::function<void(int64_t layer)>;
 StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
                                const GradsReady& ready, const Progress& progress);
 StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                     const ResolvedChunks& chunks, const GradsReady& ready,
-                                     const Progress& progress);
+                                     const ResolvedChunks& chunks, bool tiled_attention,
+                                     const GradsReady& ready, const Progress& progress);
 StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
                                  const ResolvedChunks& chunks, bool recompute_kv_per_chunk,
                                  const GradsReady& ready, const Progress& progress);

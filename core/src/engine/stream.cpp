@@ -30,21 +30,22 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& 
     torch::NoGradGuard no_grad;
     kv_hat = layer.keys_values(x_in, rope);
   }
-  auto grad_k = torch::zeros_like(kv_hat.k);
-  auto grad_v = torch::zeros_like(kv_hat.v);
+  // dK^, dV^: every chunk's attention backward adds its part here in place (the grad sink),
+  // in the attention's compute dtype.
+  const auto cd = x_in.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  KeysValues grad_kv{torch::zeros(kv_hat.k.sizes(), kv_hat.k.options().dtype(cd)),
+                     torch::zeros(kv_hat.v.sizes(), kv_hat.v.options().dtype(cd))};
   auto grad_x = torch::empty_like(x_in);
   torch::AutoGradMode grad_mode(true);
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t e = std::min(T, s + chunk);
     Report(progress, EngineProgress::Phase::kBackward, index, layers, s / chunk, n_chunks);
     auto x_q = Leaf(x_in.slice(1, s, e));
-    KeysValues prefix{Leaf(kv_hat.k.slice(2, 0, e)), Leaf(kv_hat.v.slice(2, 0, e))};
-    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix,
-                                   AttentionMask(batch, s, e, e, window), chunks.key_chunk);
+    KeysValues prefix{kv_hat.k.slice(2, 0, e), kv_hat.v.slice(2, 0, e)};
+    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix, AttentionPattern::Causal(batch, s, e, e, window),
+                                   AttentionTiling{chunks.key_chunk, 0, &grad_kv});
     torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
     grad_x.slice(1, s, e).copy_(x_q.grad());
-    grad_k.slice(2, 0, e).add_(prefix.k.grad());
-    grad_v.slice(2, 0, e).add_(prefix.v.grad());
   }
   grad_out = torch::Tensor();
   kv_hat = KeysValues{};
@@ -52,8 +53,8 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& 
     const int64_t e = std::min(T, s + chunk);
     auto x = Leaf(x_in.slice(1, s, e));
     KeysValues kv = layer.keys_values(x, SliceRope(rope, s, e));
-    torch::autograd::backward({kv.k, kv.v}, {grad_k.slice(2, s, e).contiguous(),
-                                             grad_v.slice(2, s, e).contiguous()});
+    torch::autograd::backward({kv.k, kv.v}, {grad_kv.k.slice(2, s, e).to(kv.k.scalar_type()),
+                                             grad_kv.v.slice(2, s, e).to(kv.v.scalar_type())});
     grad_x.slice(1, s, e).add_(x.grad());
   }
   return grad_x;
@@ -73,8 +74,8 @@ torch::Tensor PrefixRecomputeLayerBackward(DecoderLayerImpl& layer, const torch:
     auto x_prefix = Leaf(x_in.slice(1, 0, e));
     auto x_q = Leaf(x_in.slice(1, s, e));
     auto kv = layer.keys_values(x_prefix, SliceRope(rope, 0, e));
-    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), kv,
-                                   AttentionMask(batch, s, e, e, window), chunks.key_chunk);
+    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), kv, AttentionPattern::Causal(batch, s, e, e, window),
+                                   AttentionTiling{chunks.key_chunk});
     torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
     grad_x.slice(1, 0, e).add_(x_prefix.grad());
     grad_x.slice(1, s, e).add_(x_q.grad());
@@ -94,7 +95,8 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
     const int64_t e = std::min(T, s + chunk);
     KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
     y.slice(1, s, e).copy_(layer.forward_queries(x.slice(1, s, e), SliceRope(rope, s, e), prefix,
-                                                 AttentionMask(batch, s, e, e, window), key_chunk));
+                                                 AttentionPattern::Causal(batch, s, e, e, window),
+                                                 AttentionTiling{key_chunk}));
   }
   return y;
 }
