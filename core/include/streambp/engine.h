@@ -62,6 +62,19 @@ struct EngineOptions {
   /// checkpointing as users of torch.utils.checkpoint + FlashAttention run it. With a
   /// logits chunk this is `checkpoint:tiled`, the strongest baseline. Other engines ignore it.
   bool tiled_attention = false;
+  /// stream: keep the stored layer inputs and the final hidden states in a second tier
+  /// instead of device memory: on a GPU (CUDA builds) pinned host memory with copies on a
+  /// side stream; on the CPU a scratch file in `scratch_dir`, written by a background
+  /// thread while the next layer computes and read back chunk by chunk, the next chunk
+  /// prefetched while the current one is in use. The device then holds g, dL/dx, K, V and
+  /// their gradients of one layer (bytes x T x (2d + 4 d_kv)) plus a chunk's working set,
+  /// instead of also L x T x d of inputs. Gradients are bit-identical with and without.
+  /// Other engines refuse it (InvalidArgument).
+  bool offload_layer_inputs = false;
+  /// Folder of the CPU scratch file (created, unlinked at once and its space reserved
+  /// before the forward; empty = $TMPDIR or /tmp). A folder that cannot hold the file is a
+  /// FailedPrecondition, a full one ResourceExhausted, naming the folder.
+  std::string scratch_dir;
 };
 constexpr int64_t kDefaultChunk = 512;
 constexpr int64_t kDefaultLogitsChunk = 1024;
@@ -80,6 +93,7 @@ struct StepResult {
   double loss = 0.0;        ///< sum of the objective's chunk terms
   int64_t targets = 0;      ///< selected target tokens in the batch
   int64_t tokens = 0;       ///< non-padding tokens in the batch
+  int64_t offloaded_bytes = 0;  ///< bytes kept in the second tier (offload_layer_inputs), else 0
   Metrics metrics;          ///< the objective's metrics (filled by callers from finish())
 };
 

@@ -18,7 +18,10 @@ struct MemoryEstimate {
   int64_t weights_bytes = 0;     ///< the model's parameters
   int64_t gradient_bytes = 0;    ///< one gradient per parameter
   int64_t optimizer_bytes = 0;   ///< optimizer state (AdamW: two moments)
-  int64_t activation_bytes = 0;  ///< peak beyond the three above during forward + backward
+  int64_t activation_bytes = 0;  ///< device peak beyond the three above during forward + backward
+  /// Held in the second tier (offload_layer_inputs: host memory or the scratch file), not on
+  /// the device and not in total().
+  int64_t offloaded_bytes = 0;
   int64_t chunk = 0;             ///< the chunk sizes the estimate assumed
   int64_t logits_chunk = 0;
   int64_t key_chunk = 0;

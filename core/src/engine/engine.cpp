@@ -81,8 +81,8 @@ StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objecti
       return engine::CheckpointForwardBackward(model, batch, objective, chunks, options.tiled_attention,
                                                options.on_grads_ready, options.on_progress);
     case EngineKind::kStream:
-      return engine::StreamForwardBackward(model, batch, objective, chunks, options.recompute_kv_per_chunk,
-                                           options.on_grads_ready, options.on_progress);
+      return engine::StreamForwardBackward(model, batch, objective, chunks, options, options.on_grads_ready,
+                                           options.on_progress);
   }
   throw InvalidArgument("unknown engine");
 }
@@ -93,6 +93,9 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
                            const EngineOptions& options) {
   engine::ValidateBatch(*model, batch);
   const auto chunks = ResolveChunks(options, batch.length());
+  if (options.offload_layer_inputs && options.kind != EngineKind::kStream) {
+    throw InvalidArgument("offload_layer_inputs needs the stream engine (engine " + EngineName(options.kind) + ")");
+  }
   try {
     return RunEngine(*model, batch, objective, options, chunks);
   } catch (...) {
@@ -201,29 +204,38 @@ LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64
 
 HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
                                Objective& objective, int64_t chunk, bool want_grad, const Progress& progress) {
-  const int64_t T = h_last.size(1);
+  auto store = LayerStore::OnDevice(1);
+  store->put(0, h_last);
+  return HeadForwardBackward(model, *store, 0, batch, objective, chunk, want_grad, progress, {});
+}
+
+HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t slot, const Batch& batch,
+                               Objective& objective, int64_t chunk, bool want_grad, const Progress& progress,
+                               ChunkReader::Next then) {
+  const int64_t T = batch.length();
   const int64_t chunks = (T + chunk - 1) / chunk;
   const int64_t layers = static_cast<int64_t>(model.layer_list.size());
+  ChunkReader reader(store, slot, T, chunk, objective.needs_sequence_pass() ? 2 : 1, then);
+  int64_t s = 0, e = 0;
   if (objective.needs_sequence_pass()) {
     torch::NoGradGuard no_grad;
-    for (int64_t s = 0; s < T; s += chunk) {
-      const int64_t e = std::min(T, s + chunk);
-      objective.observe(MakeChunk(batch, model.logits(h_last.slice(1, s, e)), s, e));
+    for (int64_t c = 0; c < chunks; ++c) {
+      auto h = reader.next(&s, &e);
+      objective.observe(MakeChunk(batch, model.logits(h), s, e));
     }
     objective.end_sequence_pass();
   }
   HeadResult result;
-  if (want_grad) result.grad_h = torch::empty_like(h_last);
-  for (int64_t s = 0; s < T; s += chunk) {
-    const int64_t e = std::min(T, s + chunk);
-    Report(progress, EngineProgress::Phase::kHead, layers, layers, s / chunk, chunks);
+  for (int64_t c = 0; c < chunks; ++c) {
+    auto rows = reader.next(&s, &e);
+    Report(progress, EngineProgress::Phase::kHead, layers, layers, c, chunks);
     if (!want_grad) {
       torch::NoGradGuard no_grad;
-      result.loss += objective.chunk_loss(MakeChunk(batch, model.logits(h_last.slice(1, s, e)), s, e))
-                         .item<double>();
+      result.loss += objective.chunk_loss(MakeChunk(batch, model.logits(rows), s, e)).item<double>();
       continue;
     }
-    auto h = h_last.slice(1, s, e).detach().requires_grad_(true);
+    if (!result.grad_h.defined()) result.grad_h = torch::empty({rows.size(0), T, rows.size(2)}, rows.options());
+    auto h = rows.detach().requires_grad_(true);
     torch::Tensor loss;
     {
       torch::AutoGradMode grad(true);

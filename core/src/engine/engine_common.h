@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "layer_store.h"
 #include "streambp/engine.h"
 
 namespace streambp::engine {
@@ -28,6 +29,11 @@ using Progress = std::function<void(const EngineProgress&)>;
 HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
                                Objective& objective, int64_t chunk, bool want_grad,
                                const Progress& progress = nullptr);
+/// The same with h_last in slot `slot` of `store`, read chunk by chunk; `then` is
+/// prefetched after the last read.
+HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t slot, const Batch& batch,
+                               Objective& objective, int64_t chunk, bool want_grad, const Progress& progress,
+                               ChunkReader::Next then);
 
 /// Tells `progress` (if any) where the step is.
 inline void Report(const Progress& progress, EngineProgress::Phase phase, int64_t layer, int64_t layers,
@@ -49,7 +55,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
                                      const ResolvedChunks& chunks, bool tiled_attention,
                                      const GradsReady& ready, const Progress& progress);
 StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                 const ResolvedChunks& chunks, bool recompute_kv_per_chunk,
+                                 const ResolvedChunks& chunks, const EngineOptions& options,
                                  const GradsReady& ready, const Progress& progress);
 
 /// StreamBP's no-graph forward of one layer: K/V once, then queries chunk by chunk (keys

@@ -88,13 +88,23 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     const double graph = engine.tiled_attention ? layer_graph(T, T, true, chunks.chunk, tile, 4)
                                                 : layer_graph(T, T, false, T, T, 4);
     m.activation_bytes = Bytes((L + 1) * Td + 3 * Td + std::max(graph, head) + (engine.tiled_attention ? per_step : 0));
-  } else {
+  } else if (!engine.offload_layer_inputs) {
     // The head runs with every layer input, h_last and dL/dh_last alive; a layer's backward
-    // with the inputs below it, g, dx, K^, V^, dK^, dV^ (the attention adds its K/V
-    // gradients there in place) and one chunk.
+    // with the inputs below it, g (dx takes its place chunk by chunk), K^, V^, dK^, dV^ (the
+    // attention adds its K/V gradients there in place) and one chunk.
     const double head_phase = (L + 2) * Td + head;
-    const double layer_phase = L * Td + 3 * Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    const double layer_phase = L * Td + Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max(head_phase, layer_phase) + per_step);
+  } else {
+    // Layer inputs and h_last in the second tier. On the device: the forward's x (being
+    // copied out), y and K/V; the head's dL/dh_last; a layer's g/dx, K^, V^, dK^, dV^ and one
+    // chunk; and two chunks of rows read back (the one in use, the one prefetched).
+    const double rows = 2 * B * std::max<double>(chunks.chunk, lc) * d * e;
+    const double forward_phase = 2 * Td + 2 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    const double head_phase = Td + head;
+    const double layer_phase = Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    m.activation_bytes = Bytes(std::max({forward_phase, head_phase, layer_phase}) + rows + per_step);
+    m.offloaded_bytes = Bytes((L + 1) * Td);
   }
   m.key_chunk = chunks.key_chunk;
   return m;

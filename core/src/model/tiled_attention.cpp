@@ -25,9 +25,14 @@ torch::Dtype ComputeDtypeOf(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
 }
 
-// [B, KVH, rows, hd] -> [B*KVH, rows, hd]: a view (the tensors are contiguous; a grad sink
-// must be, since the backward writes into it).
-torch::Tensor Flat(const torch::Tensor& t) { return t.view({-1, t.size(-2), t.size(-1)}); }
+// [B, KVH, rows, hd] -> [B*KVH, rows, hd]: a view when B and KVH merge (contiguous
+// tensors, and prefixes [0, e) of contiguous K/V, as the stream engine passes them), else a
+// copy. A grad sink must be a view, since the backward writes into it.
+torch::Tensor Flat(const torch::Tensor& t, bool must_view = false) {
+  const bool merges = t.size(0) == 1 || t.stride(0) == t.size(1) * t.stride(1);
+  TORCH_CHECK(merges || !must_view, "TiledAttention: the K/V gradient sink must be contiguous");
+  return (merges ? t : t.contiguous()).view({-1, t.size(-2), t.size(-1)});
+}
 
 // out += alpha * a @ b: the product in `dtype` (the model's precision), the sum in out's.
 void AddProduct(torch::Tensor out, const torch::Tensor& a, const torch::Tensor& b, double alpha,
@@ -189,8 +194,8 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
     auto dq = torch::zeros(q3.sizes(), q3.options().dtype(p.cd));
     torch::Tensor dk, dv;
     if (sink) {
-      dk = Flat(ctx->saved_data["sink_k"].toTensor());
-      dv = Flat(ctx->saved_data["sink_v"].toTensor());
+      dk = Flat(ctx->saved_data["sink_k"].toTensor(), /*must_view=*/true);
+      dv = Flat(ctx->saved_data["sink_v"].toTensor(), /*must_view=*/true);
     } else {
       dk = torch::zeros(k3.sizes(), k3.options().dtype(p.cd));
       dv = torch::zeros(v3.sizes(), v3.options().dtype(p.cd));
@@ -230,7 +235,8 @@ torch::Tensor TiledAttention(const torch::Tensor& q, const torch::Tensor& k, con
               "TiledAttention: q [B, KVH, C*G, hd], k and v [B, KVH, L, hd] expected");
   TORCH_CHECK(mask.queries() == q.size(2) / groups && mask.keys() == k.size(2), "TiledAttention: the mask covers ",
               mask.queries(), " queries x ", mask.keys(), " keys, the call ", q.size(2) / groups, " x ", k.size(2));
-  return TiledAttentionFunction::apply(q, k.contiguous(), v.contiguous(), mask, groups, scale, tiling);
+  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, "TiledAttention: k and v need unit stride in head_dim");
+  return TiledAttentionFunction::apply(q, k, v, mask, groups, scale, tiling);
 }
 
 }  // namespace streambp
