@@ -32,12 +32,14 @@ struct Args {
   std::vector<int64_t> seq_lens{1024, 2048, 4096, 8192, 16384};
   int64_t batch = 1, repeat = 3, warmup = 1, chunk = 0, logits_chunk = kDefaultLogitsChunk, key_chunk = 0;
   std::string budget = "1GiB", mem_limit = "auto";
-  bool no_search = false, no_sweep = false, quick = false, check = false;
+  bool no_search = false, no_sweep = false, quick = false, check = false, profile = false;
   std::string search_chunks = "auto";
+  bool predict_only = false;
   double search_tol = 0.01;
   int64_t search_start = 512, search_max = int64_t{1} << 20, search_align = 8;
   int64_t ablation_seq_len = 8192, gemm_n = 2048;
   std::string json_path, plot_path, replot;
+  std::string scratch_dir;  // stream:offload's scratch folder (empty: $TMPDIR or /tmp)
   int threads = 0;
   // Data parallel mode (--world-sizes).
   std::vector<int> world_sizes, zero_stages{0};
@@ -121,13 +123,18 @@ std::vector<Variant> MakeVariants(const Args& a) {
       out.push_back(TiledCheckpoint(a));
       continue;
     }
-    const auto kind = ParseEngine(e);
+    const auto kind = ParseEngine(e == "stream:offload" ? "stream" : e);
     if (kind == EngineKind::kFull) {
       out.push_back({"full", false, Engine(a, kind, 0, 0)});
     } else if (kind == EngineKind::kCheckpoint) {
       out.push_back({"checkpoint", false, Engine(a, kind, 0, 0)});
       out.push_back({"checkpoint", true, Engine(a, kind, 0, a.logits_chunk)});
       out.push_back(TiledCheckpoint(a));
+    } else if (e == "stream:offload") {
+      Variant v{"stream", true, Engine(a, kind, a.chunk, a.logits_chunk)};
+      v.options.offload_layer_inputs = true;
+      v.options.scratch_dir = a.scratch_dir;
+      out.push_back(v);
     } else {
       out.push_back({"stream", true, Engine(a, kind, a.chunk, a.logits_chunk)});
     }
@@ -144,9 +151,9 @@ const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t 
 
 // chunk, logits, key: what the engine used; est.key: the key chunk the estimate assumed.
 void PrintRunHeader() {
-  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s\n", "engine", "T", "B", "chunk",
-              "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s", "GFLOP/s",
-              "%GEMM");
+  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s %8s %9s\n", "engine", "T", "B",
+              "chunk", "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s",
+              "GFLOP/s", "%GEMM", "off MiB", "RSS MiB");
 }
 
 void PrintRun(const Run& r, double gemm) {
@@ -156,13 +163,15 @@ void PrintRun(const Run& r, double gemm) {
                 (long long)r.predicted_key_chunk,
                 r.oom_predicted ? " (predicted by the estimate; not run)" : " (budgeted allocator refused)");
   } else {
-    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%%\n",
+    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%% %8.1f "
+                "%9.1f\n",
                 r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,
                 (long long)r.logits_chunk, (long long)r.key_chunk, (long long)r.predicted_key_chunk,
                 Mib(r.peak_bytes), Mib(r.activation_bytes),
                 Mib(r.predicted_activation_bytes),
                 static_cast<double>(r.predicted_activation_bytes) / std::max<int64_t>(1, r.activation_bytes),
-                r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm);
+                r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm, Mib(r.offloaded_bytes),
+                Mib(r.rss_peak_bytes));
   }
   std::fflush(stdout);
 }
@@ -213,7 +222,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", a.seed, "seed of the embedded model");
   app.add_option("--dtype", a.dtype, "float32 | float64 | bfloat16");
   app.add_option("--objective", a.objective, "sft | dpo | grpo")->check(CLI::IsMember({"sft", "dpo", "grpo"}));
-  app.add_option("--engines", a.engines, "engines, comma separated: full, checkpoint (materialized, chunked logits and tiled), checkpoint:materialized, checkpoint:chunked, checkpoint:tiled, stream")
+  app.add_option("--engines", a.engines, "engines, comma separated: full, checkpoint (materialized, chunked logits and tiled), checkpoint:materialized, "
+                 "checkpoint:chunked, checkpoint:tiled, stream, stream:offload (layer inputs in a scratch file)")
       ->delimiter(',');
   app.add_option("--seq-lens", a.seq_lens, "sequence lengths of the sweep, comma separated")->delimiter(',');
   app.add_option("--batch", a.batch, "sft: sequences; dpo: pairs; grpo: completions of one group")
@@ -234,14 +244,21 @@ int main(int argc, char** argv) {
                  "activation bytes past which a sweep point is OOM (auto = 80% of available memory)");
   app.add_flag("--no-search", a.no_search, "skip the max-length search");
   app.add_flag("--no-sweep", a.no_sweep, "skip the sequence-length sweep");
+  app.add_flag("--profile", a.profile,
+               "sweep: one more step per point with the time split into attention, MLP, projections, head, "
+               "norms/RoPE, copies, embedding, other (RecordFunction callbacks)");
   app.add_option("--search-chunks", a.search_chunks,
                  "stream chunks in the search: auto (largest fitting the budget, as the server) | fixed")
       ->check(CLI::IsMember({"auto", "fixed"}));
   app.add_option("--search-tol", a.search_tol, "bisection stops at (hi - lo) <= tol * lo");
+  app.add_flag("--predict-only", a.predict_only,
+               "max-length search: only the estimate's longest fitting length, no step run (for budgets whose "
+               "steps would take hours)");
   app.add_option("--search-start", a.search_start, "first length of the doubling");
   app.add_option("--search-max", a.search_max, "longest length tried");
   app.add_option("--ablation-seq-len", a.ablation_seq_len, "length of the K/V-once vs prefix-recompute ablation (0 = off)");
   app.add_option("--gemm-n", a.gemm_n, "size of the reference GEMM");
+  app.add_option("--scratch-dir", a.scratch_dir, "stream:offload: folder of the scratch file (default $TMPDIR or /tmp)");
   app.add_option("--json", a.json_path, "write the report as JSON");
   app.add_option("--plot", a.plot_path, "write the plots as PNG (gnuplot)");
   app.add_option("--replot", a.replot, "only draw --plot from a JSON report written earlier (budget line from --budget)");
@@ -284,6 +301,7 @@ int main(int argc, char** argv) {
         r.variant.logits_chunked = j.at("logits_chunked");
         r.variant.options.recompute_kv_per_chunk = j.value("recompute_kv_per_chunk", false);
         r.variant.options.tiled_attention = j.value("tiled_attention", false);
+        r.variant.options.offload_layer_inputs = j.value("offload_layer_inputs", false);
         r.seq_len = j.at("seq_len");
         r.activation_bytes = j.at("activation_bytes");
         r.step_seconds = j.at("step_seconds");
@@ -329,6 +347,7 @@ int main(int argc, char** argv) {
     ctx.optimizer = a.optimizer;
     ctx.threads = torch::get_num_threads();
     ctx.workload = {a.objective, a.batch, 1};
+    ctx.profile = a.profile;
     PrepareStatics(ctx);
     const int64_t budget = a.no_search ? 0 : ParseBytes(a.budget);
     const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
@@ -463,6 +482,21 @@ int main(int argc, char** argv) {
     }
     report["runs"] = nlohmann::json::array();
     for (const auto& r : runs) report["runs"].push_back(RunJson(r));
+    if (a.profile && !runs.empty()) {
+      std::printf("\n== time breakdown (one profiled step per point; seconds and share of the step)\n%-28s %6s %8s",
+                  "engine", "T", "step s");
+      for (const auto& c : BreakdownCategories()) std::printf(" %16s", c.c_str());
+      std::printf("\n");
+      for (const auto& r : runs) {
+        if (r.oom || r.breakdown.total_seconds <= 0) continue;
+        std::printf("%-28s %6lld %8.2f", r.variant.label().c_str(), (long long)r.seq_len, r.breakdown.total_seconds);
+        for (const auto& c : BreakdownCategories()) {
+          const double t = r.breakdown.seconds.count(c) ? r.breakdown.seconds.at(c) : 0.0;
+          std::printf(" %8.2f (%4.1f%%)", t, 100 * t / r.breakdown.total_seconds);
+        }
+        std::printf("\n");
+      }
+    }
 
     // Ablation: K/V once per layer vs recomputed over the prefix for every chunk.
     std::vector<Run> ablation;
@@ -496,16 +530,18 @@ int main(int argc, char** argv) {
                   HumanBytes(budget).c_str(), (long long)a.search_start, 100 * a.search_tol);
       for (const auto& v : variants) {
         searches.push_back(SearchMaxLength(ctx, v, budget, a.search_start, a.search_max, a.search_tol,
-                                           a.search_chunks == "auto", a.search_align));
+                                           a.search_chunks == "auto", a.search_align, !a.predict_only));
         const auto& s = searches.back();
-        std::printf("%-28s max T = %lld%s (first OOM at %lld; chunk %lld, logits %lld, key %lld; %lld probes, %.0f s)\n",
+        std::printf("%-28s max T = %lld%s (first OOM at %lld; chunk %lld, logits %lld, key %lld; %lld probes, %.0f s); "
+                    "the estimate predicts %lld\n",
                     v.label().c_str(), (long long)s.max_seq_len, s.capped ? " (search cap reached)" : "",
                     (long long)s.first_oom, (long long)s.chunk, (long long)s.logits_chunk, (long long)s.key_chunk,
-                    (long long)s.probes, s.seconds);
+                    (long long)s.probes, s.seconds, (long long)s.predicted_max_seq_len);
         std::fflush(stdout);
         report["max_seq_len"].push_back({{"engine", v.engine},
                                          {"logits_chunked", v.logits_chunked},
                                          {"tiled_attention", v.options.tiled_attention},
+                                         {"offload_layer_inputs", v.options.offload_layer_inputs},
                                          {"label", v.label()},
                                          {"budget_bytes", budget},
                                          {"max_seq_len", s.max_seq_len},
@@ -514,6 +550,8 @@ int main(int argc, char** argv) {
                                          {"logits_chunk", s.logits_chunk},
                                          {"key_chunk", s.key_chunk},
                                          {"capped", s.capped},
+                                         {"predicted_max_seq_len", s.predicted_max_seq_len},
+                                         {"probed", !a.predict_only},
                                          {"probes", s.probes},
                                          {"seconds", s.seconds},
                                          {"batch", a.batch},
@@ -605,11 +643,36 @@ int main(int argc, char** argv) {
       target("ablation: prefix-recompute time / K/V-once time - 1 at T=" + std::to_string(a.ablation_seq_len),
              ablation[1].step_seconds / ablation[0].step_seconds - 1, 0.10, false);
     }
+    // Layer inputs offloaded vs on the device (stream:offload next to stream in the run).
+    nlohmann::json offload = nlohmann::json::array();
+    for (int64_t T : a.seq_lens) {
+      const Run* s = Find(runs, "stream", T);
+      const Run* o = Find(runs, "stream:offload", T);
+      if (!s || !o) continue;
+      const double mem = static_cast<double>(o->activation_bytes) / s->activation_bytes;
+      const double time = o->step_seconds / s->step_seconds;
+      const double rss = static_cast<double>(o->rss_peak_bytes) / std::max<int64_t>(1, s->rss_peak_bytes);
+      std::printf("T=%-6lld offloaded: device activation %s vs %s (%.3fx), %s in the second tier; step %.1f s vs %.1f s "
+                  "(%+.1f%%); peak RSS %s vs %s (%.3fx)\n",
+                  (long long)T, HumanBytes(o->activation_bytes).c_str(), HumanBytes(s->activation_bytes).c_str(), mem,
+                  HumanBytes(o->offloaded_bytes).c_str(), o->step_seconds, s->step_seconds, 100 * (time - 1),
+                  HumanBytes(o->rss_peak_bytes).c_str(), HumanBytes(s->rss_peak_bytes).c_str(), rss);
+      offload.push_back({{"seq_len", T}, {"activation_ratio", mem}, {"time_ratio", time}, {"rss_peak_ratio", rss}});
+      if (T == 32768) target("device activation stream:offload / stream at T=32768", mem, 0.35, true);
+      if (T == 8192) target("step time overhead of offload at T=8192 (stream:offload / stream - 1)", time - 1, 0.15, true);
+    }
+    report["offload"] = offload;
+    const SearchResult* mo = nullptr;
+    for (const auto& s : searches) {
+      if (s.variant.label() == "stream:offload") mo = &s;
+    }
     const SearchResult* ms = nullptr;
     const SearchResult* mb = nullptr;  // the baseline reaching the longest length
     for (const auto& s : searches) {
       if (s.variant.label() == "stream") {
         ms = &s;
+      } else if (s.variant.engine == "stream") {
+        continue;  // stream:offload is not a baseline
       } else if (!mb || s.max_seq_len > mb->max_seq_len) {
         mb = &s;
       }
@@ -619,6 +682,17 @@ int main(int argc, char** argv) {
       target("max length stream / " + mb->variant.label() + " (" + a.objective + ", " + HumanBytes(budget) + ")" +
                  (exact ? "" : " [a search reached its cap: a bound, not a result]"),
              static_cast<double>(ms->max_seq_len) / mb->max_seq_len, 3.0, false);
+    }
+    if (ms && mo && ms->max_seq_len > 0) {
+      target("max length stream:offload / stream (" + a.objective + ", " + HumanBytes(budget) + " of device memory)" +
+                 (mo->capped ? " [the search reached its cap: a bound]" : ""),
+             static_cast<double>(mo->max_seq_len) / ms->max_seq_len, 3.0, false);
+    }
+    if (ms && mo && a.predict_only && ms->predicted_max_seq_len > 0) {
+      std::printf("  (predicted by the estimate, not run) max length stream:offload / stream at %s: %lld / %lld = %.2fx\n",
+                  HumanBytes(budget).c_str(), (long long)mo->predicted_max_seq_len,
+                  (long long)ms->predicted_max_seq_len,
+                  static_cast<double>(mo->predicted_max_seq_len) / ms->predicted_max_seq_len);
     }
     report["targets"] = targets;
 

@@ -295,6 +295,7 @@ void ToProto(const StepStats& s, v1::StepStats* out) {
   out->set_peak_memory_bytes(s.peak_memory_bytes);
   out->set_seconds(s.seconds);
   out->set_queue_seconds(s.queue_seconds);
+  out->set_offloaded_bytes(s.result.offloaded_bytes);
 }
 
 void ToProto(const OptimStats& o, v1::OptimStepResponse* out) {
@@ -337,6 +338,7 @@ void ToProto(const HostInfo& i, v1::GetInfoResponse* out) {
   out->set_step(i.step);
   out->set_pending_micro_batches(i.pending_micro_batches);
   out->set_sessions(i.sessions);
+  out->set_offload_layer_inputs(i.engine.offload_layer_inputs);
 }
 
 void ToProto(const EstimateReply& e, v1::EstimateMemoryResponse* out) {
@@ -351,6 +353,7 @@ void ToProto(const EstimateReply& e, v1::EstimateMemoryResponse* out) {
   out->set_chunk(e.estimate.chunk);
   out->set_logits_chunk(e.estimate.logits_chunk);
   out->set_key_chunk(e.engine == EngineKind::kStream ? e.estimate.key_chunk : 0);
+  out->set_offloaded_bytes(e.estimate.offloaded_bytes);
 }
 
 void ToProto(const LogprobsReply& r, v1::ComputeLogprobsResponse* out) {

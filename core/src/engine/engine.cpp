@@ -1,6 +1,8 @@
 // Engine dispatch and the parts the engines share: validation, the chunked lm_head + loss.
 #include <algorithm>
 
+#include <ATen/record_function.h>
+
 #include "engine_common.h"
 #include "streambp/error.h"
 #include "streambp/memory.h"
@@ -212,6 +214,7 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last,
 HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t slot, const Batch& batch,
                                Objective& objective, int64_t chunk, bool want_grad, const Progress& progress,
                                ChunkReader::Next then) {
+  RECORD_USER_SCOPE("streambp::head");
   const int64_t T = batch.length();
   const int64_t chunks = (T + chunk - 1) / chunk;
   const int64_t layers = static_cast<int64_t>(model.layer_list.size());
@@ -226,6 +229,9 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
     objective.end_sequence_pass();
   }
   HeadResult result;
+  // On the device, dL/dh_last takes h_last's place chunk by chunk: a chunk's rows are not
+  // read again once its gradient is known (the sequence pass is over by then).
+  if (want_grad && store.on_device()) result.grad_h = store.read(slot, 0, T);
   for (int64_t c = 0; c < chunks; ++c) {
     auto rows = reader.next(&s, &e);
     Report(progress, EngineProgress::Phase::kHead, layers, layers, c, chunks);
@@ -243,13 +249,15 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
     }
     result.loss += loss.item<double>();
     loss.backward();
-    result.grad_h.slice(1, s, e).copy_(h.grad());
+    h = h.grad();  // the chunk's graph (which saved its rows) is gone: they may be overwritten
+    result.grad_h.slice(1, s, e).copy_(h);
   }
   return result;
 }
 
 void EmbeddingBackward(CausalLMImpl& model, const Batch& batch, const torch::Tensor& grad) {
   if (!model.embed_tokens->weight.requires_grad()) return;  // a frozen base (adapter training)
+  RECORD_USER_SCOPE("streambp::embedding");
   torch::AutoGradMode grad_mode(true);
   auto emb = model.embed(batch.input_ids);
   torch::autograd::backward({emb}, {grad});

@@ -20,7 +20,8 @@ LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64
 /// The lm_head + loss part over final hidden states `h_last` [B, T, d] (no graph) in
 /// chunks of `chunk` positions: the objective's sequence pass (if it wants one), then for
 /// each chunk logits -> loss term -> backward. Returns the summed loss and dL/dh_last
-/// (undefined when `want_grad` is false: loss only).
+/// (undefined when `want_grad` is false: loss only). With want_grad, dL/dh_last is written
+/// into h_last's storage chunk by chunk (h_last is used up).
 struct HeadResult {
   double loss = 0.0;
   torch::Tensor grad_h;

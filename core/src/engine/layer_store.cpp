@@ -48,6 +48,7 @@ class DeviceStore final : public LayerStore {
   void prefetch(int64_t, int64_t, int64_t) override {}
   void drop(int64_t i) override { slots_.at(static_cast<size_t>(i)) = torch::Tensor(); }
   int64_t offloaded_bytes() const override { return 0; }
+  bool on_device() const override { return true; }
 
  private:
   std::vector<torch::Tensor> slots_;
@@ -147,6 +148,7 @@ class ScratchFileStore final : public LayerStore {
 
   void drop(int64_t) override {}
   int64_t offloaded_bytes() const override { return reserved_; }
+  bool on_device() const override { return false; }
 
  private:
   struct Pending {
@@ -278,6 +280,7 @@ class PinnedHostStore final : public LayerStore {
 
   void drop(int64_t) override {}
   int64_t offloaded_bytes() const override { return bytes_; }
+  bool on_device() const override { return false; }
 
  private:
   struct Pending {

@@ -37,6 +37,8 @@ class LayerStore {
   virtual void drop(int64_t i) = 0;
   /// Bytes this store keeps in the second tier (0 on the device).
   virtual int64_t offloaded_bytes() const = 0;
+  /// read() returns views of the tensors put (which may then be overwritten in place).
+  virtual bool on_device() const = 0;
 };
 
 /// Positions [s, e) of a slot (slot -1: none).

@@ -87,12 +87,13 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   } else if (engine.kind == EngineKind::kCheckpoint) {
     const double graph = engine.tiled_attention ? layer_graph(T, T, true, chunks.chunk, tile, 4)
                                                 : layer_graph(T, T, false, T, T, 4);
-    m.activation_bytes = Bytes((L + 1) * Td + 3 * Td + std::max(graph, head) + (engine.tiled_attention ? per_step : 0));
+    m.activation_bytes = Bytes((L + 1) * Td + 2 * Td + std::max(graph, head) + (engine.tiled_attention ? per_step : 0));
   } else if (!engine.offload_layer_inputs) {
-    // The head runs with every layer input, h_last and dL/dh_last alive; a layer's backward
+    // The head runs with every layer input and h_last (dL/dh_last takes its place chunk by
+    // chunk) alive; a layer's backward
     // with the inputs below it, g (dx takes its place chunk by chunk), K^, V^, dK^, dV^ (the
     // attention adds its K/V gradients there in place) and one chunk.
-    const double head_phase = (L + 2) * Td + head;
+    const double head_phase = (L + 1) * Td + head;
     const double layer_phase = L * Td + Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max(head_phase, layer_phase) + per_step);
   } else {
