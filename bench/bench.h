@@ -2,6 +2,8 @@
 // streambp-bench internals: the engines side by side on one model and one batch — peak
 // memory, step time, FLOPs, max sequence length under a budget (DESIGN §9, issue 6).
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +45,19 @@ struct StaticBytes {
   int64_t optimizer = 0;
 };
 
+/// Where one step's wall time went, in seconds per category (BreakdownCategories():
+/// attention, mlp, projections, head, norms_rope, copies, embedding, other); the categories
+/// sum to total_seconds. See profile.cpp.
+struct TimeBreakdown {
+  double total_seconds = 0;
+  std::map<std::string, double> seconds;
+  /// The 40 largest "category/op" pairs by exclusive time (the innermost op or scope).
+  std::vector<std::pair<std::string, double>> ops;
+};
+/// Runs `step` on this thread with RecordFunction callbacks attributing its time.
+TimeBreakdown ProfileStep(const std::function<void()>& step);
+const std::vector<std::string>& BreakdownCategories();
+
 /// One measured point.
 struct Run {
   Variant variant;
@@ -65,6 +80,13 @@ struct Run {
   double loss = 0;
   int64_t chunk = 0, logits_chunk = 0, key_chunk = 0;  ///< what the engine used
   int64_t predicted_key_chunk = 0;                     ///< the key chunk the estimate assumed
+  int64_t offloaded_bytes = 0;            ///< kept in the second tier (stream:offload)
+  int64_t predicted_offloaded_bytes = 0;
+  /// The OS's account (/proc/self/status): resident bytes when the point started (after
+  /// malloc_trim) and the peak resident bytes (VmHWM, reset at the start) over its steps.
+  int64_t rss_start_bytes = 0, rss_peak_bytes = 0;
+  /// One more step after the timed ones, profiled (Context::profile); empty otherwise.
+  TimeBreakdown breakdown;
 };
 
 /// Analytic FLOPs of one training step of `variant` (GEMMs and attention matmuls only).
@@ -74,6 +96,13 @@ struct StepFlops {
 };
 StepFlops AnalyticFlops(const ModelConfig& c, int64_t rows, int64_t seq_len, const Variant& v,
                         bool sequence_pass);
+
+/// The process's resident bytes (VmRSS) and peak resident bytes (VmHWM) as the kernel
+/// counts them; ResetPeakRss() returns freed heap to the OS and restarts the peak (Linux:
+/// /proc/self/clear_refs). 0 where /proc is not there.
+int64_t ResidentBytes();
+int64_t PeakResidentBytes();
+void ResetPeakRss();
 
 /// Measured throughput of an n x n x n GEMM in `dtype` (best of a few), GFLOP/s.
 double MeasureGemmGflops(torch::Dtype dtype, int64_t n);
@@ -88,6 +117,7 @@ struct Context {
   Workload workload;
   int64_t mem_limit = 0;  ///< activation bytes past which a sweep point counts as OOM (0 = none)
   int threads = 1;        ///< LibTorch intra-op threads of the measuring thread
+  bool profile = false;   ///< each point: one more step with the time breakdown
   /// LoRA: the adapter attached to `model` (its base frozen): what trains, has gradients
   /// and optimizer state. Null: full fine-tuning.
   std::shared_ptr<LoraAdapter> adapter;
@@ -113,9 +143,13 @@ struct SearchResult {
   int64_t chunk = 0, logits_chunk = 0, key_chunk = 0;  ///< stream: chunks used at max_seq_len
   bool capped = false;                  ///< reached `max_len` without failing
   std::vector<Run> runs;                ///< every probe, in order
+  /// The longest length (a multiple of `align`) whose estimated activation bytes fit the
+  /// budget (EstimateStepMemory, with the chunks the search would use): no step run.
+  int64_t predicted_max_seq_len = 0;
 };
+/// probe = false: only the prediction.
 SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int64_t start, int64_t max_len,
-                             double tol, bool auto_chunks, int64_t align);
+                             double tol, bool auto_chunks, int64_t align, bool probe = true);
 
 /// Data parallel (issue 7): a few Trainer steps (train_step: forward, backward, gradient
 /// sum, clipping, AdamW) of one global batch on N processes over loopback Gloo, started from

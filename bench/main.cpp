@@ -32,12 +32,14 @@ struct Args {
   std::vector<int64_t> seq_lens{1024, 2048, 4096, 8192, 16384};
   int64_t batch = 1, repeat = 3, warmup = 1, chunk = 0, logits_chunk = kDefaultLogitsChunk, key_chunk = 0;
   std::string budget = "1GiB", mem_limit = "auto";
-  bool no_search = false, no_sweep = false, quick = false, check = false;
+  bool no_search = false, no_sweep = false, quick = false, check = false, profile = false;
   std::string search_chunks = "auto";
+  bool predict_only = false;
   double search_tol = 0.01;
   int64_t search_start = 512, search_max = int64_t{1} << 20, search_align = 8;
   int64_t ablation_seq_len = 8192, gemm_n = 2048;
   std::string json_path, plot_path, replot;
+  std::string scratch_dir;  // stream:offload's scratch folder (empty: $TMPDIR or /tmp)
   int threads = 0;
   // Data parallel mode (--world-sizes).
   std::vector<int> world_sizes, zero_stages{0};
@@ -101,21 +103,40 @@ EngineOptions Engine(const Args& a, EngineKind kind, int64_t chunk, int64_t logi
   return o;
 }
 
+// checkpoint:tiled: attention in query blocks x key tiles of stream's sizes (--chunk,
+// --key-chunk) with an online softmax, logits in chunks of --logits-chunk: checkpointing as
+// users run it with FlashAttention and a chunked loss, the strongest baseline.
+Variant TiledCheckpoint(const Args& a) {
+  Variant v{"checkpoint", true, Engine(a, EngineKind::kCheckpoint, a.chunk, a.logits_chunk)};
+  v.options.tiled_attention = true;
+  return v;
+}
+
 std::vector<Variant> MakeVariants(const Args& a) {
   std::vector<Variant> out;
   for (const auto& e : a.engines) {
-    // checkpoint runs both baselines; checkpoint:materialized / checkpoint:chunked one of them.
+    // checkpoint runs the three baselines; checkpoint:materialized / :chunked / :tiled one of them.
     if (e == "checkpoint:materialized" || e == "checkpoint:chunked") {
       const bool chunked = e == "checkpoint:chunked";
       out.push_back({"checkpoint", chunked, Engine(a, EngineKind::kCheckpoint, 0, chunked ? a.logits_chunk : 0)});
       continue;
     }
-    const auto kind = ParseEngine(e);
+    if (e == "checkpoint:tiled") {
+      out.push_back(TiledCheckpoint(a));
+      continue;
+    }
+    const auto kind = ParseEngine(e == "stream:offload" ? "stream" : e);
     if (kind == EngineKind::kFull) {
       out.push_back({"full", false, Engine(a, kind, 0, 0)});
     } else if (kind == EngineKind::kCheckpoint) {
       out.push_back({"checkpoint", false, Engine(a, kind, 0, 0)});
       out.push_back({"checkpoint", true, Engine(a, kind, 0, a.logits_chunk)});
+      out.push_back(TiledCheckpoint(a));
+    } else if (e == "stream:offload") {
+      Variant v{"stream", true, Engine(a, kind, a.chunk, a.logits_chunk)};
+      v.options.offload_layer_inputs = true;
+      v.options.scratch_dir = a.scratch_dir;
+      out.push_back(v);
     } else {
       out.push_back({"stream", true, Engine(a, kind, a.chunk, a.logits_chunk)});
     }
@@ -132,9 +153,9 @@ const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t 
 
 // chunk, logits, key: what the engine used; est.key: the key chunk the estimate assumed.
 void PrintRunHeader() {
-  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s\n", "engine", "T", "B", "chunk",
-              "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s", "GFLOP/s",
-              "%GEMM");
+  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s %8s %9s\n", "engine", "T", "B",
+              "chunk", "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s",
+              "GFLOP/s", "%GEMM", "off MiB", "RSS MiB");
 }
 
 void PrintRun(const Run& r, double gemm) {
@@ -144,15 +165,30 @@ void PrintRun(const Run& r, double gemm) {
                 (long long)r.predicted_key_chunk,
                 r.oom_predicted ? " (predicted by the estimate; not run)" : " (budgeted allocator refused)");
   } else {
-    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%%\n",
+    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%% %8.1f "
+                "%9.1f\n",
                 r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,
                 (long long)r.logits_chunk, (long long)r.key_chunk, (long long)r.predicted_key_chunk,
                 Mib(r.peak_bytes), Mib(r.activation_bytes),
                 Mib(r.predicted_activation_bytes),
                 static_cast<double>(r.predicted_activation_bytes) / std::max<int64_t>(1, r.activation_bytes),
-                r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm);
+                r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm, Mib(r.offloaded_bytes),
+                Mib(r.rss_peak_bytes));
   }
   std::fflush(stdout);
+}
+
+// The strongest baseline at length T: the non-stream variant (that ran) with the least
+// activation memory, or the fastest one.
+const Run* StrongestBaseline(const std::vector<Run>& runs, int64_t T, bool by_time) {
+  const Run* best = nullptr;
+  for (const auto& r : runs) {
+    if (r.oom || r.seq_len != T || r.variant.engine == "stream") continue;
+    const bool better = !best || (by_time ? r.step_seconds < best->step_seconds
+                                          : r.activation_bytes < best->activation_bytes);
+    if (better) best = &r;
+  }
+  return best;
 }
 
 std::string Verdict(bool met) { return met ? "MET" : "MISSED"; }
@@ -188,7 +224,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", a.seed, "seed of the embedded model");
   app.add_option("--dtype", a.dtype, "float32 | float64 | bfloat16");
   app.add_option("--objective", a.objective, "sft | dpo | grpo")->check(CLI::IsMember({"sft", "dpo", "grpo"}));
-  app.add_option("--engines", a.engines, "engines, comma separated (checkpoint runs materialized and chunked logits)")
+  app.add_option("--engines", a.engines, "engines, comma separated: full, checkpoint (materialized, chunked logits and tiled), checkpoint:materialized, "
+                 "checkpoint:chunked, checkpoint:tiled, stream, stream:offload (layer inputs in a scratch file)")
       ->delimiter(',');
   app.add_option("--seq-lens", a.seq_lens, "sequence lengths of the sweep, comma separated")->delimiter(',');
   app.add_option("--batch", a.batch, "sft: sequences; dpo: pairs; grpo: completions of one group")
@@ -196,10 +233,12 @@ int main(int argc, char** argv) {
   app.add_option("--budget", a.budget, "activation budget of the max-length search (e.g. 1GiB)");
   app.add_option("--repeat", a.repeat, "timed steps per point (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", a.warmup, "untimed steps per point before the timed ones")->check(CLI::NonNegativeNumber);
-  app.add_option("--chunk", a.chunk, "stream: query positions per chunk (0 = default 512)");
+  app.add_option("--chunk", a.chunk,
+                 "stream: query positions per chunk; checkpoint:tiled: per attention block (0 = default 512)");
   app.add_option("--logits-chunk", a.logits_chunk, "positions per logits chunk of the chunked-logits variants");
   app.add_option("--key-chunk", a.key_chunk,
-                 "stream: keys per attention tile (0 = default " + std::to_string(kDefaultKeyChunk) + ")")
+                 "stream and checkpoint:tiled: keys per attention tile (0 = default " +
+                     std::to_string(kDefaultKeyChunk) + ")")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--optimizer", a.optimizer, "optimizer whose state is counted: adamw | sgd | none")
       ->check(CLI::IsMember({"adamw", "sgd", "none"}));
@@ -207,14 +246,21 @@ int main(int argc, char** argv) {
                  "activation bytes past which a sweep point is OOM (auto = 80% of available memory)");
   app.add_flag("--no-search", a.no_search, "skip the max-length search");
   app.add_flag("--no-sweep", a.no_sweep, "skip the sequence-length sweep");
+  app.add_flag("--profile", a.profile,
+               "sweep: one more step per point with the time split into attention, MLP, projections, head, "
+               "norms/RoPE, copies, embedding, other (RecordFunction callbacks)");
   app.add_option("--search-chunks", a.search_chunks,
                  "stream chunks in the search: auto (largest fitting the budget, as the server) | fixed")
       ->check(CLI::IsMember({"auto", "fixed"}));
   app.add_option("--search-tol", a.search_tol, "bisection stops at (hi - lo) <= tol * lo");
+  app.add_flag("--predict-only", a.predict_only,
+               "max-length search: only the estimate's longest fitting length, no step run (for budgets whose "
+               "steps would take hours)");
   app.add_option("--search-start", a.search_start, "first length of the doubling");
   app.add_option("--search-max", a.search_max, "longest length tried");
   app.add_option("--ablation-seq-len", a.ablation_seq_len, "length of the K/V-once vs prefix-recompute ablation (0 = off)");
   app.add_option("--gemm-n", a.gemm_n, "size of the reference GEMM");
+  app.add_option("--scratch-dir", a.scratch_dir, "stream:offload: folder of the scratch file (default $TMPDIR or /tmp)");
   app.add_option("--json", a.json_path, "write the report as JSON");
   app.add_option("--plot", a.plot_path, "write the plots as PNG (gnuplot)");
   app.add_option("--replot", a.replot, "only draw --plot from a JSON report written earlier (budget line from --budget)");
@@ -259,6 +305,8 @@ int main(int argc, char** argv) {
         r.variant.engine = j.at("engine");
         r.variant.logits_chunked = j.at("logits_chunked");
         r.variant.options.recompute_kv_per_chunk = j.value("recompute_kv_per_chunk", false);
+        r.variant.options.tiled_attention = j.value("tiled_attention", false);
+        r.variant.options.offload_layer_inputs = j.value("offload_layer_inputs", false);
         r.seq_len = j.at("seq_len");
         r.activation_bytes = j.at("activation_bytes");
         r.step_seconds = j.at("step_seconds");
@@ -304,6 +352,7 @@ int main(int argc, char** argv) {
     ctx.optimizer = a.optimizer;
     ctx.threads = torch::get_num_threads();
     ctx.workload = {a.objective, a.batch, 1};
+    ctx.profile = a.profile;
     PrepareStatics(ctx);
     const int64_t budget = a.no_search ? 0 : ParseBytes(a.budget);
     const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
@@ -458,6 +507,21 @@ int main(int argc, char** argv) {
     }
     report["runs"] = nlohmann::json::array();
     for (const auto& r : runs) report["runs"].push_back(RunJson(r));
+    if (a.profile && !runs.empty()) {
+      std::printf("\n== time breakdown (one profiled step per point; seconds and share of the step)\n%-28s %6s %8s",
+                  "engine", "T", "step s");
+      for (const auto& c : BreakdownCategories()) std::printf(" %16s", c.c_str());
+      std::printf("\n");
+      for (const auto& r : runs) {
+        if (r.oom || r.breakdown.total_seconds <= 0) continue;
+        std::printf("%-28s %6lld %8.2f", r.variant.label().c_str(), (long long)r.seq_len, r.breakdown.total_seconds);
+        for (const auto& c : BreakdownCategories()) {
+          const double t = r.breakdown.seconds.count(c) ? r.breakdown.seconds.at(c) : 0.0;
+          std::printf(" %8.2f (%4.1f%%)", t, 100 * t / r.breakdown.total_seconds);
+        }
+        std::printf("\n");
+      }
+    }
 
     // Ablation: K/V once per layer vs recomputed over the prefix for every chunk.
     std::vector<Run> ablation;
@@ -491,15 +555,18 @@ int main(int argc, char** argv) {
                   HumanBytes(budget).c_str(), (long long)a.search_start, 100 * a.search_tol);
       for (const auto& v : variants) {
         searches.push_back(SearchMaxLength(ctx, v, budget, a.search_start, a.search_max, a.search_tol,
-                                           a.search_chunks == "auto", a.search_align));
+                                           a.search_chunks == "auto", a.search_align, !a.predict_only));
         const auto& s = searches.back();
-        std::printf("%-28s max T = %lld%s (first OOM at %lld; chunk %lld, logits %lld, key %lld; %lld probes, %.0f s)\n",
+        std::printf("%-28s max T = %lld%s (first OOM at %lld; chunk %lld, logits %lld, key %lld; %lld probes, %.0f s); "
+                    "the estimate predicts %lld\n",
                     v.label().c_str(), (long long)s.max_seq_len, s.capped ? " (search cap reached)" : "",
                     (long long)s.first_oom, (long long)s.chunk, (long long)s.logits_chunk, (long long)s.key_chunk,
-                    (long long)s.probes, s.seconds);
+                    (long long)s.probes, s.seconds, (long long)s.predicted_max_seq_len);
         std::fflush(stdout);
         report["max_seq_len"].push_back({{"engine", v.engine},
                                          {"logits_chunked", v.logits_chunked},
+                                         {"tiled_attention", v.options.tiled_attention},
+                                         {"offload_layer_inputs", v.options.offload_layer_inputs},
                                          {"label", v.label()},
                                          {"budget_bytes", budget},
                                          {"max_seq_len", s.max_seq_len},
@@ -508,6 +575,8 @@ int main(int argc, char** argv) {
                                          {"logits_chunk", s.logits_chunk},
                                          {"key_chunk", s.key_chunk},
                                          {"capped", s.capped},
+                                         {"predicted_max_seq_len", s.predicted_max_seq_len},
+                                         {"probed", !a.predict_only},
                                          {"probes", s.probes},
                                          {"seconds", s.seconds},
                                          {"batch", a.batch},
@@ -529,48 +598,69 @@ int main(int argc, char** argv) {
     report["machine"]["gemm_gflops"] = gemm_ref;
     std::printf("\nGEMM reference: %.0f GFLOP/s at the start, %.0f at the end; ratios below use %.0f\n", gemm, gemm_end,
                 gemm_ref);
-    // Ratios and the issue's targets, from this run.
-    std::printf("\n== ratios (this run)\n");
+    // Ratios and the issue's targets, from this run. Every ratio is taken against the
+    // strongest baseline of the run (issue 17): at each length the non-stream variant with
+    // the least activation memory, and the fastest one; for the max length the longest.
+    // The plain baselines stay in the tables as what PyTorch eager does.
+    std::printf("\n== ratios (this run, against the strongest baseline)\n");
     nlohmann::json targets = nlohmann::json::array();
+    nlohmann::json ratios = nlohmann::json::array();
     auto target = [&](const std::string& name, double value, double limit, bool at_most) {
       const bool met = at_most ? value <= limit : value >= limit;
-      std::printf("  %-62s %7.3f  (target %s %.2f)  %s\n", name.c_str(), value, at_most ? "<=" : ">=", limit,
+      std::printf("  %-70s %7.3f  (target %s %.2f)  %s\n", name.c_str(), value, at_most ? "<=" : ">=", limit,
                   Verdict(met).c_str());
       targets.push_back({{"target", name}, {"value", value}, {"limit", limit}, {"at_most", at_most}, {"met", met}});
     };
     const int64_t e = c10::elementSize(ctx.dtype);
+    auto floor_bytes = [&](int64_t T) {
+      return static_cast<double>(e) * a.batch * T *
+             (c.num_hidden_layers * c.hidden_size + 2 * c.hidden_size + 4 * c.kv_dim());
+    };
     for (int64_t T : a.seq_lens) {
       const Run* s = Find(runs, "stream", T);
-      const Run* ck = Find(runs, "checkpoint", T);
-      const Run* cc = Find(runs, "checkpoint+chunked-logits", T);
       if (!s) continue;
-      const double floor = static_cast<double>(e) * a.batch * T *
-                           (c.num_hidden_layers * c.hidden_size + 2 * c.hidden_size + 4 * c.kv_dim());
-      std::printf("T=%-6lld stream activation: %.3fx the floor", (long long)T, s->activation_bytes / floor);
-      if (cc) std::printf(", %.3fx checkpoint+chunked-logits", static_cast<double>(s->activation_bytes) / cc->activation_bytes);
-      if (ck) std::printf(", %.3fx checkpoint", static_cast<double>(s->activation_bytes) / ck->activation_bytes);
-      if (ck) std::printf("; time %.3fx checkpoint", s->step_seconds / ck->step_seconds);
-      if (cc) std::printf(", %.3fx checkpoint+chunked-logits", s->step_seconds / cc->step_seconds);
+      const Run* mem_base = StrongestBaseline(runs, T, /*by_time=*/false);
+      const Run* time_base = StrongestBaseline(runs, T, /*by_time=*/true);
+      std::printf("T=%-6lld stream activation %.3fx the floor", (long long)T, s->activation_bytes / floor_bytes(T));
+      nlohmann::json row{{"seq_len", T}, {"floor_ratio", s->activation_bytes / floor_bytes(T)},
+                         {"gemm_fraction", s->gflops / gemm_ref}};
+      if (mem_base) {
+        const double r = static_cast<double>(s->activation_bytes) / mem_base->activation_bytes;
+        std::printf(", %.3fx %s (least memory of the baselines)", r, mem_base->variant.label().c_str());
+        row["memory_baseline"] = mem_base->variant.label();
+        row["activation_ratio"] = r;
+      }
+      if (time_base) {
+        const double r = s->step_seconds / time_base->step_seconds;
+        std::printf("; time %.3fx %s (fastest baseline)", r, time_base->variant.label().c_str());
+        row["time_baseline"] = time_base->variant.label();
+        row["time_ratio"] = r;
+      }
       std::printf("; %.0f%% of GEMM\n", 100 * s->gflops / gemm_ref);
+      ratios.push_back(row);
       if (a.objective != "sft") continue;
-      if (T == 8192 && cc) target("activation stream / checkpoint+chunked-logits at T=8192",
-                                  static_cast<double>(s->activation_bytes) / cc->activation_bytes, 0.15, true);
-      if (T == 16384) target("activation stream / floor at T=16384", s->activation_bytes / floor, 1.3, true);
-      if (T == 2048 && ck) target("time stream / checkpoint at T=2048", s->step_seconds / ck->step_seconds, 1.05, true);
-      if (T >= 8192 && ck) target("time stream / checkpoint at T=" + std::to_string(T), s->step_seconds / ck->step_seconds, 0.9, true);
-      if (T == 4096) target("stream GFLOP/s / GEMM GFLOP/s at T=4096", s->gflops / gemm_ref, 0.5, false);
+      const Run* tiled = Find(runs, "checkpoint:tiled", T);
+      if (T == 8192 && tiled) {
+        target("activation stream / checkpoint:tiled at T=8192",
+               static_cast<double>(s->activation_bytes) / tiled->activation_bytes, 0.25, true);
+      }
+      if (T == 16384) target("activation stream / floor at T=16384", s->activation_bytes / floor_bytes(T), 1.3, true);
+      if (T >= 4096 && tiled) {
+        target("time stream / checkpoint:tiled at T=" + std::to_string(T), s->step_seconds / tiled->step_seconds, 1.0,
+               true);
+      }
+      if (T == 4096) target("stream GFLOP/s / GEMM GFLOP/s at T=4096", s->gflops / gemm_ref, 0.6, false);
     }
+    report["ratios"] = ratios;
     // The floor at T=16384 from a search probe when the sweep did not run that length.
     if (a.objective == "sft" && !Find(runs, "stream", 16384)) {
       for (const auto& s : searches) {
         for (const auto& r : s.runs) {
           if (s.variant.label() != "stream" || r.oom || r.seq_len != 16384) continue;
-          const double floor = static_cast<double>(e) * a.batch * r.seq_len *
-                               (c.num_hidden_layers * c.hidden_size + 2 * c.hidden_size + 4 * c.kv_dim());
           std::printf("T=16384 (search probe, chunk %lld, logits %lld) stream activation %s\n", (long long)r.chunk,
                       (long long)r.logits_chunk, HumanBytes(r.activation_bytes).c_str());
           target("activation stream / floor at T=16384 (chunk " + std::to_string(r.chunk) + ")",
-                 r.activation_bytes / floor, 1.3, true);
+                 r.activation_bytes / floor_bytes(r.seq_len), 1.3, true);
         }
       }
     }
@@ -578,15 +668,56 @@ int main(int argc, char** argv) {
       target("ablation: prefix-recompute time / K/V-once time - 1 at T=" + std::to_string(a.ablation_seq_len),
              ablation[1].step_seconds / ablation[0].step_seconds - 1, 0.10, false);
     }
-    const SearchResult* ms = nullptr;
-    const SearchResult* mc = nullptr;
-    for (const auto& s : searches) {
-      if (s.variant.label() == "stream") ms = &s;
-      if (s.variant.label() == "checkpoint") mc = &s;
+    // Layer inputs offloaded vs on the device (stream:offload next to stream in the run).
+    nlohmann::json offload = nlohmann::json::array();
+    for (int64_t T : a.seq_lens) {
+      const Run* s = Find(runs, "stream", T);
+      const Run* o = Find(runs, "stream:offload", T);
+      if (!s || !o) continue;
+      const double mem = static_cast<double>(o->activation_bytes) / s->activation_bytes;
+      const double time = o->step_seconds / s->step_seconds;
+      const double rss = static_cast<double>(o->rss_peak_bytes) / std::max<int64_t>(1, s->rss_peak_bytes);
+      std::printf("T=%-6lld offloaded: device activation %s vs %s (%.3fx), %s in the second tier; step %.1f s vs %.1f s "
+                  "(%+.1f%%); peak RSS %s vs %s (%.3fx)\n",
+                  (long long)T, HumanBytes(o->activation_bytes).c_str(), HumanBytes(s->activation_bytes).c_str(), mem,
+                  HumanBytes(o->offloaded_bytes).c_str(), o->step_seconds, s->step_seconds, 100 * (time - 1),
+                  HumanBytes(o->rss_peak_bytes).c_str(), HumanBytes(s->rss_peak_bytes).c_str(), rss);
+      offload.push_back({{"seq_len", T}, {"activation_ratio", mem}, {"time_ratio", time}, {"rss_peak_ratio", rss}});
+      if (T == 32768) target("device activation stream:offload / stream at T=32768", mem, 0.35, true);
+      if (T == 8192) target("step time overhead of offload at T=8192 (stream:offload / stream - 1)", time - 1, 0.15, true);
     }
-    if (ms && mc && mc->max_seq_len > 0) {
-      target("max length stream / checkpoint (" + a.objective + ", " + HumanBytes(budget) + ")",
-             static_cast<double>(ms->max_seq_len) / mc->max_seq_len, a.objective == "sft" ? 6.0 : 3.0, false);
+    report["offload"] = offload;
+    const SearchResult* mo = nullptr;
+    for (const auto& s : searches) {
+      if (s.variant.label() == "stream:offload") mo = &s;
+    }
+    const SearchResult* ms = nullptr;
+    const SearchResult* mb = nullptr;  // the baseline reaching the longest length
+    for (const auto& s : searches) {
+      if (s.variant.label() == "stream") {
+        ms = &s;
+      } else if (s.variant.engine == "stream") {
+        continue;  // stream:offload is not a baseline
+      } else if (!mb || s.max_seq_len > mb->max_seq_len) {
+        mb = &s;
+      }
+    }
+    if (ms && mb && mb->max_seq_len > 0) {
+      const bool exact = !ms->capped && !mb->capped;
+      target("max length stream / " + mb->variant.label() + " (" + a.objective + ", " + HumanBytes(budget) + ")" +
+                 (exact ? "" : " [a search reached its cap: a bound, not a result]"),
+             static_cast<double>(ms->max_seq_len) / mb->max_seq_len, 3.0, false);
+    }
+    if (ms && mo && ms->max_seq_len > 0) {
+      target("max length stream:offload / stream (" + a.objective + ", " + HumanBytes(budget) + " of device memory)" +
+                 (mo->capped ? " [the search reached its cap: a bound]" : ""),
+             static_cast<double>(mo->max_seq_len) / ms->max_seq_len, 3.0, false);
+    }
+    if (ms && mo && a.predict_only && ms->predicted_max_seq_len > 0) {
+      std::printf("  (predicted by the estimate, not run) max length stream:offload / stream at %s: %lld / %lld = %.2fx\n",
+                  HumanBytes(budget).c_str(), (long long)mo->predicted_max_seq_len,
+                  (long long)ms->predicted_max_seq_len,
+                  static_cast<double>(mo->predicted_max_seq_len) / ms->predicted_max_seq_len);
     }
     report["targets"] = targets;
 

@@ -1,8 +1,11 @@
 // Measuring one point, the max-length search, analytic FLOPs and the GEMM reference.
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <fstream>
 #include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -46,9 +49,31 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
+int64_t StatusBytes(const std::string& key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;  // "...  123 kB"
+  }
+  return 0;
+}
+
+int64_t ResidentBytes() { return StatusBytes("VmRSS"); }
+int64_t PeakResidentBytes() { return StatusBytes("VmHWM"); }
+
+void ResetPeakRss() {
+  ::malloc_trim(0);
+  std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to VmRSS (Linux >= 4.0)
+}
+
 std::string Variant::label() const {
   std::string s = engine;
-  if (engine == "checkpoint") s += logits_chunked ? "+chunked-logits" : "";
+  if (engine == "stream" && options.offload_layer_inputs) s += ":offload";
+  if (engine == "checkpoint" && options.tiled_attention) {
+    s += logits_chunked ? ":tiled" : ":tiled+materialized-logits";
+  } else if (engine == "checkpoint") {
+    s += logits_chunked ? "+chunked-logits" : "";
+  }
   if (options.recompute_kv_per_chunk) s += "+prefix-kv";
   return s;
 }
@@ -112,22 +137,30 @@ StepFlops AnalyticFlops(const ModelConfig& c, int64_t B, int64_t T, const Varian
   f.model = 3 * (L * (2 * n * layer_params + attention(causal_pairs)) + head);
   const double square = attention(static_cast<double>(T) * T);
   const double seq_head = sequence_pass ? head : 0;
+  // Query blocks (stream chunks, checkpoint:tiled's attention blocks) attend to the keys
+  // up to their last position only.
+  const auto chunks = ResolveChunks(v.options, T);
+  double pairs = 0, prefix_rows = 0;
+  for (int64_t s = 0; s < T; s += chunks.chunk) {
+    const double e = static_cast<double>(std::min<int64_t>(T, s + chunks.chunk));
+    pairs += (e - s) * e;
+    prefix_rows += e;
+  }
+  // Tiled attention's backward recomputes the probabilities: QK^T, dV, dP, dQ, dK = 2.5x
+  // the forward's two products.
   if (v.engine == "full") {
     f.executed = 3 * (L * (2 * n * layer_params + square) + head);
+  } else if (v.engine == "checkpoint" && v.options.tiled_attention) {
+    f.executed = L * (4 * 2 * n * layer_params + 4.5 * attention(pairs)) + 3 * head + seq_head;
   } else if (v.engine == "checkpoint") {
     f.executed = 4 * L * (2 * n * layer_params + square) + 3 * head + seq_head;
   } else {
-    const auto chunks = ResolveChunks(v.options, T);
-    double pairs = 0, prefix_rows = 0;
-    for (int64_t s = 0; s < T; s += chunks.chunk) {
-      const double e = static_cast<double>(std::min<int64_t>(T, s + chunks.chunk));
-      pairs += (e - s) * e;
-      prefix_rows += e;
-    }
+    // Forward; then per layer K/V without a graph, each chunk recomputed with a graph and
+    // backpropagated, and the K/V backward (recomputed with a graph).
     const double forward = 2 * n * layer_params + attention(pairs);
     const double kv_backward = v.options.recompute_kv_per_chunk ? 3 * 2 * rows * prefix_rows * kv_params
-                                                                : 3 * 2 * n * kv_params;
-    const double backward = kv_backward + 3 * (2 * n * q_params + attention(pairs));
+                                                                : 2 * n * kv_params + 3 * 2 * n * kv_params;
+    const double backward = kv_backward + 3 * 2 * n * q_params + 3.5 * attention(pairs);
     f.executed = L * (forward + backward) + 3 * head + seq_head;
   }
   return f;
@@ -200,6 +233,7 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
   const auto estimate = EstimateStepMemory(ctx.config, ctx.dtype, rows, T, v.options, ctx.optimizer,
                                            ctx.adapter ? &ctx.adapter->config() : nullptr);
   r.predicted_key_chunk = estimate.key_chunk;
+  r.predicted_offloaded_bytes = estimate.offloaded_bytes;
   r.predicted_activation_bytes = estimate.activation_bytes;
   r.predicted_peak_bytes = estimate.total();
   auto probe = CreateObjective(ctx.workload.objective, nlohmann::json::object());
@@ -216,6 +250,8 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
     return r;
   }
   int64_t peak = 0;
+  ResetPeakRss();
+  r.rss_start_bytes = ResidentBytes();
   for (int64_t i = 0; i < warmup + repeat; ++i) {
     ZeroGradients(ctx);
     auto objective = CreateObjective(ctx.workload.objective, nlohmann::json::object());
@@ -243,6 +279,7 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
       worker.join();
       if (error) std::rethrow_exception(error);
       r.loss = result.loss;
+      r.offloaded_bytes = result.offloaded_bytes;
       if (i >= warmup) r.samples.push_back(secs);
     } catch (const c10::OutOfMemoryError& e) {
       r.oom = true;
@@ -255,7 +292,26 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
     }
     peak = std::max(peak, memory::PeakBytes());
   }
+  if (ctx.profile && !r.oom) {
+    ZeroGradients(ctx);
+    auto objective = CreateObjective(ctx.workload.objective, nlohmann::json::object());
+    std::exception_ptr error;
+    std::thread worker([&] {
+      try {
+        torch::set_num_threads(ctx.threads);
+        r.breakdown = ProfileStep([&] {
+          ForwardBackward(ctx.model, batch, *objective, v.options);
+          objective->finish();
+        });
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    worker.join();
+    if (error) std::rethrow_exception(error);
+  }
   ZeroGradients(ctx);
+  r.rss_peak_bytes = PeakResidentBytes();
   if (r.oom) return r;
   r.peak_bytes = peak;
   r.activation_bytes = peak - statics;
@@ -268,7 +324,7 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
 }
 
 SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int64_t start, int64_t max_len,
-                             double tol, bool auto_chunks, int64_t align) {
+                             double tol, bool auto_chunks, int64_t align, bool probe) {
   SearchResult s;
   s.variant = v;
   s.budget_bytes = budget;
@@ -276,12 +332,14 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
   const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
   auto options_for = [&](int64_t T) {
     Variant x = v;
-    if (auto_chunks && v.engine == "stream") {
-      // As the server does: the largest chunks whose estimate fits the budget.
+    if (auto_chunks && (v.engine == "stream" || v.options.tiled_attention)) {
+      // As the server does: the largest chunks whose estimate fits the budget (for
+      // checkpoint:tiled its attention blocks and the logits chunk, so the baseline gets the
+      // same help from small tiles that stream gets).
       const int64_t rows = MakeBatch(SyntheticSequences(ctx.workload, 8, ctx.config.vocab_size),
                                      Layout::kRightPad).rows();
       auto chosen = ChooseChunks(ctx.config, ctx.dtype, rows, T, statics + budget, ctx.optimizer,
-                                 ctx.adapter ? &ctx.adapter->config() : nullptr);
+                                 ctx.adapter ? &ctx.adapter->config() : nullptr, v.options);
       x.options.chunk = chosen.chunk;
       x.options.logits_chunk = chosen.logits_chunk;
       x.options.key_chunk = chosen.key_chunk;
@@ -307,6 +365,30 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
     return !r.oom;
   };
   auto round = [&](int64_t T) { return std::max<int64_t>(align, T / align * align); };
+  {
+    const int64_t rows = MakeBatch(SyntheticSequences(ctx.workload, 8, ctx.config.vocab_size), Layout::kRightPad).rows();
+    auto predicted_fits = [&](int64_t T) {
+      const auto x = options_for(T);
+      return EstimateStepMemory(ctx.config, ctx.dtype, rows, T, x.options, ctx.optimizer,
+                                ctx.adapter ? &ctx.adapter->config() : nullptr)
+                 .activation_bytes <= budget;
+    };
+    int64_t a = 0, b = align;
+    while (b <= (int64_t{1} << 26) && predicted_fits(b)) {
+      a = b;
+      b *= 2;
+    }
+    while (b - a > align) {
+      const int64_t mid = round(a + (b - a) / 2);
+      if (mid <= a || mid >= b) break;
+      (predicted_fits(mid) ? a : b) = mid;
+    }
+    s.predicted_max_seq_len = a;
+  }
+  if (!probe) {
+    s.seconds = Seconds(t0);
+    return s;
+  }
   int64_t lo = 0, hi = 0;
   for (int64_t T = round(start);; T = round(2 * T)) {
     if (T > max_len) {

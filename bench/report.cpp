@@ -25,6 +25,7 @@ nlohmann::json RunJson(const Run& r) {
   nlohmann::json j{{"engine", r.variant.engine},
                    {"logits_chunked", r.variant.logits_chunked},
                    {"recompute_kv_per_chunk", r.variant.options.recompute_kv_per_chunk},
+                   {"tiled_attention", r.variant.options.tiled_attention},
                    {"label", r.variant.label()},
                    {"seq_len", r.seq_len},
                    {"batch", r.batch},
@@ -39,7 +40,11 @@ nlohmann::json RunJson(const Run& r) {
                    {"predicted_peak_bytes", r.predicted_peak_bytes},
                    {"predicted_activation_bytes", r.predicted_activation_bytes},
                    {"flops", r.flops},
-                   {"model_flops", r.model_flops}};
+                   {"model_flops", r.model_flops},
+                   {"offload_layer_inputs", r.variant.options.offload_layer_inputs},
+                   {"predicted_offloaded_bytes", r.predicted_offloaded_bytes},
+                   {"rss_start_bytes", r.rss_start_bytes},
+                   {"rss_peak_bytes", r.rss_peak_bytes}};
   if (r.oom) {
     j["oom_predicted"] = r.oom_predicted;
     j["oom_message"] = r.oom_message;
@@ -49,6 +54,12 @@ nlohmann::json RunJson(const Run& r) {
     return j;
   }
   j["peak_bytes"] = r.peak_bytes;
+  j["offloaded_bytes"] = r.offloaded_bytes;
+  if (r.breakdown.total_seconds > 0) {
+    j["time_breakdown"] = {{"total_seconds", r.breakdown.total_seconds},
+                           {"seconds", r.breakdown.seconds},
+                           {"top_ops", r.breakdown.ops}};
+  }
   j["activation_bytes"] = r.activation_bytes;
   j["step_seconds"] = r.step_seconds;
   j["step_seconds_samples"] = r.samples;

@@ -366,6 +366,7 @@ void ToProto(const StepStats& s, v1::StepStats* out) {
   out->set_peak_memory_bytes(s.peak_memory_bytes);
   out->set_seconds(s.seconds);
   out->set_queue_seconds(s.queue_seconds);
+  out->set_offloaded_bytes(s.result.offloaded_bytes);
 }
 
 void ToProto(const OptimStats& o, v1::OptimStepResponse* out) {
@@ -416,6 +417,7 @@ void ToProto(const HostInfo& i, v1::GetInfoResponse* out) {
   for (int64_t id : i.eos_token_ids) t->add_eos_token_ids(static_cast<int32_t>(id));
   t->set_bos_token(i.tokenizer.bos_token);
   t->set_eos_token(i.tokenizer.eos_token);
+  out->set_offload_layer_inputs(i.engine.offload_layer_inputs);
 }
 
 void ToProto(const EstimateReply& e, v1::EstimateMemoryResponse* out) {
@@ -430,6 +432,7 @@ void ToProto(const EstimateReply& e, v1::EstimateMemoryResponse* out) {
   out->set_chunk(e.estimate.chunk);
   out->set_logits_chunk(e.estimate.logits_chunk);
   out->set_key_chunk(e.engine == EngineKind::kStream ? e.estimate.key_chunk : 0);
+  out->set_offloaded_bytes(e.estimate.offloaded_bytes);
 }
 
 void ToProto(const LogprobsReply& r, v1::ComputeLogprobsResponse* out) {

@@ -77,7 +77,7 @@ void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t token
   if (config_.limits.auto_chunks && engine->kind == EngineKind::kStream && !chunks_given) {
     // The largest chunks whose estimated peak fits the memory budget.
     auto chosen = ChooseChunks(model_, dtype_, rows, longest, config_.limits.memory_budget_bytes - resident_bytes,
-                               config_.trainer.optimizer.name, lora);
+                               config_.trainer.optimizer.name, lora, *engine);
     engine->chunk = chosen.chunk;
     engine->logits_chunk = chosen.logits_chunk;
     engine->key_chunk = chosen.key_chunk;

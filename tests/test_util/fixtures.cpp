@@ -52,6 +52,16 @@ std::vector<std::string> TinyFamilies() {
   return {"llama", "llama_bias", "qwen2", "qwen3", "qwen3_tied", "mistral_window"};
 }
 
+std::vector<std::pair<std::string, EngineOptions>> EngineVariants(int64_t chunk, int64_t logits_chunk,
+                                                                  int64_t key_chunk) {
+  EngineOptions tiled{EngineKind::kCheckpoint, chunk, logits_chunk, false, key_chunk};
+  tiled.tiled_attention = true;
+  return {{"stream", {EngineKind::kStream, chunk, logits_chunk, false, key_chunk}},
+          {"checkpoint", {EngineKind::kCheckpoint, chunk, logits_chunk, false, key_chunk}},
+          {"checkpoint:tiled", tiled},
+          {"full", {EngineKind::kFull}}};
+}
+
 CausalLM RandomModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype) {
   CausalLM model = InitModel(config, seed, dtype);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 7919);

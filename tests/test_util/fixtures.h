@@ -9,6 +9,7 @@
 
 #include "streambp/batch.h"
 #include "streambp/config.h"
+#include "streambp/engine.h"
 #include "streambp/model.h"
 
 namespace streambp::testing {
@@ -31,6 +32,12 @@ std::vector<Sequence> RandomSequences(const std::vector<int64_t>& lengths, int64
 /// implementation of the decoder from the HF formulas (per head, per position RoPE in
 /// double arithmetic), reading the weights by their HF names.
 torch::Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& tokens);
+
+/// The engine variants exactness tests run, by name: "stream", "checkpoint",
+/// "checkpoint:tiled" (attention in query blocks of `chunk` x key tiles of `key_chunk`) and
+/// "full", each with these chunk sizes where it uses them.
+std::vector<std::pair<std::string, EngineOptions>> EngineVariants(int64_t chunk, int64_t logits_chunk,
+                                                                  int64_t key_chunk = 0);
 
 /// A fresh temporary folder (removed by the caller or left in the temp dir).
 std::string TempDir(const std::string& name);

@@ -85,14 +85,14 @@ TEST_P(DpoExactness, StreamAndCheckpointMatchDirectComputation) {
   o.beta = 0.5;  // large enough that the hinge is active for some pairs and not others
   auto batch = MakeBatch(Pairs(config.vocab_size, 3, true), c.layout, c.layout == Layout::kPacked ? 12 : 0);
   auto direct = DirectLossAndGrads(model, batch, [&](const torch::Tensor& l) { return DirectDpo(l, batch, o); });
-  for (auto kind : {EngineKind::kStream, EngineKind::kCheckpoint, EngineKind::kFull}) {
+  for (const auto& [name, options] : testing::EngineVariants(3, 4, 2)) {
     auto objective = MakeDpoObjective(o);
     ZeroGradients(*model);
-    auto r = ForwardBackward(model, batch, *objective, {kind, 3, 4});
+    auto r = ForwardBackward(model, batch, *objective, options);
     auto metrics = objective->finish();
-    EXPECT_NEAR(r.loss, direct.loss, 1e-12 * std::max(1.0, std::abs(direct.loss))) << EngineName(kind);
+    EXPECT_NEAR(r.loss, direct.loss, 1e-12 * std::max(1.0, std::abs(direct.loss))) << name;
     auto diff = CompareGradients(direct.grads, CollectGradients(*model));
-    EXPECT_LE(diff.max_relative, 1e-10) << EngineName(kind) << " " << diff.worst;
+    EXPECT_LE(diff.max_relative, 1e-10) << name << " " << diff.worst;
     EXPECT_TRUE(metrics.count("rewards/margins"));
     EXPECT_GE(metrics.at("rewards/accuracies"), 0.0);
     EXPECT_LE(metrics.at("rewards/accuracies"), 1.0);

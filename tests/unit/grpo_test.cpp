@@ -175,14 +175,14 @@ TEST_P(GrpoExactness, EnginesMatchDirectComputation) {
   auto batch = MakeBatch(seqs, c.layout, c.layout == Layout::kPacked ? 14 : 0);
   auto direct = DirectLossAndGrads(model, batch, [&](const torch::Tensor& l) { return DirectGrpo(l, batch, c.options); });
   ASSERT_TRUE(std::isfinite(direct.loss));
-  for (auto kind : {EngineKind::kStream, EngineKind::kCheckpoint, EngineKind::kFull}) {
+  for (const auto& [name, options] : testing::EngineVariants(3, 5, 2)) {
     auto objective = MakeGrpoObjective(c.options);
     ZeroGradients(*model);
-    auto r = ForwardBackward(model, batch, *objective, {kind, 3, 5});
+    auto r = ForwardBackward(model, batch, *objective, options);
     auto metrics = objective->finish();
-    EXPECT_NEAR(r.loss, direct.loss, 1e-12 * std::max(1.0, std::abs(direct.loss))) << EngineName(kind);
+    EXPECT_NEAR(r.loss, direct.loss, 1e-12 * std::max(1.0, std::abs(direct.loss))) << name;
     auto diff = CompareGradients(direct.grads, CollectGradients(*model));
-    EXPECT_LE(diff.max_relative, 1e-10) << EngineName(kind) << " " << diff.worst;
+    EXPECT_LE(diff.max_relative, 1e-10) << name << " " << diff.worst;
     EXPECT_TRUE(metrics.count("entropy"));
     EXPECT_TRUE(metrics.count("clip_ratio/region_mean"));
     if (c.options.beta != 0) {

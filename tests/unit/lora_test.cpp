@@ -160,13 +160,13 @@ TEST_P(LoraExactness, AdapterGradientsEqualTheMergedWeightsGradient) {
   for (auto& p : model->parameters()) p.requires_grad_(false);
   for (auto& [name, t] : adapter->named_parameters()) t.requires_grad_(true);
   model->set_adapter(adapter);
-  for (auto kind : {EngineKind::kFull, EngineKind::kCheckpoint, EngineKind::kStream}) {
+  for (const auto& [name, options] : testing::EngineVariants(5, 3, 3)) {
     ZeroGradients(adapter->named_parameters());
     auto objective = MakeObjective(c.objective);
-    const auto r = ForwardBackward(model, batch, *objective, {kind, 5, 3, false, 3});
-    EXPECT_NEAR(r.loss, ref.loss, 1e-12 * std::max(1.0, std::abs(ref.loss))) << EngineName(kind);
+    const auto r = ForwardBackward(model, batch, *objective, options);
+    EXPECT_NEAR(r.loss, ref.loss, 1e-12 * std::max(1.0, std::abs(ref.loss))) << name;
     const auto diff = CompareGradients(expected, CollectGradients(adapter->named_parameters()));
-    EXPECT_LE(diff.max_relative, 1e-10) << EngineName(kind) << " worst " << diff.worst;
+    EXPECT_LE(diff.max_relative, 1e-10) << name << " worst " << diff.worst;
     for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined()) << "a base weight got a gradient";
   }
   for (const auto& [name, g] : expected) EXPECT_GT(g.abs().max().item<double>(), 0) << name;

@@ -56,7 +56,9 @@ TEST(Decoder, LogitsMatchReferenceInEveryLayout) {
 // Attention over key tiles (online softmax, recomputing backward) equals the materialized
 // softmax: outputs to 1e-12 and the gradients of the chunk input, K, V and every layer
 // parameter to 1e-10 (float64), for tiles that divide the keys, that do not, of one key,
-// and with rows whose first tiles are masked entirely (left padding, packing, window).
+// and with rows whose first tiles are masked entirely (left padding, packing, window);
+// also with query blocks (checkpoint:tiled's attention) and with the mask built tile by
+// tile from the batch (AttentionPattern::Causal) instead of given.
 TEST(Decoder, TiledAttentionEqualsMaterialized) {
   for (const auto& family : testing::TinyFamilies()) {
     auto config = testing::TinyConfig(family);
@@ -74,12 +76,15 @@ TEST(Decoder, TiledAttentionEqualsMaterialized) {
         rope = model->rotary().tables(batch.position_ids, x_all);
       }
       auto mask = AttentionMask(batch, s, e, e, config.sliding_window.value_or(0));
-      auto run = [&](int64_t tile) {
+      auto run = [&](AttentionTiling tiling, bool pattern) {
         auto x_q = x_all.slice(1, s, e).detach().requires_grad_(true);
         auto kv_in = x_all.detach().requires_grad_(true);
         KeysValues kv = layer.keys_values(kv_in, rope);
         auto rope_q = Rope{rope.cos.slice(1, s, e), rope.sin.slice(1, s, e)};
-        auto y = layer.forward_queries(x_q, rope_q, kv, mask, tile);
+        auto y = layer.forward_queries(
+            x_q, rope_q, kv,
+            pattern ? AttentionPattern::Causal(batch, s, e, e, config.sliding_window.value_or(0)) : AttentionPattern(mask),
+            tiling);
         auto weight = torch::linspace(-1, 1, y.numel(), y.options()).view(y.sizes());
         std::vector<torch::Tensor> inputs{x_q, kv_in};
         for (const auto& p : layer.parameters()) inputs.push_back(p);
@@ -87,9 +92,13 @@ TEST(Decoder, TiledAttentionEqualsMaterialized) {
         grads.insert(grads.begin(), y.detach());
         return grads;
       };
-      const auto reference = run(0);
-      for (int64_t tile : {4, 5, 1}) {
-        const auto tiled = run(tile);
+      const auto reference = run({}, false);
+      const std::pair<AttentionTiling, bool> cases[] = {{{4}, false}, {{5}, false}, {{1}, false}, {{4, 3}, true},
+                                                        {{5, 1}, true}, {{0, 2}, true}, {{3}, true}};
+      for (const auto& [tiling, pattern] : cases) {
+        const std::string tile = std::to_string(tiling.key_tile) + " x queries " + std::to_string(tiling.query_tile) +
+                                 (pattern ? " (pattern)" : "");
+        const auto tiled = run(tiling, pattern);
         ASSERT_EQ(tiled.size(), reference.size());
         const double scale = reference[0].abs().max().item<double>();
         EXPECT_LE((tiled[0] - reference[0]).abs().max().item<double>(), 1e-12 * scale)

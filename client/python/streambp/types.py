@@ -134,6 +134,7 @@ class ServerInfo:
     sessions: bool
     session: Optional[SessionInfo]
     tokenizer: TokenizerInfo
+    offload_layer_inputs: bool
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ class StepStats:
     peak_memory_bytes: int
     seconds: float
     queue_seconds: float
+    offloaded_bytes: int
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,7 @@ class MemoryEstimate:
     chunk: int
     logits_chunk: int
     key_chunk: int
+    offloaded_bytes: int
 
 
 @dataclass(frozen=True)

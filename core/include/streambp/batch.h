@@ -96,4 +96,32 @@ std::vector<std::vector<size_t>> SplitMicroBatches(const std::vector<Sequence>& 
 torch::Tensor AttentionMask(const Batch& batch, int64_t q_start, int64_t q_end, int64_t k_end,
                             int64_t sliding_window = 0);
 
+/// Which keys each query may attend to, for attention that visits the keys tile by tile:
+/// block() builds the mask of one block of queries and keys when it is needed, so no
+/// [B, C, L] mask has to exist (at T = 32768 that would be 1 GiB of bools). Either
+/// AttentionMask's rule over a batch's sequence ids (Causal), or a given mask tensor.
+/// Query indices of block() and key_limit() are relative to the first query row.
+struct AttentionPattern {
+  AttentionPattern() = default;
+  /// A given mask [B, C, L], true where attention is allowed (implicit on purpose: every
+  /// caller with a mask tensor keeps passing it as is).
+  AttentionPattern(torch::Tensor mask);  // NOLINT(google-explicit-constructor)
+  /// AttentionMask(batch, q_start, q_end, k_end, sliding_window), block by block.
+  static AttentionPattern Causal(const Batch& batch, int64_t q_start, int64_t q_end, int64_t k_end,
+                                 int64_t sliding_window = 0);
+
+  int64_t queries() const { return q_end - q_start; }
+  int64_t keys() const { return k_end; }
+  /// The mask of query rows [q0, q1) over keys [k0, k1): [B, q1 - q0, k1 - k0] bool.
+  torch::Tensor block(int64_t q0, int64_t q1, int64_t k0, int64_t k1) const;
+  torch::Tensor dense() const { return block(0, queries(), 0, keys()); }  ///< [B, C, L]
+  /// Keys at or past this index are masked for every query row of [q0, q1) (causality).
+  int64_t key_limit(int64_t q0, int64_t q1) const;
+
+  torch::Tensor mask;          ///< the given mask, or undefined (Causal)
+  torch::Tensor sequence_ids;  ///< Causal: the batch's sequence ids [B, T]
+  int64_t q_start = 0, q_end = 0, k_end = 0;
+  int64_t window = 0;          ///< Causal: sliding window (0 = none)
+};
+
 }  // namespace streambp

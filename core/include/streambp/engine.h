@@ -2,7 +2,8 @@
 /// Backward engines: the same loss and gradients, different memory and time (DESIGN §4).
 ///  - full:       plain autograd through the whole model and the whole logits.
 ///  - checkpoint: forward without a graph keeping each layer's input; backward recomputes
-///                one layer at a time. Logits materialized (logits_chunk = 0) or chunked.
+///                one layer at a time. Logits materialized (logits_chunk = 0) or chunked;
+///                attention materialized (T x T scores) or tiled (tiled_attention).
 ///  - stream:     StreamBP: K/V once per layer, queries and the MLP chunk by chunk along
 ///                the sequence, lm_head + loss chunk by chunk.
 #include <cstdint>
@@ -40,8 +41,8 @@ struct EngineOptions {
   bool recompute_kv_per_chunk = false;
   /// stream: keys per attention tile inside a query chunk (0 = kDefaultKeyChunk). A chunk
   /// attending to more keys than this runs tile by tile with an online softmax, so its
-  /// scores are chunk x key_chunk instead of chunk x T. full and checkpoint never tile
-  /// (they are the baselines as users know them: T x T scores).
+  /// scores are chunk x key_chunk instead of chunk x T. full never tiles, checkpoint only
+  /// with tiled_attention (the plain baselines as PyTorch eager computes them: T x T scores).
   int64_t key_chunk = 0;
   /// Called on the calling thread as soon as parameter gradients are complete for this
   /// micro-batch, in this order: -2 for the final norm and an untied lm_head (after the
@@ -54,6 +55,26 @@ struct EngineOptions {
   /// progress reports, and for abandoning a step whose caller has gone: it may throw, and
   /// the step then fails as any failed step does (the Trainer clears the gradients).
   std::function<void(const EngineProgress&)> on_progress;
+  /// checkpoint: attention over query blocks of `chunk` positions (0 = kDefaultChunk) and
+  /// key tiles of `key_chunk` (0 = kDefaultKeyChunk) with an online softmax and a
+  /// recomputing backward, as stream's: no T x T scores or mask, only a block x tile at a
+  /// time. The memory-efficient attention FlashAttention provides on GPUs, i.e. gradient
+  /// checkpointing as users of torch.utils.checkpoint + FlashAttention run it. With a
+  /// logits chunk this is `checkpoint:tiled`, the strongest baseline. Other engines ignore it.
+  bool tiled_attention = false;
+  /// stream: keep the stored layer inputs and the final hidden states in a second tier
+  /// instead of device memory: on a GPU (CUDA builds) pinned host memory with copies on a
+  /// side stream; on the CPU a scratch file in `scratch_dir`, written by a background
+  /// thread while the next layer computes and read back chunk by chunk, the next chunk
+  /// prefetched while the current one is in use. The device then holds g, dL/dx, K, V and
+  /// their gradients of one layer (bytes x T x (2d + 4 d_kv)) plus a chunk's working set,
+  /// instead of also L x T x d of inputs. Gradients are bit-identical with and without.
+  /// Other engines refuse it (InvalidArgument).
+  bool offload_layer_inputs = false;
+  /// Folder of the CPU scratch file (created, unlinked at once and its space reserved
+  /// before the forward; empty = $TMPDIR or /tmp). A folder that cannot hold the file is a
+  /// FailedPrecondition, a full one ResourceExhausted, naming the folder.
+  std::string scratch_dir;
 };
 constexpr int64_t kDefaultChunk = 512;
 constexpr int64_t kDefaultLogitsChunk = 1024;
@@ -61,7 +82,8 @@ constexpr int64_t kDefaultKeyChunk = 1024;
 
 /// The chunk sizes an engine will actually use for a sequence of length T.
 struct ResolvedChunks {
-  int64_t chunk;         ///< query positions per layer chunk (T for full/checkpoint)
+  int64_t chunk;         ///< query positions per layer chunk (stream) or attention query
+                         ///< block (checkpoint with tiled attention); T otherwise
   int64_t logits_chunk;  ///< positions per logits chunk (T when materialized)
   int64_t key_chunk;     ///< keys per attention tile (T: scores against all keys at once)
 };
@@ -71,6 +93,7 @@ struct StepResult {
   double loss = 0.0;        ///< sum of the objective's chunk terms
   int64_t targets = 0;      ///< selected target tokens in the batch
   int64_t tokens = 0;       ///< non-padding tokens in the batch
+  int64_t offloaded_bytes = 0;  ///< bytes kept in the second tier (offload_layer_inputs), else 0
   Metrics metrics;          ///< the objective's metrics (filled by callers from finish())
 };
 

@@ -18,7 +18,10 @@ struct MemoryEstimate {
   int64_t weights_bytes = 0;     ///< the model's parameters
   int64_t gradient_bytes = 0;    ///< one gradient per parameter
   int64_t optimizer_bytes = 0;   ///< optimizer state (AdamW: two moments)
-  int64_t activation_bytes = 0;  ///< peak beyond the three above during forward + backward
+  int64_t activation_bytes = 0;  ///< device peak beyond the three above during forward + backward
+  /// Held in the second tier (offload_layer_inputs: host memory or the scratch file), not on
+  /// the device and not in total().
+  int64_t offloaded_bytes = 0;
   int64_t chunk = 0;             ///< the chunk sizes the estimate assumed
   int64_t logits_chunk = 0;
   int64_t key_chunk = 0;
@@ -44,11 +47,14 @@ MemoryEstimate EstimateForwardMemory(const ModelConfig& config, torch::Dtype dty
 MemoryEstimate EstimateSampleMemory(const ModelConfig& config, torch::Dtype dtype, int64_t prompts,
                                     int64_t longest_prompt, int64_t n, int64_t max_tokens);
 
-/// The largest stream chunk (a power of two, at most kDefaultChunk, at least 16) whose
-/// estimate fits `budget_bytes`; the smallest when none fits. Logits chunk (2 x chunk, at
-/// most kDefaultLogitsChunk) and key chunk (2 x chunk, at most kDefaultKeyChunk) follow it.
+/// The largest chunk (a power of two, at most kDefaultChunk, at least 16) whose estimate
+/// fits `budget_bytes`; the smallest when none fits. Logits chunk (2 x chunk, at most
+/// kDefaultLogitsChunk) and key chunk (2 x chunk, at most kDefaultKeyChunk) follow it.
+/// `like`: the engine whose chunks are chosen (its kind and other options are kept; its
+/// chunk sizes are replaced): the stream engine by default, or checkpoint with tiled
+/// attention (chunk = its attention's query block).
 EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
                            int64_t budget_bytes, const std::string& optimizer = "adamw",
-                           const LoraConfig* lora = nullptr);
+                           const LoraConfig* lora = nullptr, const EngineOptions& like = EngineOptions{});
 
 }  // namespace streambp

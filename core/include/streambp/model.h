@@ -17,6 +17,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "streambp/batch.h"
 #include "streambp/config.h"
 #include "streambp/safetensors.h"
 
@@ -47,7 +48,8 @@ class RotaryEmbedding {
  public:
   explicit RotaryEmbedding(const ModelConfig& config);
   Rope tables(const torch::Tensor& position_ids, const torch::Tensor& like) const;
-  /// x: [B, heads, T, head_dim]; rope tables [B, T, head_dim].
+  /// x: [B, T, heads, head_dim] (position major, as the projections give it); rope
+  /// tables [B, T, head_dim]. Returns the same layout, contiguous.
   static torch::Tensor apply(const torch::Tensor& x, const Rope& rope);
   const torch::Tensor& inv_freq() const { return inv_freq_; }
 
@@ -55,10 +57,27 @@ class RotaryEmbedding {
   torch::Tensor inv_freq_;  // float64, [head_dim / 2]
 };
 
-/// Keys and values of a whole sequence, after k-norm and RoPE: [B, kv_heads, T, head_dim].
+/// Keys and values of a whole sequence, after k-norm and RoPE: [B, kv_heads, T, head_dim]
+/// (contiguous, as keys_values() returns them).
 struct KeysValues {
   torch::Tensor k;
   torch::Tensor v;
+};
+
+/// How forward_queries computes attention. With key_tile > 0 and more keys than that, or
+/// query_tile > 0 and more queries than that, it runs over blocks of queries and tiles of
+/// keys with an online softmax (the FlashAttention recurrences; the backward recomputes
+/// each tile from the saved log-sum-exp): no queries x keys scores ever exist, only a
+/// query block x key tile at a time. Otherwise scores are materialized (PyTorch eager).
+struct AttentionTiling {
+  int64_t key_tile = 0;    ///< keys per tile (0: all keys at once)
+  int64_t query_tile = 0;  ///< query positions per block (0: all queries at once)
+  /// Tiled only: when set, the backward adds dL/dK and dL/dV into these buffers
+  /// ([B, kv_heads, >= keys, head_dim], float32, float64 for float64 models) instead of
+  /// returning them through autograd, so a caller that visits the keys in many calls (the
+  /// stream engine: one call per query chunk over a growing prefix) accumulates them in
+  /// place, without a prefix-sized gradient per call. The buffers must outlive the graph.
+  const KeysValues* grad_sink = nullptr;
 };
 
 class DecoderLayerImpl : public torch::nn::Module {
@@ -69,14 +88,14 @@ class DecoderLayerImpl : public torch::nn::Module {
   KeysValues keys_values(const torch::Tensor& x, const Rope& rope);
   /// Output rows for the query positions x_q [B, c, d] (a contiguous slice [s, s+c) of the
   /// layer input) attending to kv restricted to the first kv.k.size(2) positions.
-  /// `mask` [B, c, kv_len] is true where attention is allowed; every query row must allow
-  /// at least one key. With key_tile > 0 and more keys than that, attention runs tile by
-  /// tile over the keys (online softmax; no c x kv_len scores), else materialized.
+  /// `mask` (a [B, c, kv_len] tensor or a pattern built tile by tile) says where attention
+  /// is allowed; every query row must allow at least one key. `tiling`: see AttentionTiling.
   torch::Tensor forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
-                                const KeysValues& kv, const torch::Tensor& mask,
-                                int64_t key_tile = 0);
+                                const KeysValues& kv, const AttentionPattern& mask,
+                                const AttentionTiling& tiling = {});
   /// The whole layer on the whole sequence.
-  torch::Tensor forward(const torch::Tensor& x, const Rope& rope, const torch::Tensor& mask);
+  torch::Tensor forward(const torch::Tensor& x, const Rope& rope, const AttentionPattern& mask,
+                        const AttentionTiling& tiling = {});
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};

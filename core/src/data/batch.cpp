@@ -244,14 +244,46 @@ std::vector<std::vector<size_t>> SplitMicroBatches(const std::vector<Sequence>& 
 
 torch::Tensor AttentionMask(const Batch& batch, int64_t q_start, int64_t q_end, int64_t k_end,
                             int64_t sliding_window) {
-  auto q_seq = batch.sequence_ids.slice(1, q_start, q_end).unsqueeze(2);  // [B, c, 1]
-  auto k_seq = batch.sequence_ids.slice(1, 0, k_end).unsqueeze(1);        // [B, 1, L]
-  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(batch.sequence_ids.device());
-  auto qi = torch::arange(q_start, q_end, opts).view({-1, 1});
-  auto kj = torch::arange(0, k_end, opts).view({1, -1});
+  return AttentionPattern::Causal(batch, q_start, q_end, k_end, sliding_window).dense();
+}
+
+AttentionPattern::AttentionPattern(torch::Tensor given) : mask(std::move(given)) {
+  TORCH_CHECK(mask.dim() == 3, "attention mask must be [B, queries, keys], got ", mask.sizes());
+  q_end = mask.size(1);
+  k_end = mask.size(2);
+}
+
+AttentionPattern AttentionPattern::Causal(const Batch& batch, int64_t q_start, int64_t q_end, int64_t k_end,
+                                          int64_t sliding_window) {
+  TORCH_CHECK(0 <= q_start && q_start <= q_end && q_end <= batch.length() && k_end <= batch.length(),
+              "attention pattern: queries [", q_start, ", ", q_end, ") or keys [0, ", k_end,
+              ") outside the batch's ", batch.length(), " positions");
+  AttentionPattern p;
+  p.sequence_ids = batch.sequence_ids;
+  p.q_start = q_start;
+  p.q_end = q_end;
+  p.k_end = k_end;
+  p.window = sliding_window;
+  return p;
+}
+
+torch::Tensor AttentionPattern::block(int64_t q0, int64_t q1, int64_t k0, int64_t k1) const {
+  if (mask.defined()) return mask.slice(1, q0, q1).slice(2, k0, k1);
+  const int64_t qa = q_start + q0, qb = q_start + q1;
+  auto q_seq = sequence_ids.slice(1, qa, qb).unsqueeze(2);  // [B, c, 1]
+  auto k_seq = sequence_ids.slice(1, k0, k1).unsqueeze(1);  // [B, 1, k]
+  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(sequence_ids.device());
+  auto qi = torch::arange(qa, qb, opts).view({-1, 1});
+  auto kj = torch::arange(k0, k1, opts).view({1, -1});
   auto allowed = kj <= qi;
-  if (sliding_window > 0) allowed = allowed & (qi - kj < sliding_window);
+  if (window > 0) allowed = allowed & (qi - kj < window);
   return (q_seq == k_seq) & allowed.unsqueeze(0);
+}
+
+int64_t AttentionPattern::key_limit(int64_t q0, int64_t q1) const {
+  (void)q0;
+  if (mask.defined()) return k_end;
+  return std::min(k_end, q_start + q1);
 }
 
 }  // namespace streambp

@@ -1,19 +1,24 @@
 // checkpoint: gradient checkpointing per layer. The forward keeps each layer's input and
-// no graph; the backward recomputes one whole layer with a graph at a time.
+// no graph; the backward recomputes one whole layer with a graph at a time. Attention is
+// materialized (T x T scores, as PyTorch eager computes it) or, with tiled attention,
+// visited in query blocks x key tiles with an online softmax (the role FlashAttention plays
+// under torch.utils.checkpoint on GPUs): the strongest checkpointing baseline.
 #include "engine_common.h"
 
 namespace streambp::engine {
 
 StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                     const ResolvedChunks& chunks, const GradsReady& ready,
-                                     const Progress& progress) {
+                                     const ResolvedChunks& chunks, bool tiled_attention,
+                                     const GradsReady& ready, const Progress& progress) {
   objective.begin(batch);
   const int64_t T = batch.length();
   const int64_t window = model.config().sliding_window.value_or(0);
   std::vector<torch::Tensor> inputs;
   torch::Tensor h_last;
   Rope rope;
-  auto mask = AttentionMask(batch, 0, T, T, window);
+  const AttentionPattern mask = tiled_attention ? AttentionPattern::Causal(batch, 0, T, T, window)
+                                                : AttentionPattern(AttentionMask(batch, 0, T, T, window));
+  const AttentionTiling tiling = tiled_attention ? AttentionTiling{chunks.key_chunk, chunks.chunk} : AttentionTiling{};
   {
     torch::NoGradGuard no_grad;
     auto x = model.embed(batch.input_ids);
@@ -22,7 +27,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
     for (int64_t i = 0; i < layers; ++i) {
       Report(progress, EngineProgress::Phase::kForward, i, layers);
       inputs.push_back(x);
-      x = model.layer_list[i]->forward(x, rope, mask);
+      x = model.layer_list[i]->forward(x, rope, mask, tiling);
     }
     h_last = x;
   }
@@ -35,7 +40,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
     torch::AutoGradMode grad_mode(true);
     auto x = inputs[i].detach().requires_grad_(true);
     inputs[i] = torch::Tensor();
-    auto y = model.layer_list[i]->forward(x, rope, mask);
+    auto y = model.layer_list[i]->forward(x, rope, mask, tiling);
     torch::autograd::backward({y}, {grad});
     y = torch::Tensor();
     grad = x.grad();

@@ -1,6 +1,8 @@
 // Engine dispatch and the parts the engines share: validation, the chunked lm_head + loss.
 #include <algorithm>
 
+#include <ATen/record_function.h>
+
 #include "engine_common.h"
 #include "streambp/error.h"
 #include "streambp/memory.h"
@@ -45,6 +47,10 @@ ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len) {
                                                  : kDefaultLogitsChunk;
   } else if (options.kind == EngineKind::kCheckpoint) {
     r.logits_chunk = options.logits_chunk > 0 ? options.logits_chunk : seq_len;
+    if (options.tiled_attention) {
+      r.chunk = options.chunk > 0 ? options.chunk : kDefaultChunk;
+      r.key_chunk = options.key_chunk > 0 ? options.key_chunk : kDefaultKeyChunk;
+    }
   }
   r.chunk = std::clamp<int64_t>(r.chunk, 1, std::max<int64_t>(seq_len, 1));
   r.logits_chunk = std::clamp<int64_t>(r.logits_chunk, 1, std::max<int64_t>(seq_len, 1));
@@ -74,11 +80,11 @@ StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objecti
     case EngineKind::kFull:
       return engine::FullForwardBackward(model, batch, objective, options.on_grads_ready, options.on_progress);
     case EngineKind::kCheckpoint:
-      return engine::CheckpointForwardBackward(model, batch, objective, chunks, options.on_grads_ready,
-                                               options.on_progress);
+      return engine::CheckpointForwardBackward(model, batch, objective, chunks, options.tiled_attention,
+                                               options.on_grads_ready, options.on_progress);
     case EngineKind::kStream:
-      return engine::StreamForwardBackward(model, batch, objective, chunks, options.recompute_kv_per_chunk,
-                                           options.on_grads_ready, options.on_progress);
+      return engine::StreamForwardBackward(model, batch, objective, chunks, options, options.on_grads_ready,
+                                           options.on_progress);
   }
   throw InvalidArgument("unknown engine");
 }
@@ -89,6 +95,9 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
                            const EngineOptions& options) {
   engine::ValidateBatch(*model, batch);
   const auto chunks = ResolveChunks(options, batch.length());
+  if (options.offload_layer_inputs && options.kind != EngineKind::kStream) {
+    throw InvalidArgument("offload_layer_inputs needs the stream engine (engine " + EngineName(options.kind) + ")");
+  }
   try {
     return RunEngine(*model, batch, objective, options, chunks);
   } catch (...) {
@@ -197,29 +206,42 @@ LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64
 
 HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
                                Objective& objective, int64_t chunk, bool want_grad, const Progress& progress) {
-  const int64_t T = h_last.size(1);
+  auto store = LayerStore::OnDevice(1);
+  store->put(0, h_last);
+  return HeadForwardBackward(model, *store, 0, batch, objective, chunk, want_grad, progress, {});
+}
+
+HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t slot, const Batch& batch,
+                               Objective& objective, int64_t chunk, bool want_grad, const Progress& progress,
+                               ChunkReader::Next then) {
+  RECORD_USER_SCOPE("streambp::head");
+  const int64_t T = batch.length();
   const int64_t chunks = (T + chunk - 1) / chunk;
   const int64_t layers = static_cast<int64_t>(model.layer_list.size());
+  ChunkReader reader(store, slot, T, chunk, objective.needs_sequence_pass() ? 2 : 1, then);
+  int64_t s = 0, e = 0;
   if (objective.needs_sequence_pass()) {
     torch::NoGradGuard no_grad;
-    for (int64_t s = 0; s < T; s += chunk) {
-      const int64_t e = std::min(T, s + chunk);
-      objective.observe(MakeChunk(batch, model.logits(h_last.slice(1, s, e)), s, e));
+    for (int64_t c = 0; c < chunks; ++c) {
+      auto h = reader.next(&s, &e);
+      objective.observe(MakeChunk(batch, model.logits(h), s, e));
     }
     objective.end_sequence_pass();
   }
   HeadResult result;
-  if (want_grad) result.grad_h = torch::empty_like(h_last);
-  for (int64_t s = 0; s < T; s += chunk) {
-    const int64_t e = std::min(T, s + chunk);
-    Report(progress, EngineProgress::Phase::kHead, layers, layers, s / chunk, chunks);
+  // On the device, dL/dh_last takes h_last's place chunk by chunk: a chunk's rows are not
+  // read again once its gradient is known (the sequence pass is over by then).
+  if (want_grad && store.on_device()) result.grad_h = store.read(slot, 0, T);
+  for (int64_t c = 0; c < chunks; ++c) {
+    auto rows = reader.next(&s, &e);
+    Report(progress, EngineProgress::Phase::kHead, layers, layers, c, chunks);
     if (!want_grad) {
       torch::NoGradGuard no_grad;
-      result.loss += objective.chunk_loss(MakeChunk(batch, model.logits(h_last.slice(1, s, e)), s, e))
-                         .item<double>();
+      result.loss += objective.chunk_loss(MakeChunk(batch, model.logits(rows), s, e)).item<double>();
       continue;
     }
-    auto h = h_last.slice(1, s, e).detach().requires_grad_(true);
+    if (!result.grad_h.defined()) result.grad_h = torch::empty({rows.size(0), T, rows.size(2)}, rows.options());
+    auto h = rows.detach().requires_grad_(true);
     torch::Tensor loss;
     {
       torch::AutoGradMode grad(true);
@@ -227,13 +249,15 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last,
     }
     result.loss += loss.item<double>();
     loss.backward();
-    result.grad_h.slice(1, s, e).copy_(h.grad());
+    h = h.grad();  // the chunk's graph (which saved its rows) is gone: they may be overwritten
+    result.grad_h.slice(1, s, e).copy_(h);
   }
   return result;
 }
 
 void EmbeddingBackward(CausalLMImpl& model, const Batch& batch, const torch::Tensor& grad) {
   if (!model.embed_tokens->weight.requires_grad()) return;  // a frozen base (adapter training)
+  RECORD_USER_SCOPE("streambp::embedding");
   torch::AutoGradMode grad_mode(true);
   auto emb = model.embed(batch.input_ids);
   torch::autograd::backward({emb}, {grad});

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "layer_store.h"
 #include "streambp/engine.h"
 
 namespace streambp::engine {
@@ -19,7 +20,8 @@ LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64
 /// The lm_head + loss part over final hidden states `h_last` [B, T, d] (no graph) in
 /// chunks of `chunk` positions: the objective's sequence pass (if it wants one), then for
 /// each chunk logits -> loss term -> backward. Returns the summed loss and dL/dh_last
-/// (undefined when `want_grad` is false: loss only).
+/// (undefined when `want_grad` is false: loss only). With want_grad, dL/dh_last is written
+/// into h_last's storage chunk by chunk (h_last is used up).
 struct HeadResult {
   double loss = 0.0;
   torch::Tensor grad_h;
@@ -28,6 +30,11 @@ using Progress = std::function<void(const EngineProgress&)>;
 HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
                                Objective& objective, int64_t chunk, bool want_grad,
                                const Progress& progress = nullptr);
+/// The same with h_last in slot `slot` of `store`, read chunk by chunk; `then` is
+/// prefetched after the last read.
+HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t slot, const Batch& batch,
+                               Objective& objective, int64_t chunk, bool want_grad, const Progress& progress,
+                               ChunkReader::Next then);
 
 /// Tells `progress` (if any) where the step is.
 inline void Report(const Progress& progress, EngineProgress::Phase phase, int64_t layer, int64_t layers,
@@ -46,10 +53,10 @@ using GradsReady = std::function<void(int64_t layer)>;
 StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
                                const GradsReady& ready, const Progress& progress);
 StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                     const ResolvedChunks& chunks, const GradsReady& ready,
-                                     const Progress& progress);
+                                     const ResolvedChunks& chunks, bool tiled_attention,
+                                     const GradsReady& ready, const Progress& progress);
 StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                 const ResolvedChunks& chunks, bool recompute_kv_per_chunk,
+                                 const ResolvedChunks& chunks, const EngineOptions& options,
                                  const GradsReady& ready, const Progress& progress);
 
 /// StreamBP's no-graph forward of one layer: K/V once, then queries chunk by chunk (keys

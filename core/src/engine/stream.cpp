@@ -8,55 +8,79 @@
 //     chunk by chunk: norm, projections and RoPE act on each position alone, so the
 //     chunks' VJPs sum to the whole K/V VJP and no B x T K/V graph ever exists.
 // The sum of the chunk VJPs is the VJP of the whole layer, so the gradients are exact.
-// What lives across a layer's backward is x (stored), g, dx, K^, V^, dK^, dV^: the floor
-// bytes·T·(L·d + 2d + 4·d_kv) of issue 6, plus one chunk's working set.
+// What lives across a layer's backward is x (stored), g (which becomes dx chunk by chunk),
+// K^, V^, dK^, dV^: bytes·T·(L·d + d + 4·d_kv), plus one chunk's working set. With the
+// layer inputs offloaded (issue 17) the stored inputs and the final hidden states live in
+// a second tier (a scratch file, pinned host memory) and come back a chunk at a time, so
+// the device holds bytes·T·(d + 4·d_kv) plus the chunk (the forward: x, y, K, V); the
+// arithmetic is the same, so the gradients are bit-identical.
 #include "engine_common.h"
+#include "layer_store.h"
 
 namespace streambp::engine {
 namespace {
 
 torch::Tensor Leaf(const torch::Tensor& t) { return t.detach().requires_grad_(true); }
 
-// Backprop of one layer by StreamBP; returns dL/dx. Takes g by value and drops it once
-// the chunks are done (the caller passes it with std::move).
-torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, const torch::Tensor& x_in,
-                                  torch::Tensor grad_out, const Rope& rope, const Batch& batch,
-                                  const ResolvedChunks& chunks, int64_t window, const Progress& progress,
-                                  int64_t index, int64_t layers) {
-  const int64_t T = x_in.size(1), chunk = chunks.chunk;
+// K/V of all T positions without a graph, chunk by chunk (norm, projections and RoPE act on
+// each position alone), so no B x T intermediate of their computation exists; `rows(s, e)`
+// gives the layer input's rows [s, e), in order.
+KeysValues KeysValuesInChunks(DecoderLayerImpl& layer, int64_t T, int64_t chunk, const Rope& rope,
+                              const std::function<torch::Tensor(int64_t, int64_t)>& rows) {
+  torch::NoGradGuard no_grad;
+  KeysValues out;
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    auto kv = layer.keys_values(rows(s, e), SliceRope(rope, s, e));
+    if (!out.k.defined()) {
+      auto sizes = kv.k.sizes().vec();
+      sizes[2] = T;
+      out = {torch::empty(sizes, kv.k.options()), torch::empty(sizes, kv.v.options())};
+    }
+    out.k.slice(2, s, e).copy_(kv.k);
+    out.v.slice(2, s, e).copy_(kv.v);
+  }
+  return out;
+}
+
+// Backprop of one layer by StreamBP; returns dL/dx. The layer's input is read from `store`
+// chunk by chunk, in three passes (K/V, the chunks, the K/V backward), so a second tier
+// never brings more than a chunk of it to the device; `then` is prefetched after the last
+// read. Takes g by value (the caller passes it with std::move) and returns dx in the same
+// buffer: chunk c reads only g[s:e] and then overwrites it with its part of dx, so g and dx
+// never both exist.
+torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int64_t slot, torch::Tensor grad,
+                                  const Rope& rope, const Batch& batch, const ResolvedChunks& chunks, int64_t window,
+                                  const Progress& progress, int64_t layers, ChunkReader::Next then) {
+  const int64_t T = grad.size(1), chunk = chunks.chunk;
   const int64_t n_chunks = (T + chunk - 1) / chunk;
-  KeysValues kv_hat;
-  {
-    torch::NoGradGuard no_grad;
-    kv_hat = layer.keys_values(x_in, rope);
-  }
-  auto grad_k = torch::zeros_like(kv_hat.k);
-  auto grad_v = torch::zeros_like(kv_hat.v);
-  auto grad_x = torch::empty_like(x_in);
+  ChunkReader reader(store, slot, T, chunk, 3, then);
+  int64_t s = 0, e = 0;
+  KeysValues kv_hat = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t, int64_t) { return reader.next(&s, &e); });
+  // dK^, dV^: every chunk's attention backward adds its part here in place (the grad sink),
+  // in the attention's compute dtype.
+  const auto cd = grad.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  KeysValues grad_kv{torch::zeros(kv_hat.k.sizes(), kv_hat.k.options().dtype(cd)),
+                     torch::zeros(kv_hat.v.sizes(), kv_hat.v.options().dtype(cd))};
   torch::AutoGradMode grad_mode(true);
-  for (int64_t s = 0; s < T; s += chunk) {
-    const int64_t e = std::min(T, s + chunk);
-    Report(progress, EngineProgress::Phase::kBackward, index, layers, s / chunk, n_chunks);
-    auto x_q = Leaf(x_in.slice(1, s, e));
-    KeysValues prefix{Leaf(kv_hat.k.slice(2, 0, e)), Leaf(kv_hat.v.slice(2, 0, e))};
-    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix,
-                                   AttentionMask(batch, s, e, e, window), chunks.key_chunk);
-    torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
-    grad_x.slice(1, s, e).copy_(x_q.grad());
-    grad_k.slice(2, 0, e).add_(prefix.k.grad());
-    grad_v.slice(2, 0, e).add_(prefix.v.grad());
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    auto x_q = Leaf(reader.next(&s, &e));
+    Report(progress, EngineProgress::Phase::kBackward, slot, layers, c, n_chunks);
+    KeysValues prefix{kv_hat.k.slice(2, 0, e), kv_hat.v.slice(2, 0, e)};
+    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix, AttentionPattern::Causal(batch, s, e, e, window),
+                                   AttentionTiling{chunks.key_chunk, 0, &grad_kv});
+    torch::autograd::backward({y}, {grad.slice(1, s, e).contiguous()});
+    grad.slice(1, s, e).copy_(x_q.grad());  // g[s:e] is done with: dx[s:e] takes its place
   }
-  grad_out = torch::Tensor();
   kv_hat = KeysValues{};
-  for (int64_t s = 0; s < T; s += chunk) {
-    const int64_t e = std::min(T, s + chunk);
-    auto x = Leaf(x_in.slice(1, s, e));
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    auto x = Leaf(reader.next(&s, &e));
     KeysValues kv = layer.keys_values(x, SliceRope(rope, s, e));
-    torch::autograd::backward({kv.k, kv.v}, {grad_k.slice(2, s, e).contiguous(),
-                                             grad_v.slice(2, s, e).contiguous()});
-    grad_x.slice(1, s, e).add_(x.grad());
+    torch::autograd::backward({kv.k, kv.v}, {grad_kv.k.slice(2, s, e).to(kv.k.scalar_type()),
+                                             grad_kv.v.slice(2, s, e).to(kv.v.scalar_type())});
+    grad.slice(1, s, e).add_(x.grad());
   }
-  return grad_x;
+  return grad;
 }
 
 // The ablation: K/V recomputed with a graph over the whole prefix [0, e) for every chunk,
@@ -73,8 +97,8 @@ torch::Tensor PrefixRecomputeLayerBackward(DecoderLayerImpl& layer, const torch:
     auto x_prefix = Leaf(x_in.slice(1, 0, e));
     auto x_q = Leaf(x_in.slice(1, s, e));
     auto kv = layer.keys_values(x_prefix, SliceRope(rope, 0, e));
-    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), kv,
-                                   AttentionMask(batch, s, e, e, window), chunks.key_chunk);
+    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), kv, AttentionPattern::Causal(batch, s, e, e, window),
+                                   AttentionTiling{chunks.key_chunk});
     torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
     grad_x.slice(1, 0, e).add_(x_prefix.grad());
     grad_x.slice(1, s, e).add_(x_q.grad());
@@ -88,55 +112,64 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
                                  const Batch& batch, int64_t chunk, int64_t key_chunk, int64_t window) {
   torch::NoGradGuard no_grad;
   const int64_t T = x.size(1);
-  auto kv = layer.keys_values(x, rope);
+  auto kv = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t s, int64_t e) { return x.slice(1, s, e); });
   auto y = torch::empty_like(x);
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t e = std::min(T, s + chunk);
     KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
     y.slice(1, s, e).copy_(layer.forward_queries(x.slice(1, s, e), SliceRope(rope, s, e), prefix,
-                                                 AttentionMask(batch, s, e, e, window), key_chunk));
+                                                 AttentionPattern::Causal(batch, s, e, e, window),
+                                                 AttentionTiling{key_chunk}));
   }
   return y;
 }
 
 StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
-                                 const ResolvedChunks& chunks, bool recompute_kv_per_chunk,
+                                 const ResolvedChunks& chunks, const EngineOptions& options,
                                  const GradsReady& ready, const Progress& progress) {
   objective.begin(batch);
   const int64_t window = model.config().sliding_window.value_or(0);
   const int64_t layers = static_cast<int64_t>(model.layer_list.size());
-  std::vector<torch::Tensor> inputs;
-  torch::Tensor h_last;
+  const int64_t T = batch.length();
+  // Slots 0..L-1: the layer inputs; slot L: the final hidden states.
+  std::unique_ptr<LayerStore> store;
   Rope rope;
   {
     torch::NoGradGuard no_grad;
     auto x = model.embed(batch.input_ids);
     rope = model.rotary().tables(batch.position_ids, x);
+    store = options.offload_layer_inputs ? LayerStore::Offloaded(options.scratch_dir, layers + 1, x)
+                                         : LayerStore::OnDevice(layers + 1);
     for (int64_t i = 0; i < layers; ++i) {
       Report(progress, EngineProgress::Phase::kForward, i, layers);
-      inputs.push_back(x);
+      store->put(i, x);  // copied out (second tier) while the layer computes
       x = StreamLayerForward(*model.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk, window);
     }
-    h_last = x;
+    store->put(layers, std::move(x));
   }
-  auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true, progress);
-  h_last = torch::Tensor();
+  auto first_chunk = [&](int64_t slot) { return ChunkReader::Next{slot, 0, std::min(T, chunks.chunk)}; };
+  auto head = HeadForwardBackward(model, *store, layers, batch, objective, chunks.logits_chunk, true, progress,
+                                  options.recompute_kv_per_chunk ? ChunkReader::Next{} : first_chunk(layers - 1));
+  store->drop(layers);
   if (ready) ready(-2);
   auto grad = std::move(head.grad_h);
-  for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
+  for (int64_t i = layers - 1; i >= 0; --i) {
     auto& layer = *model.layer_list[i];
-    if (recompute_kv_per_chunk) {
+    if (options.recompute_kv_per_chunk) {
       Report(progress, EngineProgress::Phase::kBackward, i, layers);
-      grad = PrefixRecomputeLayerBackward(layer, inputs[i], grad, rope, batch, chunks, window);
+      grad = PrefixRecomputeLayerBackward(layer, store->read(i, 0, T), grad, rope, batch, chunks, window);
     } else {
-      grad = StreamLayerBackward(layer, inputs[i], std::move(grad), rope, batch, chunks, window, progress, i, layers);
+      grad = StreamLayerBackward(layer, *store, i, std::move(grad), rope, batch, chunks, window, progress, layers,
+                                 i > 0 ? first_chunk(i - 1) : ChunkReader::Next{});
     }
-    inputs[i] = torch::Tensor();
+    store->drop(i);
     if (ready) ready(i);
   }
   EmbeddingBackward(model, batch, grad);
   if (ready) ready(-1);
-  return MakeResult(objective, batch, head.loss);
+  auto result = MakeResult(objective, batch, head.loss);
+  result.offloaded_bytes = store->offloaded_bytes();
+  return result;
 }
 
 }  // namespace streambp::engine

@@ -60,32 +60,52 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   // lm_head + loss of one logits chunk: logits, log-softmax, their gradients, at f bytes
   // (streambp-bench measured ~4 B x lc x V tensors alive at the head's peak).
   const double head = 4 * B * lc * V * f + 2 * B * lc * d * e;
-  // One layer's graph for q positions against k keys visited in tiles of `tile`: scores,
-  // probabilities and their gradient for one tile (f bytes), the mask over all k keys,
-  // Q/attention output/MLP activations, and `kv_copies` B x k x d_kv buffers of keys.
-  auto layer_graph = [&](double q, double k, double tile, double kv_copies) {
-    // Materialized: scores, masked scores, probabilities and a gradient (4, as measured);
-    // tiled: one tile's scores/probabilities and its gradient (3).
-    const double attention = (tile < k ? 3 : 4) * B * H * q * tile * f + B * q * k;
+  // One layer's graph for q positions against k keys: the attention's working set, Q, the
+  // attention output, MLP activations, and `kv_copies` B x k x d_kv buffers of keys.
+  // Materialized attention: scores, masked scores, probabilities and a gradient (4, as
+  // measured) and the q x k mask. Tiled (query blocks of q_block x key tiles of `tile`): one
+  // tile's scores/probabilities and its gradient (3) and its mask, plus the output and dQ
+  // kept in the compute dtype for all q rows.
+  auto layer_graph = [&](double q, double k, bool tiled, double q_block, double tile, double kv_copies) {
+    const double attention = tiled ? 3 * B * H * q_block * tile * f + B * q_block * tile + 2 * B * q * qd * f
+                                   : 4 * B * H * q * k * f + B * q * k;
     const double mlp = 5 * B * q * F * e;
-    const double projections = B * q * (6 * d + 3 * qd) * e + kv_copies * B * k * kvd * e;
+    // Norm and residual outputs, projections, the q/k norms' saved tensors, and (tiled) the
+    // scaled queries and contiguous K/V the attention keeps (measured on qwen3-shaped models).
+    const double per_row = tiled ? 7 * d + 4 * qd + 2 * kvd + (c.qk_norm ? 3 * qd + 3 * kvd : 0) : 6 * d + 3 * qd;
+    const double projections = B * q * per_row * e + kv_copies * B * k * kvd * e;
     // Adapters: each adapted projection's input in the adapter's dtype and its r-wide A x.
     const double adapter = lora ? B * q * (5 * d + qd + F + 7 * static_cast<double>(lora->r)) * te : 0.0;
     return attention + mlp + projections + adapter;
   };
   const double Td = B * T * d * e, Tkv = B * T * kvd * e;
+  // Alive through the whole step: the RoPE tables (cos, sin) and the batch's int64 tensors.
+  const double per_step = B * T * (2 * c.head_dim * e + 6 * 8);
+  const double tile = std::min<double>(chunks.key_chunk, T);
   if (engine.kind == EngineKind::kFull) {
-    m.activation_bytes = Bytes(L * layer_graph(T, T, T, 4) + 2 * Td + 3 * B * T * V * f);
+    m.activation_bytes = Bytes(L * layer_graph(T, T, false, T, T, 4) + 2 * Td + 3 * B * T * V * f);
   } else if (engine.kind == EngineKind::kCheckpoint) {
-    m.activation_bytes = Bytes((L + 1) * Td + 3 * Td + std::max(layer_graph(T, T, T, 4), head));
+    const double graph = engine.tiled_attention ? layer_graph(T, T, true, chunks.chunk, tile, 4)
+                                                : layer_graph(T, T, false, T, T, 4);
+    m.activation_bytes = Bytes((L + 1) * Td + 2 * Td + std::max(graph, head) + (engine.tiled_attention ? per_step : 0));
+  } else if (!engine.offload_layer_inputs) {
+    // The head runs with every layer input and h_last (dL/dh_last takes its place chunk by
+    // chunk) alive; a layer's backward
+    // with the inputs below it, g (dx takes its place chunk by chunk), K^, V^, dK^, dV^ (the
+    // attention adds its K/V gradients there in place) and one chunk.
+    const double head_phase = (L + 1) * Td + head;
+    const double layer_phase = L * Td + Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    m.activation_bytes = Bytes(std::max(head_phase, layer_phase) + per_step);
   } else {
-    // The head runs with every layer input, h_last and dL/dh_last alive; a layer's backward
-    // with the inputs below it, g, dx, K^, V^, dK^, dV^ and one chunk, whose prefix key and
-    // value gradients (2 x d_kv) are transient.
-    const double head_phase = (L + 2) * Td + head;
-    const double layer_phase = L * Td + 2 * Td + 4 * Tkv +
-                               layer_graph(chunks.chunk, T, std::min<double>(chunks.key_chunk, T), 2);
-    m.activation_bytes = Bytes(std::max(head_phase, layer_phase));
+    // Layer inputs and h_last in the second tier. On the device: the forward's x (being
+    // copied out), y and K/V; the head's dL/dh_last; a layer's g/dx, K^, V^, dK^, dV^ and one
+    // chunk; and two chunks of rows read back (the one in use, the one prefetched).
+    const double rows = 2 * B * std::max<double>(chunks.chunk, lc) * d * e;
+    const double forward_phase = 2 * Td + 2 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    const double head_phase = Td + head;
+    const double layer_phase = Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    m.activation_bytes = Bytes(std::max({forward_phase, head_phase, layer_phase}) + rows + per_step);
+    m.offloaded_bytes = Bytes((L + 1) * Td);
   }
   m.key_chunk = chunks.key_chunk;
   return m;
@@ -133,16 +153,24 @@ MemoryEstimate EstimateSampleMemory(const ModelConfig& c, torch::Dtype dtype, in
 }
 
 EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
-                           int64_t budget_bytes, const std::string& optimizer, const LoraConfig* lora) {
-  EngineOptions best{EngineKind::kStream, 16, 16};
-  for (int64_t chunk = kDefaultChunk; chunk >= 16; chunk /= 2) {
-    EngineOptions o{EngineKind::kStream, chunk, std::min<int64_t>(2 * chunk, kDefaultLogitsChunk)};
+                           int64_t budget_bytes, const std::string& optimizer, const LoraConfig* lora,
+                           const EngineOptions& like) {
+  auto with_chunk = [&](int64_t chunk) {
+    EngineOptions o = like;
+    o.chunk = chunk;
+    o.logits_chunk = std::min<int64_t>(2 * chunk, kDefaultLogitsChunk);
     o.key_chunk = std::min<int64_t>(2 * chunk, kDefaultKeyChunk);
+    return o;
+  };
+  for (int64_t chunk = kDefaultChunk; chunk >= 16; chunk /= 2) {
+    auto o = with_chunk(chunk);
     if (budget_bytes <= 0 || EstimateStepMemory(config, dtype, rows, seq_len, o, optimizer, lora).total() <= budget_bytes) {
       return o;
     }
   }
-  return best;
+  auto smallest = with_chunk(16);
+  smallest.key_chunk = 16;  // as before: the smallest tiles when nothing fits
+  return smallest;
 }
 
 }  // namespace streambp

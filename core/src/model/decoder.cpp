@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include "streambp/error.h"
@@ -35,7 +36,12 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
+// RECORD_USER_SCOPE("streambp::...") marks what a piece of the layer computes (norm, rope,
+// projection, attention, mlp, layout): streambp-bench's time breakdown attributes the ops
+// inside, and their backward, to it. Free when nothing observes RecordFunction.
+
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  RECORD_USER_SCOPE("streambp::norm");
   const auto in_dtype = x.scalar_type();
   auto h = x.to(ComputeDtype(in_dtype));
   auto variance = h.pow(2).mean(-1, /*keepdim=*/true);
@@ -72,8 +78,9 @@ Rope RotaryEmbedding::tables(const torch::Tensor& position_ids, const torch::Ten
 }
 
 torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, const Rope& rope) {
-  auto cos = rope.cos.unsqueeze(1);
-  auto sin = rope.sin.unsqueeze(1);
+  RECORD_USER_SCOPE("streambp::rope");
+  auto cos = rope.cos.unsqueeze(2);
+  auto sin = rope.sin.unsqueeze(2);
   return x * cos + RotateHalf(x) * sin;
 }
 
@@ -105,6 +112,7 @@ void DecoderLayerImpl::set_lora(const std::array<const LoraWeights*, 7>& weights
 }
 
 torch::Tensor DecoderLayerImpl::project(int target, torch::nn::Linear& base, const torch::Tensor& x) {
+  RECORD_USER_SCOPE("streambp::projection");
   auto y = base(x);
   const LoraWeights* w = lora_[target];
   if (w == nullptr) return y;
@@ -118,45 +126,60 @@ KeysValues DecoderLayerImpl::keys_values(const torch::Tensor& x, const Rope& rop
   auto h = input_layernorm(x);
   auto k = project(1, k_proj, h).view({B, T, kv_heads_, head_dim_});
   if (k_norm) k = k_norm(k);
-  k = RotaryEmbedding::apply(k.transpose(1, 2), rope);
-  auto v = project(2, v_proj, h).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
-  return KeysValues{k, v};
+  k = RotaryEmbedding::apply(k, rope);
+  auto v = project(2, v_proj, h).view({B, T, kv_heads_, head_dim_});
+  // [B, KVH, T, hd] contiguous: a tile of keys is then a plain view for the attention GEMMs.
+  RECORD_USER_SCOPE("streambp::layout");
+  return KeysValues{k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()};
 }
 
 torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
-                                                const KeysValues& kv, const torch::Tensor& mask,
-                                                int64_t key_tile) {
+                                                const KeysValues& kv, const AttentionPattern& mask,
+                                                const AttentionTiling& tiling) {
   const int64_t B = x_q.size(0), C = x_q.size(1), L = kv.k.size(2);
   const int64_t groups = heads_ / kv_heads_;
   auto h = input_layernorm(x_q);
   auto q = project(0, q_proj, h).view({B, C, heads_, head_dim_});
   if (q_norm) q = q_norm(q);
-  q = RotaryEmbedding::apply(q.transpose(1, 2), rope_q);  // [B, H, C, hd]
-  // Query heads of one kv head are adjacent: fold them into the row dimension so that one
-  // batched matmul per kv head serves the whole group without copying K or V.
-  auto qg = q.reshape({B, kv_heads_, groups * C, head_dim_});
-  torch::Tensor attn;  // [B, KVH, G*C, hd]
-  if (key_tile > 0 && L > key_tile) {
-    attn = TiledAttention(qg, kv.k, kv.v, mask, groups, scale_, key_tile);
+  q = RotaryEmbedding::apply(q, rope_q);  // [B, C, H, hd]
+  // The rows of one kv head: position major with its G query heads adjacent (row c*G + g),
+  // so one batched matmul per kv head serves the whole group without copying K or V, and
+  // a block of positions is a range of rows.
+  torch::Tensor qg;
+  {
+    RECORD_USER_SCOPE("streambp::layout");
+    qg = q.view({B, C, kv_heads_, groups, head_dim_}).permute({0, 2, 1, 3, 4}).reshape(
+        {B, kv_heads_, C * groups, head_dim_});
+  }
+  const bool tiled = (tiling.key_tile > 0 && L > tiling.key_tile) ||
+                     (tiling.query_tile > 0 && C > tiling.query_tile) || tiling.grad_sink != nullptr;
+  torch::Tensor attn;  // [B, KVH, C*G, hd]
+  if (tiled) {
+    RECORD_USER_SCOPE("streambp::attention");
+    attn = TiledAttention(qg, kv.k, kv.v, mask, groups, scale_, tiling);
   } else {
-    auto scores = torch::matmul(qg, kv.k.transpose(-1, -2));  // [B, KVH, G*C, L]
+    RECORD_USER_SCOPE("streambp::attention");
+    auto scores = torch::matmul(qg, kv.k.transpose(-1, -2));  // [B, KVH, C*G, L]
     scores.mul_(scale_);
-    scores = scores.view({B, kv_heads_, groups, C, L});
-    scores.masked_fill_(mask.logical_not().view({B, 1, 1, C, L}),
-                        -std::numeric_limits<double>::infinity());
+    scores = scores.view({B, kv_heads_, C, groups, L});
+    scores.masked_fill_(mask.dense().logical_not().reshape({B, 1, C, 1, L}), -std::numeric_limits<double>::infinity());
     const auto dtype = q.scalar_type();
     auto probs = torch::softmax(scores, -1, ComputeDtype(dtype)).to(dtype);
-    attn = torch::matmul(probs.view({B, kv_heads_, groups * C, L}), kv.v);
+    attn = torch::matmul(probs.view({B, kv_heads_, C * groups, L}), kv.v);
   }
-  attn = attn.view({B, heads_, C, head_dim_}).transpose(1, 2).reshape({B, C, heads_ * head_dim_});
+  {
+    RECORD_USER_SCOPE("streambp::layout");
+    attn = attn.view({B, kv_heads_, C, groups, head_dim_}).permute({0, 2, 1, 3, 4}).reshape({B, C, heads_ * head_dim_});
+  }
   auto x1 = x_q + project(3, o_proj, attn);
   auto h2 = post_attention_layernorm(x1);
+  RECORD_USER_SCOPE("streambp::mlp");
   return x1 + project(6, down_proj, F::silu(project(4, gate_proj, h2)) * project(5, up_proj, h2));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const Rope& rope,
-                                        const torch::Tensor& mask) {
-  return forward_queries(x, rope, keys_values(x, rope), mask);
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const Rope& rope, const AttentionPattern& mask,
+                                        const AttentionTiling& tiling) {
+  return forward_queries(x, rope, keys_values(x, rope), mask, tiling);
 }
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& config) : config_(config), rotary_(config) {

@@ -1,8 +1,11 @@
 // Tiled attention with an online softmax and a recomputing backward (the FlashAttention
-// recurrences, written with LibTorch ops). Forward, per key tile j with scores S_j:
+// recurrences, written with LibTorch ops). Forward, per query block and key tile j with
+// scores S_j (q pre-scaled):
 //   m' = max(m, rowmax S_j);  l = l e^(m - m') + rowsum e^(S_j - m');  acc = acc e^(m - m') + e^(S_j - m') V_j
 // and out = acc / l, lse = m + log l. Backward with P_j = e^(S_j - lse) and D = rowsum(dO * out):
-//   dV_j = P_j^T dO;  dS_j = P_j * (dO V_j^T - D);  dQ += dS_j K_j * scale;  dK_j = dS_j^T Q * scale.
+//   dV_j += P_j^T dO;  dS_j = P_j * (dO V_j^T - D);  dQ += dS_j K_j * scale;  dK_j += dS_j^T Q * scale.
+// Products accumulate in place (baddbmm_) into their destinations; every tensor is viewed
+// as [B*KVH, rows, hd], so a block of queries or a tile of keys is a view, never a copy.
 #include "tiled_attention.h"
 
 #include <algorithm>
@@ -22,107 +25,218 @@ torch::Dtype ComputeDtypeOf(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
 }
 
-struct Tile {
-  int64_t start, end;
-  torch::Tensor allowed;  // [B, 1, 1, C, kt] bool
-};
-
-// The key tiles of [0, L) that some row may attend to (tiles masked for every row, e.g.
-// left of a sliding window or padding, are skipped: they contribute nothing). Which keys
-// any row allows is read back once per call (one device sync on a GPU, not one per tile).
-std::vector<Tile> Tiles(const torch::Tensor& mask, int64_t tile) {
-  const int64_t B = mask.size(0), C = mask.size(1), L = mask.size(2);
-  const auto any_row = mask.any(1).any(0).to(torch::kCPU).contiguous();  // [L]
-  const bool* key_allowed = any_row.data_ptr<bool>();
-  std::vector<Tile> tiles;
-  for (int64_t s = 0; s < L; s += tile) {
-    const int64_t e = std::min(L, s + tile);
-    if (std::none_of(key_allowed + s, key_allowed + e, [](bool b) { return b; })) continue;
-    tiles.push_back({s, e, mask.slice(2, s, e).reshape({B, 1, 1, C, e - s})});
-  }
-  return tiles;
+// [B, KVH, rows, hd] -> [B*KVH, rows, hd]: a view when B and KVH merge (contiguous
+// tensors, and prefixes [0, e) of contiguous K/V, as the stream engine passes them), else a
+// copy. A grad sink must be a view, since the backward writes into it.
+torch::Tensor Flat(const torch::Tensor& t, bool must_view = false) {
+  const bool merges = t.size(0) == 1 || t.stride(0) == t.size(1) * t.stride(1);
+  TORCH_CHECK(merges || !must_view, "TiledAttention: the K/V gradient sink must be contiguous");
+  return (merges ? t : t.contiguous()).view({-1, t.size(-2), t.size(-1)});
 }
 
-// Scaled, masked scores of one tile in the compute dtype: [B, KVH, G*C, kt].
-torch::Tensor Scores(const torch::Tensor& q, const torch::Tensor& k, const Tile& t, int64_t groups,
-                     double scale, torch::Dtype cd) {
-  const int64_t B = q.size(0), KVH = q.size(1), R = q.size(2), kt = t.end - t.start;
-  auto s = torch::matmul(q, k.slice(2, t.start, t.end).transpose(-1, -2)).to(cd);
-  s.mul_(scale);
-  s.view({B, KVH, groups, R / groups, kt}).masked_fill_(t.allowed.logical_not(), kNegInf);
+// out += alpha * a @ b: the product in `dtype` (the model's precision), the sum in out's.
+void AddProduct(torch::Tensor out, const torch::Tensor& a, const torch::Tensor& b, double alpha,
+                torch::Dtype dtype) {
+  if (out.scalar_type() == dtype && a.scalar_type() == dtype && b.scalar_type() == dtype) {
+    out.baddbmm_(a, b, 1.0, alpha);
+  } else {
+    out.add_(torch::bmm(a.to(dtype), b.to(dtype)).to(out.scalar_type()), alpha);
+  }
+}
+
+// a @ b in `dtype`, returned in the compute dtype cd.
+torch::Tensor Product(const torch::Tensor& a, const torch::Tensor& b, torch::Dtype dtype, torch::Dtype cd) {
+  return torch::bmm(a.to(dtype), b.to(dtype)).to(cd);
+}
+
+struct Tile {
+  int64_t k0, k1;
+  bool full;  // every (query, key) pair of the block is allowed: no masking needed
+};
+
+// The key tiles that some query row of [q0, q1) may attend to, and which of them need no
+// mask. Read back once per block (one device sync on a GPU, not one per tile).
+std::vector<Tile> PlanTiles(const AttentionPattern& pattern, int64_t q0, int64_t q1, int64_t tile) {
+  const int64_t limit = pattern.key_limit(q0, q1);
+  std::vector<Tile> tiles;
+  std::vector<torch::Tensor> flags;
+  for (int64_t k0 = 0; k0 < limit; k0 += tile) {
+    const int64_t k1 = std::min(limit, k0 + tile);
+    auto m = pattern.block(q0, q1, k0, k1);
+    flags.push_back(m.any());
+    flags.push_back(m.all());
+    tiles.push_back({k0, k1, false});
+  }
+  if (tiles.empty()) return tiles;
+  const auto read = torch::stack(flags).to(torch::kCPU).contiguous();
+  const bool* f = read.data_ptr<bool>();
+  std::vector<Tile> kept;
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    if (!f[2 * i]) continue;
+    kept.push_back({tiles[i].k0, tiles[i].k1, f[2 * i + 1]});
+  }
+  return kept;
+}
+
+// What a call needs besides q, k, v: the block structure and where dK/dV go.
+struct Plan {
+  int64_t B, KVH, G, C, L, query_tile, key_tile;
+  torch::Dtype dtype, cd;
+};
+
+Plan MakePlan(const torch::Tensor& q, const torch::Tensor& k, int64_t groups, const AttentionTiling& tiling) {
+  Plan p;
+  p.B = q.size(0);
+  p.KVH = q.size(1);
+  p.G = groups;
+  p.C = q.size(2) / groups;
+  p.L = k.size(2);
+  p.query_tile = tiling.query_tile > 0 ? std::min(tiling.query_tile, p.C) : p.C;
+  p.key_tile = tiling.key_tile > 0 ? std::min(tiling.key_tile, p.L) : p.L;
+  p.dtype = q.scalar_type();
+  p.cd = ComputeDtypeOf(q);
+  return p;
+}
+
+// Scores of query positions [q0, q1) against key tile t: [B*KVH, (q1-q0)*G, kt] in the
+// compute dtype, -inf where the pattern masks (q is pre-scaled).
+torch::Tensor Scores(const Plan& p, const torch::Tensor& q3, const torch::Tensor& k3, const AttentionPattern& pattern,
+                     int64_t q0, int64_t q1, const Tile& t) {
+  auto s = Product(q3.slice(1, q0 * p.G, q1 * p.G), k3.slice(1, t.k0, t.k1).transpose(1, 2), p.dtype, p.cd);
+  if (!t.full) {
+    auto masked = pattern.block(q0, q1, t.k0, t.k1).logical_not().reshape({p.B, 1, q1 - q0, 1, t.k1 - t.k0});
+    s.view({p.B, p.KVH, q1 - q0, p.G, t.k1 - t.k0}).masked_fill_(masked, kNegInf);
+  }
   return s;
+}
+
+void SavePattern(AutogradContext* ctx, const AttentionPattern& m) {
+  ctx->saved_data["mask"] = m.mask;
+  ctx->saved_data["sequence_ids"] = m.sequence_ids;
+  ctx->saved_data["pattern"] = std::vector<int64_t>{m.q_start, m.q_end, m.k_end, m.window};
+}
+
+AttentionPattern LoadPattern(AutogradContext* ctx) {
+  AttentionPattern m;
+  m.mask = ctx->saved_data["mask"].toTensor();
+  m.sequence_ids = ctx->saved_data["sequence_ids"].toTensor();
+  const auto ints = ctx->saved_data["pattern"].toIntVector();
+  m.q_start = ints[0];
+  m.q_end = ints[1];
+  m.k_end = ints[2];
+  m.window = ints[3];
+  return m;
 }
 
 struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& mask, int64_t groups,
-                               double scale, int64_t tile) {
-    const auto cd = ComputeDtypeOf(q);
-    const int64_t B = q.size(0), KVH = q.size(1), R = q.size(2), hd = q.size(3);
-    auto opts = q.options().dtype(cd);
-    auto m = torch::full({B, KVH, R, 1}, kNegInf, opts);
-    auto l = torch::zeros({B, KVH, R, 1}, opts);
-    auto acc = torch::zeros({B, KVH, R, hd}, opts);
-    for (const auto& t : Tiles(mask, tile)) {
-      auto s = Scores(q, k, t, groups, scale, cd);
-      auto m_new = torch::maximum(m, std::get<0>(s.max(-1, /*keepdim=*/true)));
-      // Rows with no allowed key so far keep m = -inf; shift them by 0 so exp gives 0, not NaN.
-      auto shift = torch::where(torch::isinf(m_new), torch::zeros_like(m_new), m_new);
-      auto alpha = (m - shift).exp_();
-      s.sub_(shift).exp_();
-      l.mul_(alpha).add_(s.sum(-1, /*keepdim=*/true));
-      acc.mul_(alpha).add_(torch::matmul(s.to(q.scalar_type()), v.slice(2, t.start, t.end)).to(cd));
-      m = m_new;
+                               const torch::Tensor& v, const AttentionPattern& pattern, int64_t groups,
+                               double scale, const AttentionTiling& tiling) {
+    const Plan p = MakePlan(q, k, groups, tiling);
+    const auto qs = (q * scale).contiguous();
+    const auto q3 = Flat(qs), k3 = Flat(k), v3 = Flat(v);
+    const int64_t BK = q3.size(0), R = q3.size(1), hd = q3.size(2);
+    auto opts = q.options().dtype(p.cd);
+    auto out = torch::empty({BK, R, hd}, opts);
+    auto lse = torch::empty({BK, R, 1}, opts);
+    for (int64_t q0 = 0; q0 < p.C; q0 += p.query_tile) {
+      const int64_t q1 = std::min(p.C, q0 + p.query_tile), r0 = q0 * p.G, r1 = q1 * p.G;
+      torch::Tensor m, l, acc;
+      for (const auto& t : PlanTiles(pattern, q0, q1, p.key_tile)) {
+        auto s = Scores(p, q3, k3, pattern, q0, q1, t);
+        auto m_tile = std::get<0>(s.max(-1, /*keepdim=*/true));
+        if (!m.defined()) {  // first tile: nothing to rescale
+          // Rows with no allowed key in this tile keep m = -inf; shift them by 0 so exp gives 0, not NaN.
+          m = m_tile;
+          s.sub_(torch::where(torch::isinf(m), torch::zeros_like(m), m)).exp_();
+          l = s.sum(-1, /*keepdim=*/true);
+          acc = Product(s, v3.slice(1, t.k0, t.k1), p.dtype, p.cd);
+          continue;
+        }
+        auto m_new = torch::maximum(m, m_tile);
+        auto shift = torch::where(torch::isinf(m_new), torch::zeros_like(m_new), m_new);
+        auto alpha = (m - shift).exp_();
+        s.sub_(shift).exp_();
+        l.mul_(alpha).add_(s.sum(-1, /*keepdim=*/true));
+        acc.mul_(alpha);
+        AddProduct(acc, s, v3.slice(1, t.k0, t.k1), 1.0, p.dtype);
+        m = m_new;
+      }
+      TORCH_CHECK(m.defined(), "attention: a block of query rows allows no key");
+      out.slice(1, r0, r1).copy_(acc.div_(l));
+      lse.slice(1, r0, r1).copy_(m + l.log());
     }
     // The backward's D = rowsum(dO * out) is subtracted from dO V^T: keep out in the
     // compute dtype for it (a bfloat16-rounded out would make that difference inexact).
-    auto out_cd = acc.div_(l);
-    auto lse = m + l.log();
-    auto out = out_cd.to(q.scalar_type());
-    ctx->save_for_backward({q, k, v, mask, out_cd, lse});
+    ctx->save_for_backward({qs, k, v, out, lse});
+    SavePattern(ctx, pattern);
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["scale"] = scale;
-    ctx->saved_data["tile"] = tile;
-    return out;
+    ctx->saved_data["tiles"] = std::vector<int64_t>{tiling.query_tile, tiling.key_tile};
+    if (tiling.grad_sink) {
+      ctx->saved_data["sink_k"] = tiling.grad_sink->k;
+      ctx->saved_data["sink_v"] = tiling.grad_sink->v;
+    }
+    return out.to(p.dtype).view(q.sizes());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &mask = saved[3], &out = saved[4],
-               &lse = saved[5];
-    const int64_t groups = ctx->saved_data["groups"].toInt();
+    const auto &qs = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const auto pattern = LoadPattern(ctx);
     const double scale = ctx->saved_data["scale"].toDouble();
-    const int64_t tile = ctx->saved_data["tile"].toInt();
-    const auto cd = ComputeDtypeOf(q);
-    const auto dtype = q.scalar_type();
-    auto d_out = grad_outputs[0].to(dtype);
-    auto D = (d_out.to(cd) * out).sum(-1, /*keepdim=*/true);
-    auto dq = torch::zeros(q.sizes(), q.options().dtype(cd));
-    auto dk = torch::zeros(k.sizes(), k.options().dtype(cd));
-    auto dv = torch::zeros(v.sizes(), v.options().dtype(cd));
-    for (const auto& t : Tiles(mask, tile)) {
-      auto p = Scores(q, k, t, groups, scale, cd).sub_(lse).exp_();  // masked entries: 0
-      auto p_low = p.to(dtype);
-      dv.slice(2, t.start, t.end).add_(torch::matmul(p_low.transpose(-1, -2), d_out).to(cd));
-      auto ds = torch::matmul(d_out, v.slice(2, t.start, t.end).transpose(-1, -2)).to(cd);
-      ds.sub_(D).mul_(p);
-      p = torch::Tensor();
-      p_low = torch::Tensor();
-      auto ds_low = ds.to(dtype);
-      dq.add_(torch::matmul(ds_low, k.slice(2, t.start, t.end)).to(cd), scale);
-      dk.slice(2, t.start, t.end).add_(torch::matmul(ds_low.transpose(-1, -2), q).to(cd), scale);
+    const auto tiles = ctx->saved_data["tiles"].toIntVector();
+    const Plan p = MakePlan(qs, k, ctx->saved_data["groups"].toInt(), AttentionTiling{tiles[1], tiles[0]});
+    const bool sink = ctx->saved_data.count("sink_k") > 0;
+    const auto q3 = Flat(qs), k3 = Flat(k), v3 = Flat(v);
+    auto d_out = Flat(grad_outputs[0].to(p.dtype).contiguous());
+    auto D = (d_out.to(p.cd) * out).sum(-1, /*keepdim=*/true);
+    auto dq = torch::zeros(q3.sizes(), q3.options().dtype(p.cd));
+    torch::Tensor dk, dv;
+    if (sink) {
+      dk = Flat(ctx->saved_data["sink_k"].toTensor(), /*must_view=*/true);
+      dv = Flat(ctx->saved_data["sink_v"].toTensor(), /*must_view=*/true);
+    } else {
+      dk = torch::zeros(k3.sizes(), k3.options().dtype(p.cd));
+      dv = torch::zeros(v3.sizes(), v3.options().dtype(p.cd));
     }
-    return {dq.to(dtype), dk.to(k.scalar_type()), dv.to(v.scalar_type()), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    for (int64_t q0 = 0; q0 < p.C; q0 += p.query_tile) {
+      const int64_t q1 = std::min(p.C, q0 + p.query_tile), r0 = q0 * p.G, r1 = q1 * p.G;
+      auto qb = q3.slice(1, r0, r1), dob = d_out.slice(1, r0, r1), dqb = dq.slice(1, r0, r1);
+      auto lseb = lse.slice(1, r0, r1), Db = D.slice(1, r0, r1);
+      for (const auto& t : PlanTiles(pattern, q0, q1, p.key_tile)) {
+        auto kt = k3.slice(1, t.k0, t.k1), vt = v3.slice(1, t.k0, t.k1);
+        auto prob = Scores(p, q3, k3, pattern, q0, q1, t).sub_(lseb).exp_();  // masked entries: 0
+        AddProduct(dv.slice(1, t.k0, t.k1), prob.transpose(1, 2), dob, 1.0, p.dtype);
+        auto ds = Product(dob, vt.transpose(1, 2), p.dtype, p.cd);
+        ds.sub_(Db).mul_(prob);
+        prob = torch::Tensor();
+        AddProduct(dqb, ds, kt, scale, p.dtype);
+        // q is pre-scaled: dS^T (scale Q) is already dK's product.
+        AddProduct(dk.slice(1, t.k0, t.k1), ds.transpose(1, 2), qb, 1.0, p.dtype);
+      }
+    }
+    torch::Tensor grad_k, grad_v;
+    if (!sink) {
+      grad_k = dk.to(k.scalar_type()).view(k.sizes());
+      grad_v = dv.to(v.scalar_type()).view(v.sizes());
+    }
+    return {dq.to(p.dtype).view(qs.sizes()), grad_k, grad_v, torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor TiledAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const torch::Tensor& mask, int64_t groups, double scale, int64_t tile) {
-  TORCH_CHECK(tile > 0, "TiledAttention: tile must be positive");
-  return TiledAttentionFunction::apply(q, k, v, mask, groups, scale, tile);
+                             const AttentionPattern& mask, int64_t groups, double scale,
+                             const AttentionTiling& tiling) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(2) % groups == 0,
+              "TiledAttention: q [B, KVH, C*G, hd], k and v [B, KVH, L, hd] expected");
+  TORCH_CHECK(mask.queries() == q.size(2) / groups && mask.keys() == k.size(2), "TiledAttention: the mask covers ",
+              mask.queries(), " queries x ", mask.keys(), " keys, the call ", q.size(2) / groups, " x ", k.size(2));
+  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, "TiledAttention: k and v need unit stride in head_dim");
+  return TiledAttentionFunction::apply(q, k, v, mask, groups, scale, tiling);
 }
 
 }  // namespace streambp

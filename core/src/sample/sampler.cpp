@@ -117,7 +117,7 @@ bool SampleRun::step(int64_t decode_steps) {
         Rope rope_q{rope.cos.slice(1, s, e), rope.sin.slice(1, s, e)};
         KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
         y.slice(1, s, e).copy_(
-            layer->forward_queries(x.slice(1, s, e), rope_q, prefix, chunk_mask(s, e), kDefaultKeyChunk));
+            layer->forward_queries(x.slice(1, s, e), rope_q, prefix, chunk_mask(s, e), {kDefaultKeyChunk}));
       }
       x = y;
       st.cache.push_back(kv);

@@ -102,7 +102,11 @@ EngineOptions ReadEngine(const json& j, const std::string& prefix) {
               {"logits_chunk", [&](const json& v, const std::string& k) { o.logits_chunk = Integer(v, k); }},
               {"key_chunk", [&](const json& v, const std::string& k) { o.key_chunk = Integer(v, k); }},
               {"recompute_kv_per_chunk",
-               [&](const json& v, const std::string& k) { o.recompute_kv_per_chunk = Bool(v, k); }}});
+               [&](const json& v, const std::string& k) { o.recompute_kv_per_chunk = Bool(v, k); }},
+              {"tiled_attention", [&](const json& v, const std::string& k) { o.tiled_attention = Bool(v, k); }},
+              {"offload_layer_inputs",
+               [&](const json& v, const std::string& k) { o.offload_layer_inputs = Bool(v, k); }},
+              {"scratch_dir", [&](const json& v, const std::string& k) { o.scratch_dir = String(v, k); }}});
   return o;
 }
 
@@ -139,7 +143,10 @@ json EngineOptionsToJson(const EngineOptions& o) {
           {"chunk", o.chunk},
           {"logits_chunk", o.logits_chunk},
           {"key_chunk", o.key_chunk},
-          {"recompute_kv_per_chunk", o.recompute_kv_per_chunk}};
+          {"recompute_kv_per_chunk", o.recompute_kv_per_chunk},
+          {"tiled_attention", o.tiled_attention},
+          {"offload_layer_inputs", o.offload_layer_inputs},
+          {"scratch_dir", o.scratch_dir}};
 }
 
 void TrainerOptions::Validate() const {
@@ -151,6 +158,9 @@ void TrainerOptions::Validate() const {
   if (engine.chunk < 0) throw InvalidArgument("engine.chunk must be >= 0 (0 = default)");
   if (engine.logits_chunk < -1) throw InvalidArgument("engine.logits_chunk must be >= -1 (-1 = default)");
   if (engine.key_chunk < 0) throw InvalidArgument("engine.key_chunk must be >= 0 (0 = default)");
+  if (engine.offload_layer_inputs && engine.kind != EngineKind::kStream) {
+    throw InvalidArgument("engine.offload_layer_inputs needs engine.kind stream");
+  }
   if (micro_batch_tokens < 0) throw InvalidArgument("micro_batch_tokens must be >= 0 (0 = whole batch)");
   if (max_sequence_length < 0) throw InvalidArgument("max_sequence_length must be >= 0 (0 = no limit)");
   if (grad_bucket_bytes < 0) throw InvalidArgument("grad_bucket_bytes must be >= 0 (0 = default)");

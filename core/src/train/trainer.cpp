@@ -234,6 +234,7 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
       total.loss += r.loss;
       total.targets += r.targets;
       total.tokens += r.tokens;
+      total.offloaded_bytes = std::max(total.offloaded_bytes, r.offloaded_bytes);
       if (!std::isfinite(r.loss)) nonfinite_loss_ = true;
     }
     // An engine that did not call the hook for everything (or an empty shard): the rest

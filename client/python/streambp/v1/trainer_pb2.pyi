@@ -174,7 +174,7 @@ class EstimateMemoryRequest(_message.Message):
     def __init__(self, seq_len: _Optional[int] = ..., batch: _Optional[int] = ..., engine: _Optional[_Union[EngineOptions, _Mapping]] = ..., session: _Optional[str] = ...) -> None: ...
 
 class EstimateMemoryResponse(_message.Message):
-    __slots__ = ["activation_bytes", "budget_bytes", "chunk", "engine", "fits", "gradient_bytes", "key_chunk", "logits_chunk", "optimizer_bytes", "total_bytes", "weights_bytes"]
+    __slots__ = ["activation_bytes", "budget_bytes", "chunk", "engine", "fits", "gradient_bytes", "key_chunk", "logits_chunk", "offloaded_bytes", "optimizer_bytes", "total_bytes", "weights_bytes"]
     ACTIVATION_BYTES_FIELD_NUMBER: _ClassVar[int]
     BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +183,7 @@ class EstimateMemoryResponse(_message.Message):
     GRADIENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     KEY_CHUNK_FIELD_NUMBER: _ClassVar[int]
     LOGITS_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    OFFLOADED_BYTES_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_BYTES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -194,10 +195,11 @@ class EstimateMemoryResponse(_message.Message):
     gradient_bytes: int
     key_chunk: int
     logits_chunk: int
+    offloaded_bytes: int
     optimizer_bytes: int
     total_bytes: int
     weights_bytes: int
-    def __init__(self, weights_bytes: _Optional[int] = ..., gradient_bytes: _Optional[int] = ..., optimizer_bytes: _Optional[int] = ..., activation_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ..., budget_bytes: _Optional[int] = ..., fits: bool = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., key_chunk: _Optional[int] = ...) -> None: ...
+    def __init__(self, weights_bytes: _Optional[int] = ..., gradient_bytes: _Optional[int] = ..., optimizer_bytes: _Optional[int] = ..., activation_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ..., budget_bytes: _Optional[int] = ..., fits: bool = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., key_chunk: _Optional[int] = ..., offloaded_bytes: _Optional[int] = ...) -> None: ...
 
 class ExportWeightsRequest(_message.Message):
     __slots__ = ["max_chunk_bytes", "merged", "session", "version", "with_files"]
@@ -250,7 +252,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self, session: _Optional[str] = ...) -> None: ...
 
 class GetInfoResponse(_message.Message):
-    __slots__ = ["architecture", "chunk", "device", "dtype", "engine", "head_dim", "hidden_size", "key_chunk", "learning_rate", "logits_chunk", "max_sequence_length", "max_tokens_per_request", "num_heads", "num_kv_heads", "num_layers", "num_parameters", "optimizer", "pending_micro_batches", "policy_version", "reference_model", "runtime", "server_version", "session", "sessions", "step", "tokenizer", "vocab_size", "world_size"]
+    __slots__ = ["architecture", "chunk", "device", "dtype", "engine", "head_dim", "hidden_size", "key_chunk", "learning_rate", "logits_chunk", "max_sequence_length", "max_tokens_per_request", "num_heads", "num_kv_heads", "num_layers", "num_parameters", "offload_layer_inputs", "optimizer", "pending_micro_batches", "policy_version", "reference_model", "runtime", "server_version", "session", "sessions", "step", "tokenizer", "vocab_size", "world_size"]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +269,7 @@ class GetInfoResponse(_message.Message):
     NUM_KV_HEADS_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     NUM_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    OFFLOAD_LAYER_INPUTS_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     PENDING_MICRO_BATCHES_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -295,6 +298,7 @@ class GetInfoResponse(_message.Message):
     num_kv_heads: int
     num_layers: int
     num_parameters: int
+    offload_layer_inputs: bool
     optimizer: str
     pending_micro_batches: int
     policy_version: int
@@ -307,7 +311,7 @@ class GetInfoResponse(_message.Message):
     tokenizer: TokenizerInfo
     vocab_size: int
     world_size: int
-    def __init__(self, architecture: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., num_parameters: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., policy_version: _Optional[int] = ..., step: _Optional[int] = ..., world_size: _Optional[int] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., max_sequence_length: _Optional[int] = ..., max_tokens_per_request: _Optional[int] = ..., reference_model: bool = ..., server_version: _Optional[str] = ..., runtime: _Optional[str] = ..., pending_micro_batches: _Optional[int] = ..., key_chunk: _Optional[int] = ..., sessions: bool = ..., session: _Optional[_Union[SessionInfo, _Mapping]] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ...) -> None: ...
+    def __init__(self, architecture: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., num_parameters: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., policy_version: _Optional[int] = ..., step: _Optional[int] = ..., world_size: _Optional[int] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., max_sequence_length: _Optional[int] = ..., max_tokens_per_request: _Optional[int] = ..., reference_model: bool = ..., server_version: _Optional[str] = ..., runtime: _Optional[str] = ..., pending_micro_batches: _Optional[int] = ..., key_chunk: _Optional[int] = ..., sessions: bool = ..., session: _Optional[_Union[SessionInfo, _Mapping]] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., offload_layer_inputs: bool = ...) -> None: ...
 
 class GetRolloutStatsRequest(_message.Message):
     __slots__ = ["session"]
@@ -757,7 +761,7 @@ class StepProgress(_message.Message):
     def __init__(self, state: _Optional[str] = ..., queue_position: _Optional[int] = ..., layer: _Optional[int] = ..., num_layers: _Optional[int] = ..., micro_batch: _Optional[int] = ..., micro_batches: _Optional[int] = ..., elapsed_seconds: _Optional[float] = ..., forward_backward: _Optional[_Union[ForwardBackwardResponse, _Mapping]] = ..., train_step: _Optional[_Union[TrainStepResponse, _Mapping]] = ...) -> None: ...
 
 class StepStats(_message.Message):
-    __slots__ = ["chunk", "engine", "key_chunk", "logits_chunk", "loss", "metrics", "micro_batches", "peak_memory_bytes", "queue_seconds", "seconds", "sequences", "targets", "tokens"]
+    __slots__ = ["chunk", "engine", "key_chunk", "logits_chunk", "loss", "metrics", "micro_batches", "offloaded_bytes", "peak_memory_bytes", "queue_seconds", "seconds", "sequences", "targets", "tokens"]
     class MetricsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -772,6 +776,7 @@ class StepStats(_message.Message):
     LOSS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     MICRO_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    OFFLOADED_BYTES_FIELD_NUMBER: _ClassVar[int]
     PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     QUEUE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -785,13 +790,14 @@ class StepStats(_message.Message):
     loss: float
     metrics: _containers.ScalarMap[str, float]
     micro_batches: int
+    offloaded_bytes: int
     peak_memory_bytes: int
     queue_seconds: float
     seconds: float
     sequences: int
     targets: int
     tokens: int
-    def __init__(self, loss: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., tokens: _Optional[int] = ..., targets: _Optional[int] = ..., sequences: _Optional[int] = ..., micro_batches: _Optional[int] = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., key_chunk: _Optional[int] = ..., peak_memory_bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., queue_seconds: _Optional[float] = ...) -> None: ...
+    def __init__(self, loss: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., tokens: _Optional[int] = ..., targets: _Optional[int] = ..., sequences: _Optional[int] = ..., micro_batches: _Optional[int] = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., key_chunk: _Optional[int] = ..., peak_memory_bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., queue_seconds: _Optional[float] = ..., offloaded_bytes: _Optional[int] = ...) -> None: ...
 
 class Text(_message.Message):
     __slots__ = ["enable_thinking", "messages", "text"]

@@ -20,6 +20,10 @@ export interface EstimateMemoryResponse {
   'chunk'?: (number | string | Long);
   'logits_chunk'?: (number | string | Long);
   'key_chunk'?: (number | string | Long);
+  /**
+   * held in the second tier (offloaded layer inputs), not in total_bytes
+   */
+  'offloaded_bytes'?: (number | string | Long);
 }
 
 export interface EstimateMemoryResponse__Output {
@@ -40,4 +44,8 @@ export interface EstimateMemoryResponse__Output {
   'chunk': (number);
   'logits_chunk': (number);
   'key_chunk': (number);
+  /**
+   * held in the second tier (offloaded layer inputs), not in total_bytes
+   */
+  'offloaded_bytes': (number);
 }

@@ -57,6 +57,10 @@ export interface GetInfoResponse {
    */
   'session'?: (_streambp_v1_SessionInfo | null);
   'tokenizer'?: (_streambp_v1_TokenizerInfo | null);
+  /**
+   * the stream engine keeps its stored layer inputs off the device
+   */
+  'offload_layer_inputs'?: (boolean);
 }
 
 export interface GetInfoResponse__Output {
@@ -112,4 +116,8 @@ export interface GetInfoResponse__Output {
    */
   'session': (_streambp_v1_SessionInfo__Output | null);
   'tokenizer': (_streambp_v1_TokenizerInfo__Output | null);
+  /**
+   * the stream engine keeps its stored layer inputs off the device
+   */
+  'offload_layer_inputs': (boolean);
 }

@@ -37,6 +37,11 @@ export interface StepStats {
    */
   'queue_seconds'?: (number | string);
   'key_chunk'?: (number | string | Long);
+  /**
+   * Bytes the step kept in the second tier (engine.offload_layer_inputs: the stored layer
+   * inputs in host memory or the scratch file), not in peak_memory_bytes; 0 = none.
+   */
+  'offloaded_bytes'?: (number | string | Long);
 }
 
 export interface StepStats__Output {
@@ -74,4 +79,9 @@ export interface StepStats__Output {
    */
   'queue_seconds': (number);
   'key_chunk': (number);
+  /**
+   * Bytes the step kept in the second tier (engine.offload_layer_inputs: the stored layer
+   * inputs in host memory or the scratch file), not in peak_memory_bytes; 0 = none.
+   */
+  'offloaded_bytes': (number);
 }

@@ -1,0 +1,143 @@
+// Where a step's time goes (issue 17): RecordFunction callbacks on the measuring thread
+// split its wall time, exclusively, among the parts the decoder and the engines mark with
+// RECORD_USER_SCOPE("streambp::..."): attention, mlp, projection, norm and rope, layout
+// copies, head (logits + loss, forward and backward), embedding. The backward of an op is
+// charged to the part whose forward created it (its autograd node's sequence number), so
+// "attention" is the attention's forward and backward. Ops outside any part are "copies"
+// (copy_, clone, fill, cat: the engines' buffers) or "other" (everything else, and the
+// time between ops).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/record_function.h>
+
+#include "bench.h"
+
+namespace streambp::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The categories, in report order.
+const std::vector<std::string>& Names() {
+  static const std::vector<std::string> names{"attention", "mlp", "projections", "head", "norms_rope",
+                                              "copies",    "embedding", "other"};
+  return names;
+}
+enum Category : int { kAttention, kMlp, kProjections, kHead, kNormsRope, kCopies, kEmbedding, kOther, kCount };
+
+struct State {
+  bool active = false;
+  std::vector<int> stack;  // categories of the open scopes and ops, innermost last
+  std::vector<const char*> names;  // their names
+  std::unordered_map<std::string, double> op_seconds;  // exclusive time per innermost op
+  Clock::time_point last;
+  double seconds[kCount] = {};
+  std::unordered_map<int64_t, int> created_by;  // autograd sequence number -> category
+};
+thread_local State g_state;
+
+int RegionOf(const char* name) {
+  if (std::strncmp(name, "streambp::", 10) != 0) return -1;
+  const char* r = name + 10;
+  if (!std::strcmp(r, "attention")) return kAttention;
+  if (!std::strcmp(r, "mlp")) return kMlp;
+  if (!std::strcmp(r, "projection")) return kProjections;
+  if (!std::strcmp(r, "head")) return kHead;
+  if (!std::strcmp(r, "norm") || !std::strcmp(r, "rope")) return kNormsRope;
+  if (!std::strcmp(r, "layout")) return kCopies;
+  if (!std::strcmp(r, "embedding")) return kEmbedding;
+  return kOther;
+}
+
+bool IsCopy(const char* name) {
+  for (const char* w : {"copy", "clone", "contiguous", "fill", "zero", "cat", "empty"}) {
+    if (std::strstr(name, w)) return true;
+  }
+  return false;
+}
+
+void Charge(Clock::time_point now) {
+  auto& s = g_state;
+  const int c = s.stack.empty() ? kOther : s.stack.back();
+  const double dt = std::chrono::duration<double>(now - s.last).count();
+  s.seconds[c] += dt;
+  s.op_seconds[Names()[c] + "/" + (s.names.empty() ? "(between ops)" : s.names.back())] += dt;
+  s.last = now;
+}
+
+std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
+  auto& s = g_state;
+  if (!s.active) return nullptr;
+  Charge(Clock::now());
+  const int parent = s.stack.empty() ? -1 : s.stack.back();
+  int c = parent;
+  // The head and the MLP own what runs inside them (the MLP's projections are MLP GEMMs).
+  const bool owned = parent == kHead || parent == kMlp;
+  if (fn.scope() == at::RecordScope::USER_SCOPE) {
+    const int r = RegionOf(fn.name());
+    if (r >= 0 && !owned) c = r;
+  } else if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    if (!owned) {
+      // A custom Function's node is numbered before its forward's ops run: by name.
+      auto it = s.created_by.find(fn.seqNr());
+      c = std::strstr(fn.name(), "TiledAttention")   ? kAttention
+          : it != s.created_by.end()                 ? it->second
+          : parent >= 0                              ? parent
+          : IsCopy(fn.name())                        ? kCopies
+                                                     : kOther;
+    }
+  } else {
+    if (parent < 0) c = IsCopy(fn.name()) ? kCopies : kOther;
+    if (fn.seqNr() >= 0 && c != kOther) s.created_by[fn.seqNr()] = c;
+  }
+  s.stack.push_back(c < 0 ? kOther : c);
+  s.names.push_back(fn.name());
+  return nullptr;
+}
+
+void OnEnd(const at::RecordFunction&, at::ObserverContext*) {
+  auto& s = g_state;
+  if (!s.active || s.stack.empty()) return;
+  Charge(Clock::now());
+  s.stack.pop_back();
+  s.names.pop_back();
+}
+
+}  // namespace
+
+TimeBreakdown ProfileStep(const std::function<void()>& step) {
+  auto& s = g_state;
+  s = State{};
+  auto handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&OnStart, &OnEnd)
+          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION, at::RecordScope::USER_SCOPE}));
+  s.active = true;
+  const auto t0 = Clock::now();
+  s.last = t0;
+  try {
+    step();
+  } catch (...) {
+    s.active = false;
+    at::removeCallback(handle);
+    throw;
+  }
+  Charge(Clock::now());
+  s.active = false;
+  at::removeCallback(handle);
+  TimeBreakdown out;
+  out.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (int c = 0; c < kCount; ++c) out.seconds[Names()[c]] = s.seconds[c];
+  out.ops.assign(s.op_seconds.begin(), s.op_seconds.end());
+  std::sort(out.ops.begin(), out.ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (out.ops.size() > 40) out.ops.resize(40);
+  s = State{};
+  return out;
+}
+
+const std::vector<std::string>& BreakdownCategories() { return Names(); }
+
+}  // namespace streambp::bench
