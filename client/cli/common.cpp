@@ -5,6 +5,20 @@
 
 namespace streambp::cli {
 
+namespace {
+
+// The host part of a --server value without a usable port, for the example in the error
+// ("localhost", "localhost:" and "localhost:x" all suggest localhost:50051).
+std::string ExampleHost(const std::string& t) {
+  if (t.empty()) return "127.0.0.1";
+  if (t.back() == ']') return t;  // [::1]
+  const auto colon = t.rfind(':');
+  if (colon == std::string::npos) return t;
+  return colon == 0 ? "127.0.0.1" : t.substr(0, colon);
+}
+
+}  // namespace
+
 void AddConnectionFlags(CLI::App* cmd, ConnectionFlags& f) {
   cmd->add_option("--server", f.server, "server address HOST:PORT")->envname("STREAMBP_SERVER")->capture_default_str();
   cmd->add_option("--token", f.token, "bearer token (sent as 'authorization: Bearer TOKEN')")->envname("STREAMBP_TOKEN");
@@ -62,8 +76,7 @@ std::unique_ptr<client::Client> Connect(const ConnectionFlags& f) {
   if (!uri && (colon == std::string::npos || colon + 1 == t.size() || t.back() == ']' ||
                t.find_first_not_of("0123456789", colon + 1) != std::string::npos)) {
     throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT,
-                              "--server " + t + ": give HOST:PORT (e.g. " + (t.empty() ? "127.0.0.1" : t) +
-                                  ":50051)");
+                              "--server " + t + ": give HOST:PORT (e.g. " + ExampleHost(t) + ":50051)");
   }
   client::ClientOptions o;
   o.target = f.server;

@@ -135,8 +135,10 @@ struct ServerConfig {
   MetricsSection metrics;
 
   /// Throws InvalidArgument naming the first unknown key or bad value ("config: ...").
-  static ServerConfig FromJson(const nlohmann::json& j);
-  static ServerConfig FromFile(const std::string& path);
+  /// `validate` false: only keys and types are checked, not how the fields fit together
+  /// (a caller that overlays command-line flags validates the result itself).
+  static ServerConfig FromJson(const nlohmann::json& j, bool validate = true);
+  static ServerConfig FromFile(const std::string& path, bool validate = true);
   /// Every field. `mask_secrets`: bearer tokens are written as "***" (for --check-config).
   nlohmann::json ToJson(bool mask_secrets = false) const;
   void Validate() const;

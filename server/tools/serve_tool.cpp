@@ -24,7 +24,9 @@ namespace streambp::tools {
 namespace {
 
 server::ServerConfig BuildConfig(const ServeArgs& a) {
-  auto c = a.config_file.empty() ? server::ServerConfig{} : server::ServerConfig::FromFile(a.config_file);
+  // The file's fields are checked together with the flags laid over them (a file with
+  // sessions.enabled and --checkpoint-dir on the command line is complete).
+  auto c = a.config_file.empty() ? server::ServerConfig{} : server::ServerConfig::FromFile(a.config_file, false);
   if (!a.model_dir.empty()) c.model.dir = a.model_dir;
   if (!a.preset.empty()) c.model.preset = a.preset;
   if (a.seed >= 0) c.model.seed = static_cast<uint64_t>(a.seed);

@@ -79,6 +79,9 @@ grep -q "Exit status" <("$cli" --help 2>&1) || fail "--help does not document th
 "$cli" info --server localhost > "$dir/noport.out" 2>&1; rc=$?
 [ "$rc" -eq 2 ] || fail "--server without a port: exit $rc, expected 2: $(cat "$dir/noport.out")"
 grep -q "give HOST:PORT" "$dir/noport.out" || fail "--server without a port: $(cat "$dir/noport.out")"
+"$cli" info --server localhost: > "$dir/noport2.out" 2>&1; rc=$?
+[ "$rc" -eq 2 ] || fail "--server with an empty port: exit $rc, expected 2"
+grep -q "(e.g. localhost:50051)" "$dir/noport2.out" || fail "--server localhost: example: $(cat "$dir/noport2.out")"
 "$cli" info --server http://localhost:50051 > "$dir/scheme.out" 2>&1; rc=$?
 [ "$rc" -eq 2 ] || fail "--server with a scheme: exit $rc: $(cat "$dir/scheme.out")"
 grep -q "without a scheme" "$dir/scheme.out" || fail "--server with a scheme: $(cat "$dir/scheme.out")"
@@ -88,6 +91,16 @@ grep -q "no server at 127.0.0.1:$port" "$dir/down.out" || fail "no server messag
 grep -q "streambp-server serve" "$dir/down.out" || fail "no server message: $(cat "$dir/down.out")"
 "$cli" info --bogus > /dev/null 2>&1; rc=$?
 [ "$rc" -eq 2 ] || fail "an unknown flag: exit $rc, expected 2"
+
+# A config file's fields are checked with the flags laid over them: sessions need a
+# checkpoint folder, which --checkpoint-dir gives.
+echo '{"sessions": {"enabled": true}}' > "$dir/sessions.json"
+if "$server" serve --config "$dir/sessions.json" --check-config > "$dir/nockpt.out" 2>&1; then
+  fail "sessions without a checkpoint folder were accepted"
+fi
+grep -q "sessions.enabled needs checkpoint_dir" "$dir/nockpt.out" || fail "no checkpoint folder: $(cat "$dir/nockpt.out")"
+"$server" serve --config "$dir/sessions.json" --checkpoint-dir "$dir/sckpt" --check-config > "$dir/ckpt_flag.out" 2>&1 \
+  || fail "--checkpoint-dir did not complete the config file: $(cat "$dir/ckpt_flag.out")"
 
 # JSON logs: one flat object per event, with fields (not a message string).
 "$server" serve --listen 127.0.0.1:0 --port-file "$dir/port3" --log-format json > "$dir/json.log" 2>&1 &

@@ -618,7 +618,9 @@ TEST(StepProgress, AStepReportsQueuedStartedEveryLayerAndDone) {
     if (states.empty() || states.back() != m.state()) states.push_back(m.state());
     if (m.state() == "forward") forward_layers.insert(m.layer());
     if (m.state() == "backward") backward_layers.insert(m.layer());
-    if (m.state() == "forward" || m.state() == "backward") EXPECT_EQ(m.num_layers(), 2);
+    if (m.state() == "forward" || m.state() == "backward") {
+      EXPECT_EQ(m.num_layers(), 2);
+    }
   }
   ASSERT_GE(states.size(), 5u);
   EXPECT_EQ(states.back(), "done");
