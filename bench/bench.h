@@ -214,8 +214,10 @@ nlohmann::json RunTextBench(const TextBenchPlan& plan);
 /// Output.
 nlohmann::json RunJson(const Run& r);
 std::string HumanBytes(int64_t bytes);
-void WritePlot(const std::string& png, const std::vector<Run>& runs, int64_t budget,
-               const std::string& title);
+/// Memory and time against T, one series per variant; OOM or refused points as crosses at
+/// their estimate; `budget` (0 = none) as a line; `machine` printed under the title.
+void WritePlot(const std::string& png, const std::vector<Run>& runs, int64_t budget, const std::string& title,
+               const std::string& machine);
 /// Checks a written report: complete fields, and at every length where all three ran,
 /// activation memory stream < checkpoint < full. Returns the problems (empty = fine).
 std::vector<std::string> CheckReport(const nlohmann::json& report);

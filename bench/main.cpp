@@ -300,21 +300,27 @@ int main(int argc, char** argv) {
       const auto report = nlohmann::json::parse(in);
       std::vector<Run> runs;
       for (const auto& j : report.at("runs")) {
-        if (j.value("oom", false)) continue;
         Run r;
+        r.oom = j.value("oom", false);
+        r.predicted_activation_bytes = j.value("predicted_activation_bytes", int64_t{0});
+        if (j.contains("step_seconds_samples")) r.samples = j["step_seconds_samples"].get<std::vector<double>>();
         r.variant.engine = j.at("engine");
         r.variant.logits_chunked = j.at("logits_chunked");
         r.variant.options.recompute_kv_per_chunk = j.value("recompute_kv_per_chunk", false);
         r.variant.options.tiled_attention = j.value("tiled_attention", false);
         r.variant.options.offload_layer_inputs = j.value("offload_layer_inputs", false);
         r.seq_len = j.at("seq_len");
-        r.activation_bytes = j.at("activation_bytes");
-        r.step_seconds = j.at("step_seconds");
+        if (!r.oom) {
+          r.activation_bytes = j.at("activation_bytes");
+          r.step_seconds = j.at("step_seconds");
+        }
         runs.push_back(r);
       }
-      WritePlot(a.plot_path, runs, ParseBytes(a.budget),
+      // The budget line only when asked for (a sweep's report has none of its own).
+      WritePlot(a.plot_path, runs, app.count("--budget") > 0 ? ParseBytes(a.budget) : 0,
                 "streambp-bench: " + report.value("objective", std::string("?")) + ", " +
-                    report["model"].value("source", std::string("?")) + ", " + report["model"].value("dtype", std::string("?")));
+                    report["model"].value("source", std::string("?")) + ", " + report["model"].value("dtype", std::string("?")),
+                report["machine"].value("description", std::string()));
       std::printf("plot: %s\n", a.plot_path.c_str());
       return 0;
     }
@@ -723,8 +729,9 @@ int main(int argc, char** argv) {
 
     write_json();
     if (!a.plot_path.empty()) {
-      WritePlot(a.plot_path, runs, ParseBytes(a.budget),
-                "streambp-bench: " + a.objective + ", " + (a.model_dir.empty() ? a.preset : a.model_dir) + ", " + a.dtype);
+      WritePlot(a.plot_path, runs, a.no_search ? 0 : ParseBytes(a.budget),
+                "streambp-bench: " + a.objective + ", " + (a.model_dir.empty() ? a.preset : a.model_dir) + ", " + a.dtype,
+                machine_line.str());
       std::printf("plot: %s\n", a.plot_path.c_str());
     }
     if (a.check) {

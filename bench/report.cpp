@@ -69,11 +69,37 @@ nlohmann::json RunJson(const Run& r) {
   return j;
 }
 
-void WritePlot(const std::string& png, const std::vector<Run>& runs, int64_t budget, const std::string& title) {
+namespace {
+
+// A gnuplot double-quoted string ("\n" breaks the line).
+std::string GnuplotString(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+void WritePlot(const std::string& png, const std::vector<Run>& runs, int64_t budget, const std::string& title,
+               const std::string& machine) {
   namespace fs = std::filesystem;
   std::map<std::string, std::vector<const Run*>> series;
+  std::vector<const Run*> failed;  // OOM or refused: drawn at their estimate, as crosses
+  size_t samples = 0;
   for (const auto& r : runs) {
-    if (!r.oom) series[r.variant.label()].push_back(&r);
+    if (!r.oom) {
+      series[r.variant.label()].push_back(&r);
+      samples = samples == 0 ? r.samples.size() : std::min(samples, r.samples.size());
+    } else if (r.predicted_activation_bytes > 0) {
+      failed.push_back(&r);
+    }
   }
   if (series.empty()) return;
   const fs::path dir = fs::temp_directory_path() / ("streambp-bench-plot-" + std::to_string(::getpid()));
@@ -86,25 +112,35 @@ void WritePlot(const std::string& png, const std::vector<Run>& runs, int64_t bud
     for (const Run* r : points) {
       out << r->seq_len << " " << r->activation_bytes / (1024.0 * 1024.0) << " " << r->step_seconds << "\n";
     }
+    // A single point is drawn as a point (a line needs two): the legend entry stays visible.
+    const std::string style = points.size() > 1 ? "linespoints lw 2" : "points ps 2";
     const std::string sep = mem_plot.empty() ? "" : ", ";
-    mem_plot += sep + "'" + file.string() + "' using 1:2 with linespoints lw 2 title '" + label + "'";
-    time_plot += sep + "'" + file.string() + "' using 1:3 with linespoints lw 2 title '" + label + "'";
+    mem_plot += sep + "'" + file.string() + "' using 1:2 with " + style + " title '" + label + "'";
+    time_plot += sep + "'" + file.string() + "' using 1:3 with " + style + " title '" + label + "'";
+  }
+  if (!failed.empty()) {
+    const auto file = dir / "failed.dat";
+    std::ofstream out(file);
+    for (const Run* r : failed) out << r->seq_len << " " << r->predicted_activation_bytes / (1024.0 * 1024.0) << "\n";
+    mem_plot += ", '" + file.string() + "' using 1:2 with points pt 2 ps 2 lc rgb 'black' title 'OOM or refused (at its estimate)'";
   }
   if (budget > 0) {
     mem_plot += ", " + std::to_string(budget / (1024.0 * 1024.0)) + " with lines dt 2 lc rgb 'red' lw 2 title 'budget " +
                 HumanBytes(budget) + "'";
   }
+  const std::string time_title = samples > 1 ? "forward + backward time (median of " + std::to_string(samples) + " steps)"
+                                             : "forward + backward time (one timed step per point)";
   const auto script = dir / "plot.gp";
   {
     std::ofstream gp(script);
-    gp << "set terminal pngcairo size 1400,560 font 'sans,10'\n"
+    gp << "set terminal pngcairo size 1400,600 font 'sans,10' noenhanced\n"
        << "set output '" << png << "'\n"
-       << "set multiplot layout 1,2 title '" << title << "'\n"
+       << "set multiplot layout 1,2 title " << GnuplotString(machine.empty() ? title : title + "\n" + machine) << "\n"
        << "set logscale x 2\nset logscale y\nset grid\nset key top left\n"
        << "set xlabel 'sequence length (tokens)'\n"
        << "set ylabel 'activation memory (MiB)'\nset title 'peak activation memory (peak - weights - grads - optimizer)'\n"
        << "plot " << mem_plot << "\n"
-       << "set ylabel 'step time (s)'\nset title 'forward + backward time (median)'\n"
+       << "set ylabel 'step time (s)'\nset title " << GnuplotString(time_title) << "\n"
        << "plot " << time_plot << "\n"
        << "unset multiplot\n";
   }

@@ -627,7 +627,10 @@ TEST(StepProgress, AStepReportsQueuedStartedEveryLayerAndDone) {
   EXPECT_NE(std::find(states.begin(), states.end(), "started"), states.end());
   EXPECT_NE(std::find(states.begin(), states.end(), "head"), states.end());
   EXPECT_NE(std::find(states.begin(), states.end(), "optimizer"), states.end());
-  EXPECT_EQ(forward_layers, (std::set<int>{0, 1}));
+  // A slow reader may see only the latest of consecutive same-state events (they coalesce):
+  // the last layer of the forward always arrives.
+  ASSERT_FALSE(forward_layers.empty());
+  EXPECT_EQ(*forward_layers.rbegin(), 1);
   EXPECT_FALSE(backward_layers.empty());
   const auto& done = seen.back();
   EXPECT_TRUE(done.has_train_step());
