@@ -1,5 +1,6 @@
 #include "executor.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -50,6 +51,20 @@ int RunFollower(const ServerConfig& config, const DistOptions& dist) {
   auto comm = Communicator::Create(options);
   auto replica = Replica::Create(config, device, comm);
   spdlog::info("rank {} of {} joined; following rank 0", dist.rank, dist.world_size);
+  // What this rank holds, for comparing the ranks: the model (replica-R.safetensors), or a
+  // session's trainable state when rank 0 writes it out (at eviction and shutdown:
+  // replica-R-SESSION.safetensors, the adapter under PEFT's names or a full session's model).
+  auto write_replica = [&](const std::string& session) {
+    if (config.checkpoint_dir.empty()) return;
+    const std::filesystem::path dir(config.checkpoint_dir);
+    std::filesystem::create_directories(dir);
+    auto& trainer = replica->trainer(session);
+    const std::string file =
+        "replica-" + std::to_string(dist.rank) + (session.empty() ? "" : "-" + session) + ".safetensors";
+    WriteSafetensors((dir / file).string(),
+                     trainer.adapter() ? trainer.adapter()->peft_tensors() : trainer.model()->hf_tensors(),
+                     {{"format", "pt"}});
+  };
   int rc = 0;
   for (;;) {
     Command command;
@@ -61,6 +76,14 @@ int RunFollower(const ServerConfig& config, const DistOptions& dist) {
       break;
     }
     if (std::holds_alternative<StopCommand>(command)) break;
+    if (const auto* drop = std::get_if<DropSessionCommand>(&command)) {
+      const auto resident = replica->resident_sessions();
+      try {
+        if (std::find(resident.begin(), resident.end(), drop->session) != resident.end()) write_replica(drop->session);
+      } catch (const std::exception& e) {  // a copy for comparison only: the command still runs
+        spdlog::warn("rank {}: could not write session {}'s replica file: {}", dist.rank, drop->session, e.what());
+      }
+    }
     try {
       Apply(*replica, command);
     } catch (const Error& e) {
@@ -75,12 +98,8 @@ int RunFollower(const ServerConfig& config, const DistOptions& dist) {
       spdlog::warn("rank {}: {} failed: {}", dist.rank, CommandName(command), e.what());
     }
   }
-  if (rc == 0 && !config.checkpoint_dir.empty()) {
-    std::filesystem::create_directories(config.checkpoint_dir);
-    WriteSafetensors((std::filesystem::path(config.checkpoint_dir) /
-                      ("replica-" + std::to_string(dist.rank) + ".safetensors"))
-                         .string(),
-                     replica->trainer().model()->hf_tensors(), {{"format", "pt"}});
+  if (rc == 0) {
+    for (const auto& session : replica->resident_sessions()) write_replica(session);
   }
   spdlog::info("rank {}: {}", dist.rank, rc == 0 ? "stopped by rank 0" : "exiting: the group is broken");
   return rc;
