@@ -326,6 +326,41 @@ def test_errors_and_options():
     check(text_group.prompt_text.messages[0].content == "hi", "a conversation prompt")
 
 
+def test_retry_of_a_large_request():
+    """A request of ~1 MiB that first meets UNAVAILABLE is sent again by the channel, with
+    the same request id (gRPC buffers only 256 KiB per call for retries unless told more)."""
+    from concurrent import futures
+    from streambp.v1 import trainer_pb2_grpc as pb_grpc
+
+    class Flaky(pb_grpc.TrainerServicer):
+        def __init__(self):
+            self.seen = []
+
+        def ForwardBackward(self, request, context):
+            self.seen.append((request.request_id, request.ByteSize()))
+            if len(self.seen) == 1:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "try again")
+            return pb.ForwardBackwardResponse(policy_version=7)
+
+    flaky = Flaky()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
+                         options=[("grpc.max_receive_message_length", 64 << 20)])
+    pb_grpc.add_TrainerServicer_to_server(flaky, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        tokens = [i % 1000 for i in range(250_000)]  # ~1 MiB of varints
+        retry = streambp.RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
+        with streambp.ServiceClient(f"127.0.0.1:{port}", retry=retry) as client:
+            result = client.training_client().forward_backward([tokens], timeout=30)
+        check(result.policy_version == 7, "the retried call's answer")
+        check(len(flaky.seen) == 2, f"attempts seen by the server: {len(flaky.seen)}")
+        check(flaky.seen[0][0] == flaky.seen[1][0] != "", "one request id for both attempts")
+        check(flaky.seen[0][1] > 256 << 10, f"larger than gRPC's default retry buffer: {flaky.seen[0][1]} bytes")
+    finally:
+        server.stop(None)
+
+
 def main():
     start = time.time()
     for name, fn in list(globals().items()):

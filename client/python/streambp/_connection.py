@@ -112,7 +112,11 @@ class Connection:
         channel_options: List[Tuple[str, Any]] = [("grpc.max_send_message_length", max_message_bytes),
                                                   ("grpc.max_receive_message_length", max_message_bytes)]
         if retry is not None:
-            channel_options += [("grpc.enable_retries", 1), ("grpc.service_config", retry.service_config())]
+            # gRPC keeps a request for a retry only up to its per-call retry buffer (256 KiB by
+            # default): a larger batch would not be retried at all. Up to the message limit is.
+            channel_options += [("grpc.enable_retries", 1), ("grpc.service_config", retry.service_config()),
+                                ("grpc.per_rpc_retry_buffer_size", max_message_bytes),
+                                ("grpc.retry_buffer_size", max(max_message_bytes, 256 << 20))]
         else:
             channel_options.append(("grpc.enable_retries", 0))
         credentials: Optional[grpc.ChannelCredentials] = None
