@@ -211,6 +211,18 @@ struct TextBenchPlan {
 };
 nlohmann::json RunTextBench(const TextBenchPlan& plan);
 
+/// Sample mode (--sample-prompts): one Sample of prompts x n completions, its tokens/s, next
+/// to the forward-backward of the same sequences.
+struct SampleBenchPlan {
+  int64_t prompts = 8;
+  int64_t n = 8;
+  int64_t prompt_len = 128;
+  int64_t max_tokens = 128;
+  uint64_t seed = 0;
+  CausalLM* model = nullptr;
+};
+nlohmann::json RunSampleBench(const SampleBenchPlan& plan);
+
 /// Output.
 nlohmann::json RunJson(const Run& r);
 std::string HumanBytes(int64_t bytes);
