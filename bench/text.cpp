@@ -1,6 +1,7 @@
 // streambp-bench --tokenizer DIR: what text costs next to ids. The tokenizer's encode speed
 // (cold: empty word cache; warm) on an English text, the chat format's rendering speed, and
 // a text request's tokenization time next to the forward-backward of the same tokens.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -28,6 +29,19 @@ std::string ReadText(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// text[begin, begin + length) with both ends moved back to the start of a UTF-8 character,
+// so a piece of a text with non-ASCII characters is still valid UTF-8.
+std::string Utf8Piece(const std::string& text, size_t begin, size_t length) {
+  auto boundary = [&](size_t i) {
+    i = std::min(i, text.size());
+    while (i > 0 && i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) --i;
+    return i;
+  };
+  const size_t b = boundary(begin);
+  const size_t e = boundary(begin + length);
+  return text.substr(b, e > b ? e - b : 0);
 }
 
 }  // namespace
@@ -59,8 +73,8 @@ nlohmann::json RunTextBench(const TextBenchPlan& plan) {
     size_t bytes = 0;
     for (size_t at = 0; at + 2000 < text.size() && conversations.size() < 200; at += 2000) {
       std::vector<ChatMessage> m = {{"system", "You are a helpful assistant."},
-                                    {"user", text.substr(at, 400)},
-                                    {"assistant", text.substr(at + 400, 1600)}};
+                                    {"user", Utf8Piece(text, at, 400)},
+                                    {"assistant", Utf8Piece(text, at + 400, 1600)}};
       for (const auto& x : m) bytes += x.content.size();
       conversations.push_back(std::move(m));
     }
@@ -84,7 +98,7 @@ nlohmann::json RunTextBench(const TextBenchPlan& plan) {
   if (plan.model) {
     const int64_t T = plan.step_tokens;
     const size_t span = static_cast<size_t>(static_cast<double>(T) * enc.bytes / enc.tokens);
-    const std::string piece = text.substr(0, std::min(span, text.size()));
+    const std::string piece = Utf8Piece(text, 0, span);
     tokenizer->clear_cache();
     auto start = Clock::now();
     auto ids = tokenizer->encode(piece);
