@@ -1,6 +1,5 @@
 // Measuring one point, the max-length search, analytic FLOPs and the GEMM reference.
 #include <malloc.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,55 +18,12 @@
 #include "streambp/memory.h"
 #include "streambp/objective.h"
 #include "streambp/optimizer.h"
+#include "streambp/terminal_progress.h"
 
 namespace streambp::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A live line on a terminal while a step runs (a step at T=8192 takes minutes on a CPU):
-// "  stream T=8192: backward layer 3/8 chunk 5/16, 41 s". Only when stderr is a terminal, at
-// most twice a second; the line is cleared when the step ends. Logs and JSON are unchanged.
-class StepProgressLine {
- public:
-  explicit StepProgressLine(std::string what) : what_(std::move(what)), on_(isatty(STDERR_FILENO) != 0) {}
-  ~StepProgressLine() {
-    if (on_ && shown_) std::fprintf(stderr, "\r\033[K");
-  }
-  EngineOptions wrap(EngineOptions o) {
-    if (!on_) return o;
-    auto previous = o.on_progress;
-    o.on_progress = [this, previous](const EngineProgress& p) {
-      if (previous) previous(p);
-      show(p);
-    };
-    return o;
-  }
-
- private:
-  void show(const EngineProgress& p) {
-    const auto now = Clock::now();
-    if (shown_ && now - last_ < std::chrono::milliseconds(500)) return;
-    last_ = now;
-    shown_ = true;
-    const double secs = std::chrono::duration<double>(now - start_).count();
-    if (p.phase == EngineProgress::Phase::kHead) {
-      std::fprintf(stderr, "\r\033[K  %s: head chunk %lld/%lld, %.0f s", what_.c_str(), (long long)p.chunk + 1,
-                   (long long)p.chunks, secs);
-    } else {
-      std::fprintf(stderr, "\r\033[K  %s: %s layer %lld/%lld chunk %lld/%lld, %.0f s", what_.c_str(),
-                   PhaseName(p.phase), (long long)p.layer + 1, (long long)p.layers, (long long)p.chunk + 1,
-                   (long long)p.chunks, secs);
-    }
-    std::fflush(stderr);
-  }
-
-  std::string what_;
-  bool on_;
-  bool shown_ = false;
-  Clock::time_point start_ = Clock::now();
-  Clock::time_point last_{};
-};
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -315,7 +271,7 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
         try {
           torch::set_num_threads(ctx.threads);
           const auto t0 = Clock::now();
-          StepProgressLine line(v.label() + " T=" + std::to_string(T));
+          TerminalProgress line(v.label() + " T=" + std::to_string(T));
           result = ForwardBackward(ctx.model, batch, *objective, line.wrap(v.options));
           objective->finish();
           secs = Seconds(t0);

@@ -17,6 +17,7 @@
 #include "streambp/model.h"
 #include "streambp/objective.h"
 #include "streambp/runtime.h"
+#include "streambp/terminal_progress.h"
 #include "streambp/tokenizer.h"
 
 namespace streambp::tools {
@@ -191,8 +192,9 @@ int Grad(const GradArgs& args) {
   auto batch = MakeBatch(sequences, ParseLayout(args.layout));
   EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false,
                         args.flags.key_chunk};
+  TerminalProgress line(args.engine);
   auto t0 = std::chrono::steady_clock::now();
-  auto result = ForwardBackward(m.model, batch, *objective, options);
+  auto result = ForwardBackward(m.model, batch, *objective, line.wrap(options));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.metrics = objective->finish();
   auto grads = m.gradients();
@@ -253,9 +255,14 @@ int Verify(const VerifyArgs& args) {
     m.zero_gradients();
     memory::ResetPeak();
     const int64_t live_before = memory::LiveBytes();
-    auto t0 = std::chrono::steady_clock::now();
-    auto result = ForwardBackward(m.model, batch, *objective, options);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double secs = 0;
+    StepResult result;
+    {
+      TerminalProgress line(EngineName(kind));
+      auto t0 = std::chrono::steady_clock::now();
+      result = ForwardBackward(m.model, batch, *objective, line.wrap(options));
+      secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
     result.metrics = objective->finish();
     const double peak_mib = (memory::PeakBytes() - live_before) / (1024.0 * 1024.0);
     auto grads = m.gradients();
