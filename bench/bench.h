@@ -224,6 +224,14 @@ struct SampleBenchPlan {
 nlohmann::json RunSampleBench(const SampleBenchPlan& plan);
 
 /// Output.
+/// The run of variant `label` at length T that did not run out of memory, or null.
+const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t T);
+/// The sweep table's header and one row (GFLOP/s as a share of the GEMM reference `gemm`).
+void PrintRunHeader();
+void PrintRun(const Run& r, double gemm);
+/// The strongest baseline at length T: the non-stream variant (that ran) with the least
+/// activation memory, or (`by_time`) the fastest one.
+const Run* StrongestBaseline(const std::vector<Run>& runs, int64_t T, bool by_time);
 nlohmann::json RunJson(const Run& r);
 std::string HumanBytes(int64_t bytes);
 /// Memory and time against T, one series per variant; OOM or refused points as crosses at

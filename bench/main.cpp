@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "args.h"
 #include "bench.h"
 #include "streambp/error.h"
 #include "streambp/estimate.h"
@@ -24,77 +25,6 @@ using namespace streambp;
 using namespace streambp::bench;
 
 namespace {
-
-struct Args {
-  std::string model_dir, preset = "small", dtype = "float32", objective = "sft", optimizer = "adamw";
-  uint64_t seed = 0;
-  std::vector<std::string> engines{"full", "checkpoint", "stream"};
-  std::vector<int64_t> seq_lens{1024, 2048, 4096, 8192, 16384};
-  int64_t batch = 1, repeat = 3, warmup = 1, chunk = 0, logits_chunk = kDefaultLogitsChunk, key_chunk = 0;
-  std::string budget = "1GiB", mem_limit = "auto";
-  bool no_search = false, no_sweep = false, quick = false, check = false, profile = false;
-  std::string search_chunks = "auto";
-  bool predict_only = false;
-  double search_tol = 0.01;
-  int64_t search_start = 512, search_max = int64_t{1} << 20, search_align = 8;
-  int64_t ablation_seq_len = 8192, gemm_n = 2048;
-  std::string json_path, plot_path, replot;
-  std::string scratch_dir;  // stream:offload's scratch folder (empty: $TMPDIR or /tmp)
-  int threads = 0;
-  // Data parallel mode (--world-sizes).
-  std::vector<int> world_sizes, zero_stages{0};
-  int64_t micro_batch_tokens = 0;
-  std::string grad_bucket = "0";
-  std::string dist_worker;  // set in the rank processes the mode starts
-  int dist_overlap = 1;
-  int64_t dist_seq_len = 0;
-  // LoRA vs full fine-tuning mode (--lora-rank).
-  int64_t lora_rank = 0;
-  std::string tokenizer;  ///< text mode: a folder with tokenizer.json
-  int64_t sample_prompts = 0, sample_n = 8, sample_prompt_len = 128, sample_max_tokens = 128;  ///< sample mode
-  std::string text_file = STREAMBP_SOURCE_DIR "/README.md";
-  double lora_alpha = 0;
-  std::string total_budget = "1GiB";
-};
-
-int64_t ParseBytes(const std::string& text) {
-  size_t pos = 0;
-  double value = std::stod(text, &pos);
-  std::string unit = text.substr(pos);
-  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
-  std::transform(unit.begin(), unit.end(), unit.begin(), ::tolower);
-  const std::map<std::string, double> units{{"", 1},      {"b", 1},        {"k", 1e3},    {"kb", 1e3},
-                                            {"kib", 1024}, {"m", 1e6},       {"mb", 1e6},   {"mib", 1 << 20},
-                                            {"g", 1e9},    {"gb", 1e9},      {"gib", 1 << 30}};
-  auto it = units.find(unit);
-  if (it == units.end()) throw InvalidArgument("bad byte size '" + text + "' (e.g. 1GiB, 512MiB, 2e9)");
-  return static_cast<int64_t>(value * it->second);
-}
-
-int64_t MemAvailable() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
-}
-
-std::string CpuModel() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      auto c = line.find(':');
-      return c == std::string::npos ? line : line.substr(c + 2);
-    }
-  }
-  return "unknown CPU";
-}
-
-double Mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 // The engine options of one variant (full and checkpoint never tile keys: key_chunk is
 // passed on and resolves to T for them).
@@ -145,53 +75,6 @@ std::vector<Variant> MakeVariants(const Args& a) {
   return out;
 }
 
-const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t T) {
-  for (const auto& r : runs) {
-    if (r.variant.label() == label && r.seq_len == T && !r.oom) return &r;
-  }
-  return nullptr;
-}
-
-// chunk, logits, key: what the engine used; est.key: the key chunk the estimate assumed.
-void PrintRunHeader() {
-  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s %8s %9s\n", "engine", "T", "B",
-              "chunk", "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s",
-              "GFLOP/s", "%GEMM", "off MiB", "RSS MiB");
-}
-
-void PrintRun(const Run& r, double gemm) {
-  if (r.oom) {
-    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld  OOM%s\n", r.variant.label().c_str(), (long long)r.seq_len,
-                (long long)r.batch, (long long)r.chunk, (long long)r.logits_chunk, (long long)r.key_chunk,
-                (long long)r.predicted_key_chunk,
-                r.oom_predicted ? " (predicted by the estimate; not run)" : " (budgeted allocator refused)");
-  } else {
-    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%% %8.1f "
-                "%9.1f\n",
-                r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,
-                (long long)r.logits_chunk, (long long)r.key_chunk, (long long)r.predicted_key_chunk,
-                Mib(r.peak_bytes), Mib(r.activation_bytes),
-                Mib(r.predicted_activation_bytes),
-                static_cast<double>(r.predicted_activation_bytes) / std::max<int64_t>(1, r.activation_bytes),
-                r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm, Mib(r.offloaded_bytes),
-                Mib(r.rss_peak_bytes));
-  }
-  std::fflush(stdout);
-}
-
-// The strongest baseline at length T: the non-stream variant (that ran) with the least
-// activation memory, or the fastest one.
-const Run* StrongestBaseline(const std::vector<Run>& runs, int64_t T, bool by_time) {
-  const Run* best = nullptr;
-  for (const auto& r : runs) {
-    if (r.oom || r.seq_len != T || r.variant.engine == "stream") continue;
-    const bool better = !best || (by_time ? r.step_seconds < best->step_seconds
-                                          : r.activation_bytes < best->activation_bytes);
-    if (better) best = &r;
-  }
-  return best;
-}
-
 std::string Verdict(bool met) { return met ? "MET" : "MISSED"; }
 
 DistPlan MakeDistPlan(const Args& a, int64_t seq_len) {
@@ -220,88 +103,7 @@ int main(int argc, char** argv) {
   memory::InstallTrackingAllocator();
   Args a;
   CLI::App app{"streambp-bench: memory, time and max sequence length of the engines, side by side"};
-  app.add_option("--model", a.model_dir, "Hugging Face model folder (default: the embedded preset)");
-  app.add_option("--preset", a.preset, "embedded model")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--seed", a.seed, "seed of the embedded model");
-  app.add_option("--dtype", a.dtype, "float32 | float64 | bfloat16");
-  app.add_option("--objective", a.objective, "sft | dpo | grpo")->check(CLI::IsMember({"sft", "dpo", "grpo"}));
-  app.add_option("--engines", a.engines, "engines, comma separated: full, checkpoint (materialized, chunked logits and tiled), checkpoint:materialized, "
-                 "checkpoint:chunked, checkpoint:tiled, stream, stream:offload (layer inputs in a scratch file)")
-      ->delimiter(',');
-  app.add_option("--seq-lens", a.seq_lens, "sequence lengths of the sweep, comma separated")->delimiter(',');
-  app.add_option("--batch", a.batch, "sft: sequences; dpo: pairs; grpo: completions of one group")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--budget", a.budget, "activation budget of the max-length search (e.g. 1GiB)");
-  app.add_option("--repeat", a.repeat, "timed steps per point (median reported)")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", a.warmup, "untimed steps per point before the timed ones")->check(CLI::NonNegativeNumber);
-  app.add_option("--chunk", a.chunk,
-                 "stream: query positions per chunk; checkpoint:tiled: per attention block (0 = default 512)");
-  app.add_option("--logits-chunk", a.logits_chunk, "positions per logits chunk of the chunked-logits variants");
-  app.add_option("--key-chunk", a.key_chunk,
-                 "stream and checkpoint:tiled: keys per attention tile (0 = default " +
-                     std::to_string(kDefaultKeyChunk) + ")")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--optimizer", a.optimizer, "optimizer whose state is counted: adamw | sgd | none")
-      ->check(CLI::IsMember({"adamw", "sgd", "none"}));
-  app.add_option("--mem-limit", a.mem_limit,
-                 "activation bytes past which a sweep point is OOM (auto = 80% of available memory)");
-  app.add_flag("--no-search", a.no_search, "skip the max-length search");
-  app.add_flag("--no-sweep", a.no_sweep, "skip the sequence-length sweep");
-  app.add_flag("--profile", a.profile,
-               "sweep: one more step per point with the time split into attention, MLP, projections, head, "
-               "norms/RoPE, copies, embedding, other (RecordFunction callbacks)");
-  app.add_option("--search-chunks", a.search_chunks,
-                 "stream chunks in the search: auto (largest fitting the budget, as the server) | fixed")
-      ->check(CLI::IsMember({"auto", "fixed"}));
-  app.add_option("--search-tol", a.search_tol, "bisection stops at (hi - lo) <= tol * lo");
-  app.add_flag("--predict-only", a.predict_only,
-               "max-length search: only the estimate's longest fitting length, no step run (for budgets whose "
-               "steps would take hours)");
-  app.add_option("--search-start", a.search_start, "first length of the doubling");
-  app.add_option("--search-max", a.search_max, "longest length tried");
-  app.add_option("--ablation-seq-len", a.ablation_seq_len, "length of the K/V-once vs prefix-recompute ablation (0 = off)");
-  app.add_option("--gemm-n", a.gemm_n, "size of the reference GEMM");
-  app.add_option("--scratch-dir", a.scratch_dir, "stream:offload: folder of the scratch file (default $TMPDIR or /tmp)");
-  app.add_option("--json", a.json_path, "write the report as JSON");
-  app.add_option("--plot", a.plot_path, "write the plots as PNG (gnuplot)");
-  app.add_option("--replot", a.replot, "only draw --plot from a JSON report written earlier (budget line from --budget)");
-  app.add_flag("--quick", a.quick, "CI smoke test: tiny model, short lengths, one repeat");
-  app.add_flag("--check", a.check, "assert the report is complete and memory is ordered stream < checkpoint < full");
-  app.add_option("--threads", a.threads, "LibTorch threads (0 = number of cores); data parallel: of the whole job");
-  app.add_option("--world-sizes", a.world_sizes,
-                 "data-parallel mode: train steps on N processes over loopback Gloo for each N (e.g. 1,2); "
-                 "only this runs (first --seq-lens, --batch is the global batch, --repeat timed steps)")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  app.add_option("--zero-stages", a.zero_stages, "data-parallel mode: ZeRO stages for N > 1 (0, 1, 2)")
-      ->delimiter(',')
-      ->check(CLI::Range(0, 2));
-  app.add_option("--micro-batch-tokens", a.micro_batch_tokens,
-                 "data-parallel mode: padded tokens per micro-batch (0 = the rank's whole shard at once)");
-  app.add_option("--grad-bucket", a.grad_bucket,
-                 "data-parallel mode: bytes per overlapped gradient bucket (0 = default 25MiB)");
-  app.add_option("--lora-rank", a.lora_rank,
-                 "LoRA mode: full fine-tuning vs an adapter of this rank on the same base (stream engine): "
-                 "weights, adapter, gradient, optimizer and activation bytes, and the max length under --total-budget")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--lora-alpha", a.lora_alpha, "LoRA mode: alpha (default 2 x rank)");
-  app.add_option("--total-budget", a.total_budget,
-                 "LoRA mode: memory budget of the max-length search, statics included (0 = no search)");
-  app.add_option("--tokenizer", a.tokenizer,
-                 "text mode: a tokenizer folder; encode MB/s, chat rendering, and a text request vs its step");
-  app.add_option("--text-file", a.text_file, "text mode: the English text to encode")->capture_default_str();
-  app.add_option("--sample-prompts", a.sample_prompts,
-                 "sample mode: time one Sample of this many prompts (random ids) x --sample-n completions, "
-                 "next to the forward-backward of the same sequences")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--sample-n", a.sample_n, "sample mode: completions per prompt")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--sample-prompt-len", a.sample_prompt_len, "sample mode: prompt tokens")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--sample-max-tokens", a.sample_max_tokens, "sample mode: new tokens per completion")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--dist-worker", a.dist_worker, "internal: run as a rank, write results to this folder")->group("");
-  app.add_option("--dist-overlap", a.dist_overlap, "internal")->group("");
-  app.add_option("--dist-seq-len", a.dist_seq_len, "internal")->group("");
+  AddOptions(app, a);
   CLI11_PARSE(app, argc, argv);
 
   try {

@@ -1,4 +1,5 @@
 // JSON, plots (gnuplot) and the consistency check of a report.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -203,6 +204,57 @@ std::vector<std::string> CheckReport(const nlohmann::json& report) {
     }
   }
   return problems;
+}
+
+namespace {
+double Mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+}  // namespace
+
+const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t T) {
+  for (const auto& r : runs) {
+    if (r.variant.label() == label && r.seq_len == T && !r.oom) return &r;
+  }
+  return nullptr;
+}
+
+// chunk, logits, key: what the engine used; est.key: the key chunk the estimate assumed.
+void PrintRunHeader() {
+  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s %8s %9s\n", "engine", "T", "B",
+              "chunk", "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s",
+              "GFLOP/s", "%GEMM", "off MiB", "RSS MiB");
+}
+
+void PrintRun(const Run& r, double gemm) {
+  if (r.oom) {
+    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld  OOM%s\n", r.variant.label().c_str(), (long long)r.seq_len,
+                (long long)r.batch, (long long)r.chunk, (long long)r.logits_chunk, (long long)r.key_chunk,
+                (long long)r.predicted_key_chunk,
+                r.oom_predicted ? " (predicted by the estimate; not run)" : " (budgeted allocator refused)");
+  } else {
+    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%% %8.1f "
+                "%9.1f\n",
+                r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,
+                (long long)r.logits_chunk, (long long)r.key_chunk, (long long)r.predicted_key_chunk,
+                Mib(r.peak_bytes), Mib(r.activation_bytes),
+                Mib(r.predicted_activation_bytes),
+                static_cast<double>(r.predicted_activation_bytes) / std::max<int64_t>(1, r.activation_bytes),
+                r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm, Mib(r.offloaded_bytes),
+                Mib(r.rss_peak_bytes));
+  }
+  std::fflush(stdout);
+}
+
+// The strongest baseline at length T: the non-stream variant (that ran) with the least
+// activation memory, or the fastest one.
+const Run* StrongestBaseline(const std::vector<Run>& runs, int64_t T, bool by_time) {
+  const Run* best = nullptr;
+  for (const auto& r : runs) {
+    if (r.oom || r.seq_len != T || r.variant.engine == "stream") continue;
+    const bool better = !best || (by_time ? r.step_seconds < best->step_seconds
+                                          : r.activation_bytes < best->activation_bytes);
+    if (better) best = &r;
+  }
+  return best;
 }
 
 }  // namespace streambp::bench

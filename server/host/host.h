@@ -139,6 +139,7 @@ class TrainingHost {
               std::function<std::shared_ptr<const T>()> work, Done<T> done, size_t answer_bytes = 256);
   void check_admitted(const CallContext& ctx) const;
   std::shared_ptr<HostSession> find(const std::string& name) const;
+  std::shared_ptr<HostSession> admit_checkpoint_call(const CallContext& ctx, const std::string& name) const;
   /// Abandoning a step whose caller has gone, and its progress (`micro_batches` of the step).
   ApplyHooks hooks_for(const CallContext& ctx, int64_t micro_batches = 1);
   void publish_state(HostSession& s);

@@ -346,15 +346,23 @@ void TrainingHost::sample(CallContext ctx, SampleRequest request, Done<SampleRep
 
 // --- State on disk ----------------------------------------------------------------------------
 
+// What SaveCheckpoint and LoadCheckpoint check before they queue: admitted, the session, a
+// checkpoint folder configured, a valid name (empty: the default).
+std::shared_ptr<HostSession> TrainingHost::admit_checkpoint_call(const CallContext& ctx,
+                                                                const std::string& name) const {
+  check_admitted(ctx);
+  auto s = find(ctx.session);
+  if (config_.checkpoint_dir.empty()) {
+    throw FailedPrecondition("no checkpoint directory is configured (checkpoint_dir in the server config)");
+  }
+  if (!name.empty()) ValidateCheckpointName(name);
+  return s;
+}
+
 void TrainingHost::save_checkpoint(CallContext ctx, std::string name, Done<CheckpointReply> done) {
   std::shared_ptr<HostSession> s;
   try {
-    check_admitted(ctx);
-    s = find(ctx.session);
-    if (config_.checkpoint_dir.empty()) {
-      throw FailedPrecondition("no checkpoint directory is configured (checkpoint_dir in the server config)");
-    }
-    if (!name.empty()) ValidateCheckpointName(name);
+    s = admit_checkpoint_call(ctx, name);
   } catch (...) {
     done({nullptr, std::current_exception()});
     return;
@@ -387,12 +395,7 @@ void TrainingHost::save_checkpoint(CallContext ctx, std::string name, Done<Check
 void TrainingHost::load_checkpoint(CallContext ctx, std::string name, Done<CheckpointReply> done) {
   std::shared_ptr<HostSession> s;
   try {
-    check_admitted(ctx);
-    s = find(ctx.session);
-    if (config_.checkpoint_dir.empty()) {
-      throw FailedPrecondition("no checkpoint directory is configured (checkpoint_dir in the server config)");
-    }
-    if (!name.empty()) ValidateCheckpointName(name);
+    s = admit_checkpoint_call(ctx, name);
   } catch (...) {
     done({nullptr, std::current_exception()});
     return;

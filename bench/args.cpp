@@ -1,0 +1,133 @@
+#include "args.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include "streambp/error.h"
+
+namespace streambp::bench {
+
+void AddOptions(CLI::App& app, Args& a) {
+  app.add_option("--model", a.model_dir, "Hugging Face model folder (default: the embedded preset)");
+  app.add_option("--preset", a.preset, "embedded model")->check(CLI::IsMember({"tiny", "small"}));
+  app.add_option("--seed", a.seed, "seed of the embedded model");
+  app.add_option("--dtype", a.dtype, "float32 | float64 | bfloat16");
+  app.add_option("--objective", a.objective, "sft | dpo | grpo")->check(CLI::IsMember({"sft", "dpo", "grpo"}));
+  app.add_option("--engines", a.engines, "engines, comma separated: full, checkpoint (materialized, chunked logits and tiled), checkpoint:materialized, "
+                 "checkpoint:chunked, checkpoint:tiled, stream, stream:offload (layer inputs in a scratch file)")
+      ->delimiter(',');
+  app.add_option("--seq-lens", a.seq_lens, "sequence lengths of the sweep, comma separated")->delimiter(',');
+  app.add_option("--batch", a.batch, "sft: sequences; dpo: pairs; grpo: completions of one group")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--budget", a.budget, "activation budget of the max-length search (e.g. 1GiB)");
+  app.add_option("--repeat", a.repeat, "timed steps per point (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", a.warmup, "untimed steps per point before the timed ones")->check(CLI::NonNegativeNumber);
+  app.add_option("--chunk", a.chunk,
+                 "stream: query positions per chunk; checkpoint:tiled: per attention block (0 = default 512)");
+  app.add_option("--logits-chunk", a.logits_chunk, "positions per logits chunk of the chunked-logits variants");
+  app.add_option("--key-chunk", a.key_chunk,
+                 "stream and checkpoint:tiled: keys per attention tile (0 = default " +
+                     std::to_string(kDefaultKeyChunk) + ")")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--optimizer", a.optimizer, "optimizer whose state is counted: adamw | sgd | none")
+      ->check(CLI::IsMember({"adamw", "sgd", "none"}));
+  app.add_option("--mem-limit", a.mem_limit,
+                 "activation bytes past which a sweep point is OOM (auto = 80% of available memory)");
+  app.add_flag("--no-search", a.no_search, "skip the max-length search");
+  app.add_flag("--no-sweep", a.no_sweep, "skip the sequence-length sweep");
+  app.add_flag("--profile", a.profile,
+               "sweep: one more step per point with the time split into attention, MLP, projections, head, "
+               "norms/RoPE, copies, embedding, other (RecordFunction callbacks)");
+  app.add_option("--search-chunks", a.search_chunks,
+                 "stream chunks in the search: auto (largest fitting the budget, as the server) | fixed")
+      ->check(CLI::IsMember({"auto", "fixed"}));
+  app.add_option("--search-tol", a.search_tol, "bisection stops at (hi - lo) <= tol * lo");
+  app.add_flag("--predict-only", a.predict_only,
+               "max-length search: only the estimate's longest fitting length, no step run (for budgets whose "
+               "steps would take hours)");
+  app.add_option("--search-start", a.search_start, "first length of the doubling");
+  app.add_option("--search-max", a.search_max, "longest length tried");
+  app.add_option("--ablation-seq-len", a.ablation_seq_len, "length of the K/V-once vs prefix-recompute ablation (0 = off)");
+  app.add_option("--gemm-n", a.gemm_n, "size of the reference GEMM");
+  app.add_option("--scratch-dir", a.scratch_dir, "stream:offload: folder of the scratch file (default $TMPDIR or /tmp)");
+  app.add_option("--json", a.json_path, "write the report as JSON");
+  app.add_option("--plot", a.plot_path, "write the plots as PNG (gnuplot)");
+  app.add_option("--replot", a.replot, "only draw --plot from a JSON report written earlier (budget line from --budget)");
+  app.add_flag("--quick", a.quick, "CI smoke test: tiny model, short lengths, one repeat");
+  app.add_flag("--check", a.check, "assert the report is complete and memory is ordered stream < checkpoint < full");
+  app.add_option("--threads", a.threads, "LibTorch threads (0 = number of cores); data parallel: of the whole job");
+  app.add_option("--world-sizes", a.world_sizes,
+                 "data-parallel mode: train steps on N processes over loopback Gloo for each N (e.g. 1,2); "
+                 "only this runs (first --seq-lens, --batch is the global batch, --repeat timed steps)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--zero-stages", a.zero_stages, "data-parallel mode: ZeRO stages for N > 1 (0, 1, 2)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 2));
+  app.add_option("--micro-batch-tokens", a.micro_batch_tokens,
+                 "data-parallel mode: padded tokens per micro-batch (0 = the rank's whole shard at once)");
+  app.add_option("--grad-bucket", a.grad_bucket,
+                 "data-parallel mode: bytes per overlapped gradient bucket (0 = default 25MiB)");
+  app.add_option("--lora-rank", a.lora_rank,
+                 "LoRA mode: full fine-tuning vs an adapter of this rank on the same base (stream engine): "
+                 "weights, adapter, gradient, optimizer and activation bytes, and the max length under --total-budget")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--lora-alpha", a.lora_alpha, "LoRA mode: alpha (default 2 x rank)");
+  app.add_option("--total-budget", a.total_budget,
+                 "LoRA mode: memory budget of the max-length search, statics included (0 = no search)");
+  app.add_option("--tokenizer", a.tokenizer,
+                 "text mode: a tokenizer folder; encode MB/s, chat rendering, and a text request vs its step");
+  app.add_option("--text-file", a.text_file, "text mode: the English text to encode")->capture_default_str();
+  app.add_option("--sample-prompts", a.sample_prompts,
+                 "sample mode: time one Sample of this many prompts (random ids) x --sample-n completions, "
+                 "next to the forward-backward of the same sequences")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--sample-n", a.sample_n, "sample mode: completions per prompt")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--sample-prompt-len", a.sample_prompt_len, "sample mode: prompt tokens")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--sample-max-tokens", a.sample_max_tokens, "sample mode: new tokens per completion")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--dist-worker", a.dist_worker, "internal: run as a rank, write results to this folder")->group("");
+  app.add_option("--dist-overlap", a.dist_overlap, "internal")->group("");
+  app.add_option("--dist-seq-len", a.dist_seq_len, "internal")->group("");
+}
+
+int64_t ParseBytes(const std::string& text) {
+  size_t pos = 0;
+  double value = std::stod(text, &pos);
+  std::string unit = text.substr(pos);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  std::transform(unit.begin(), unit.end(), unit.begin(), ::tolower);
+  const std::map<std::string, double> units{{"", 1},      {"b", 1},        {"k", 1e3},    {"kb", 1e3},
+                                            {"kib", 1024}, {"m", 1e6},       {"mb", 1e6},   {"mib", 1 << 20},
+                                            {"g", 1e9},    {"gb", 1e9},      {"gib", 1 << 30}};
+  auto it = units.find(unit);
+  if (it == units.end()) throw InvalidArgument("bad byte size '" + text + "' (e.g. 1GiB, 512MiB, 2e9)");
+  return static_cast<int64_t>(value * it->second);
+}
+
+int64_t MemAvailable() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+std::string CpuModel() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      return c == std::string::npos ? line : line.substr(c + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+}  // namespace streambp::bench

@@ -1,0 +1,56 @@
+#pragma once
+// streambp-bench's command line: every option and its default, and the small parsers the
+// modes share (byte sizes, the machine's free memory and CPU model).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench.h"
+
+namespace streambp::bench {
+
+struct Args {
+  std::string model_dir, preset = "small", dtype = "float32", objective = "sft", optimizer = "adamw";
+  uint64_t seed = 0;
+  std::vector<std::string> engines{"full", "checkpoint", "stream"};
+  std::vector<int64_t> seq_lens{1024, 2048, 4096, 8192, 16384};
+  int64_t batch = 1, repeat = 3, warmup = 1, chunk = 0, logits_chunk = kDefaultLogitsChunk, key_chunk = 0;
+  std::string budget = "1GiB", mem_limit = "auto";
+  bool no_search = false, no_sweep = false, quick = false, check = false, profile = false;
+  std::string search_chunks = "auto";
+  bool predict_only = false;
+  double search_tol = 0.01;
+  int64_t search_start = 512, search_max = int64_t{1} << 20, search_align = 8;
+  int64_t ablation_seq_len = 8192, gemm_n = 2048;
+  std::string json_path, plot_path, replot;
+  std::string scratch_dir;  // stream:offload's scratch folder (empty: $TMPDIR or /tmp)
+  int threads = 0;
+  // Data parallel mode (--world-sizes).
+  std::vector<int> world_sizes, zero_stages{0};
+  int64_t micro_batch_tokens = 0;
+  std::string grad_bucket = "0";
+  std::string dist_worker;  // set in the rank processes the mode starts
+  int dist_overlap = 1;
+  int64_t dist_seq_len = 0;
+  // LoRA vs full fine-tuning mode (--lora-rank).
+  int64_t lora_rank = 0;
+  std::string tokenizer;  ///< text mode: a folder with tokenizer.json
+  int64_t sample_prompts = 0, sample_n = 8, sample_prompt_len = 128, sample_max_tokens = 128;  ///< sample mode
+  std::string text_file = STREAMBP_SOURCE_DIR "/README.md";
+  double lora_alpha = 0;
+  std::string total_budget = "1GiB";
+};
+
+/// Every option of streambp-bench, bound to `a`.
+void AddOptions(CLI::App& app, Args& a);
+
+/// "1GiB", "512MiB", "2e9" -> bytes (InvalidArgument otherwise).
+int64_t ParseBytes(const std::string& text);
+/// /proc/meminfo's MemAvailable in bytes (0 if unknown).
+int64_t MemAvailable();
+/// /proc/cpuinfo's model name.
+std::string CpuModel();
+
+}  // namespace streambp::bench
