@@ -201,7 +201,7 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--experiments", type=int, choices=[1, 2], default=1,
                     help="2: two sessions on one server, rewarded for even and for odd token ids")
-    ap.add_argument("--lora-lr", type=float, default=0.1, help="learning rate of the experiments' adapters")
+    ap.add_argument("--lora-lr", type=float, default=0.05, help="learning rate of the experiments' adapters")
     ap.add_argument("--check", type=float, default=0.0,
                     help="exit 1 unless the mean reward of the last 5 versions reaches this")
     args = ap.parse_args()
