@@ -32,8 +32,6 @@ std::mt19937_64& Rng() {
   return rng;
 }
 
-double Uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(Rng()); }
-
 [[noreturn]] void Bad(const std::string& message) { throw ClientError(grpc::StatusCode::INVALID_ARGUMENT, message); }
 
 std::string ReadPem(const std::string& path, const char* field) {
@@ -51,35 +49,23 @@ void ValidateOptions(const ClientOptions& o) {
   ValidateRetryPolicy(o.retry);
 }
 
-// One logical call: attempts until success, a non-retryable code, the last attempt, or
-// the deadline (shared by all attempts).
+// One call: the context (deadline, token, wait-for-ready) around `attempt`. The channel
+// retries UNAVAILABLE by its service config; a call that still fails says so.
 template <class Resp, class Attempt>
-Result<Resp> WithRetries(const ClientOptions& o, Seconds timeout, Attempt&& attempt) {
-  const auto deadline =
-      std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout);
-  grpc::Status status;
-  int n = 1;
-  for (;; ++n) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(deadline);
-    if (!o.token.empty()) ctx.AddMetadata("authorization", "Bearer " + o.token);
-    if (o.wait_for_ready) ctx.set_wait_for_ready(true);
-    Resp response{};
-    status = attempt(&ctx, &response);
-    if (status.ok()) return Result<Resp>(std::move(response), n);
-    if (!IsRetryable(status.error_code()) || n >= o.retry.max_attempts) break;
-    const Seconds wait{BackoffSeconds(o.retry, n, Uniform())};
-    if (std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(wait) >=
-        deadline) {
-      break;
-    }
-    std::this_thread::sleep_for(wait);
+Result<Resp> Call(const ClientOptions& o, Seconds timeout, Attempt&& attempt) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout));
+  if (!o.token.empty()) ctx.AddMetadata("authorization", "Bearer " + o.token);
+  if (o.wait_for_ready) ctx.set_wait_for_ready(true);
+  Resp response{};
+  const grpc::Status status = attempt(&ctx, &response);
+  if (status.ok()) return Result<Resp>(std::move(response));
+  if (IsRetryable(status.error_code()) && o.retry.max_attempts > 1) {
+    return Result<Resp>(grpc::Status(status.error_code(), status.error_message() + " (retried up to " +
+                                                              std::to_string(o.retry.max_attempts) + " attempts)"));
   }
-  if (n > 1) {
-    status = grpc::Status(status.error_code(),
-                          status.error_message() + " (after " + std::to_string(n) + " attempts)");
-  }
-  return Result<Resp>(std::move(status), n);
+  return Result<Resp>(status);
 }
 
 template <class Request>
@@ -115,7 +101,7 @@ std::string NewRequestId() {
   return out;
 }
 
-// Where the bytes of ExportWeights go; reset() starts over (a retried stream).
+// Where the bytes of ExportWeights go; reset() starts (opens) it.
 struct detail::WeightsSink {
   virtual ~WeightsSink() = default;
   virtual void reset() = 0;
@@ -182,6 +168,17 @@ std::unique_ptr<Client> Client::Create(const ClientOptions& options) {
   } else {
     credentials = grpc::InsecureChannelCredentials();
   }
+  // Retries are gRPC's: the service config's retryPolicy. A request is kept for a retry only
+  // up to the per-call retry buffer (256 KiB by default), so a larger batch would not be
+  // retried at all: the buffer is the message limit.
+  const std::string service_config = ServiceConfigJson(options.retry);
+  if (service_config.empty()) {
+    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  } else {
+    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
+    args.SetServiceConfigJSON(service_config);
+    args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, static_cast<int>(options.max_message_bytes));
+  }
   auto channel = grpc::CreateCustomChannel(options.target, credentials, args);
   return std::unique_ptr<Client>(new Client(std::move(channel), options));
 }
@@ -199,7 +196,7 @@ Client::~Client() = default;
 
 Result<v1::GetInfoResponse> Client::GetInfo(const CallOptions& call) const {
   const auto request = Scoped(v1::GetInfoRequest(), options_);
-  return WithRetries<v1::GetInfoResponse>(
+  return Call<v1::GetInfoResponse>(
       options_, call.timeout.value_or(options_.info_timeout),
       [&](grpc::ClientContext* ctx, v1::GetInfoResponse* r) { return stub_->GetInfo(ctx, request, r); });
 }
@@ -208,7 +205,7 @@ Result<v1::ForwardBackwardResponse> Client::ForwardBackward(v1::ForwardBackwardR
                                                             const CallOptions& call) const {
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
-  return WithRetries<v1::ForwardBackwardResponse>(
+  return Call<v1::ForwardBackwardResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::ForwardBackwardResponse* r) { return stub_->ForwardBackward(ctx, request, r); });
 }
@@ -216,7 +213,7 @@ Result<v1::ForwardBackwardResponse> Client::ForwardBackward(v1::ForwardBackwardR
 Result<v1::OptimStepResponse> Client::OptimStep(v1::OptimStepRequest request, const CallOptions& call) const {
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
-  return WithRetries<v1::OptimStepResponse>(
+  return Call<v1::OptimStepResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::OptimStepResponse* r) { return stub_->OptimStep(ctx, request, r); });
 }
@@ -224,7 +221,7 @@ Result<v1::OptimStepResponse> Client::OptimStep(v1::OptimStepRequest request, co
 Result<v1::TrainStepResponse> Client::TrainStep(v1::TrainStepRequest request, const CallOptions& call) const {
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
-  return WithRetries<v1::TrainStepResponse>(
+  return Call<v1::TrainStepResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::TrainStepResponse* r) { return stub_->TrainStep(ctx, request, r); });
 }
@@ -235,7 +232,7 @@ Result<v1::TrainStepResponse> Client::TrainStepWithProgress(
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   bool unimplemented = false;
-  auto result = WithRetries<v1::TrainStepResponse>(
+  auto result = Call<v1::TrainStepResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::TrainStepResponse* r) {
         auto reader = stub_->TrainStepProgress(ctx, request);
@@ -259,20 +256,20 @@ Result<v1::TrainStepResponse> Client::TrainStepWithProgress(
 }
 
 Result<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& request, const CallOptions& call) const {
-  return WithRetries<v1::TokenizeResponse>(
+  return Call<v1::TokenizeResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::TokenizeResponse* r) { return stub_->Tokenize(ctx, request, r); });
 }
 
 Result<v1::DetokenizeResponse> Client::Detokenize(const v1::DetokenizeRequest& request, const CallOptions& call) const {
-  return WithRetries<v1::DetokenizeResponse>(
+  return Call<v1::DetokenizeResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::DetokenizeResponse* r) { return stub_->Detokenize(ctx, request, r); });
 }
 
 Result<v1::SampleResponse> Client::Sample(const v1::SampleRequest& original, const CallOptions& call) const {
   const auto request = Scoped(original, options_);
-  return WithRetries<v1::SampleResponse>(
+  return Call<v1::SampleResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::SampleResponse* r) { return stub_->Sample(ctx, request, r); });
 }
@@ -280,7 +277,7 @@ Result<v1::SampleResponse> Client::Sample(const v1::SampleRequest& original, con
 Result<v1::ComputeLogprobsResponse> Client::ComputeLogprobs(const v1::ComputeLogprobsRequest& original,
                                                             const CallOptions& call) const {
   const auto request = Scoped(original, options_);
-  return WithRetries<v1::ComputeLogprobsResponse>(
+  return Call<v1::ComputeLogprobsResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::ComputeLogprobsResponse* r) { return stub_->ComputeLogprobs(ctx, request, r); });
 }
@@ -289,7 +286,7 @@ Result<v1::SaveCheckpointResponse> Client::SaveCheckpoint(v1::SaveCheckpointRequ
                                                           const CallOptions& call) const {
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
-  return WithRetries<v1::SaveCheckpointResponse>(
+  return Call<v1::SaveCheckpointResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::SaveCheckpointResponse* r) { return stub_->SaveCheckpoint(ctx, request, r); });
 }
@@ -298,7 +295,7 @@ Result<v1::LoadCheckpointResponse> Client::LoadCheckpoint(v1::LoadCheckpointRequ
                                                           const CallOptions& call) const {
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
-  return WithRetries<v1::LoadCheckpointResponse>(
+  return Call<v1::LoadCheckpointResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::LoadCheckpointResponse* r) { return stub_->LoadCheckpoint(ctx, request, r); });
 }
@@ -306,7 +303,7 @@ Result<v1::LoadCheckpointResponse> Client::LoadCheckpoint(v1::LoadCheckpointRequ
 Result<v1::EstimateMemoryResponse> Client::EstimateMemory(const v1::EstimateMemoryRequest& original,
                                                           const CallOptions& call) const {
   const auto request = Scoped(original, options_);
-  return WithRetries<v1::EstimateMemoryResponse>(
+  return Call<v1::EstimateMemoryResponse>(
       options_, call.timeout.value_or(options_.info_timeout),
       [&](grpc::ClientContext* ctx, v1::EstimateMemoryResponse* r) { return stub_->EstimateMemory(ctx, request, r); });
 }
@@ -315,7 +312,7 @@ Result<ExportedWeights> Client::Export(const v1::ExportWeightsRequest& original,
                                        detail::WeightsSink& sink,
                                        const std::function<void(int64_t, int64_t)>& progress) const {
   const auto request = Scoped(original, options_);
-  return WithRetries<ExportedWeights>(
+  return Call<ExportedWeights>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, ExportedWeights* out) -> grpc::Status {
         sink.reset();
@@ -411,7 +408,7 @@ Result<ExportedWeights> Client::ExportWeights(const v1::ExportWeightsRequest& re
   if (!result.ok()) return result;
   ExportedWeights weights = std::move(result).value();
   weights.data = std::move(sink.data);
-  return Result<ExportedWeights>(std::move(weights), result.attempts());
+  return Result<ExportedWeights>(std::move(weights));
 }
 
 Result<ExportedWeights> Client::ExportWeightsToFile(const std::string& path, const v1::ExportWeightsRequest& request,
@@ -428,20 +425,19 @@ Result<ExportedWeights> Client::ExportWeightsToFile(const std::string& path, con
   }
   if (!sink.out) {
     std::filesystem::remove(tmp, ec);
-    return Result<ExportedWeights>(grpc::Status(grpc::StatusCode::INTERNAL, "cannot write " + tmp), result.attempts());
+    return Result<ExportedWeights>(grpc::Status(grpc::StatusCode::INTERNAL, "cannot write " + tmp));
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);
-    return Result<ExportedWeights>(grpc::Status(grpc::StatusCode::INTERNAL, "cannot rename " + tmp + " to " + path),
-                                   result.attempts());
+    return Result<ExportedWeights>(grpc::Status(grpc::StatusCode::INTERNAL, "cannot rename " + tmp + " to " + path));
   }
   return result;
 }
 
 Result<v1::SessionInfo> Client::CreateSession(v1::CreateSessionRequest request, const CallOptions& call) const {
   EnsureRequestId(request);
-  return WithRetries<v1::SessionInfo>(
+  return Call<v1::SessionInfo>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::SessionInfo* r) { return stub_->CreateSession(ctx, request, r); });
 }
@@ -449,14 +445,14 @@ Result<v1::SessionInfo> Client::CreateSession(v1::CreateSessionRequest request, 
 Result<v1::SessionInfo> Client::GetSession(const std::string& name, const CallOptions& call) const {
   v1::GetSessionRequest request;
   request.set_name(name);
-  return WithRetries<v1::SessionInfo>(
+  return Call<v1::SessionInfo>(
       options_, call.timeout.value_or(options_.info_timeout),
       [&](grpc::ClientContext* ctx, v1::SessionInfo* r) { return stub_->GetSession(ctx, request, r); });
 }
 
 Result<v1::ListSessionsResponse> Client::ListSessions(const CallOptions& call) const {
   const v1::ListSessionsRequest request;
-  return WithRetries<v1::ListSessionsResponse>(
+  return Call<v1::ListSessionsResponse>(
       options_, call.timeout.value_or(options_.info_timeout),
       [&](grpc::ClientContext* ctx, v1::ListSessionsResponse* r) { return stub_->ListSessions(ctx, request, r); });
 }
@@ -465,7 +461,7 @@ Result<v1::DeleteSessionResponse> Client::DeleteSession(const std::string& name,
   v1::DeleteSessionRequest request;
   request.set_name(name);
   request.set_request_id(NewRequestId());
-  return WithRetries<v1::DeleteSessionResponse>(
+  return Call<v1::DeleteSessionResponse>(
       options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::DeleteSessionResponse* r) { return stub_->DeleteSession(ctx, request, r); });
 }

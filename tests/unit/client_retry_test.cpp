@@ -1,7 +1,8 @@
-// The client's retry policy: the backoff schedule, what is retried, request ids.
+// The client's retry policy: the service config it becomes, what is retried, request ids.
 #include <set>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "streambp/client/client.h"
 #include "streambp/client/retry.h"
@@ -9,28 +10,30 @@
 namespace streambp::client {
 namespace {
 
-TEST(ClientRetry, ExponentialScheduleCappedAtMax) {
-  const RetryPolicy p;  // 0.2 s, x2, max 5 s, jitter 0.2
-  const double expected[] = {0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0};
-  for (int k = 1; k <= 7; ++k) EXPECT_NEAR(BackoffSeconds(p, k, 0.5), expected[k - 1], 1e-12) << "retry " << k;
-  EXPECT_NEAR(BackoffSeconds(p, 100000, 0.5), 5.0, 1e-12);  // no overflow for huge retry counts
-}
+// The policy becomes the channel's service config, which gRPC itself parses (a channel
+// made with a bad one would fail every call): a real parser checks the JSON here.
+TEST(ClientRetry, ServiceConfigCarriesThePolicy) {
+  const auto config = nlohmann::json::parse(ServiceConfigJson({}));
+  ASSERT_EQ(config["methodConfig"].size(), 1u);
+  const auto& method = config["methodConfig"][0];
+  EXPECT_EQ(method["name"], nlohmann::json::parse(R"([{"service": "streambp.v1.Trainer"}])"));
+  const auto& retry = method["retryPolicy"];
+  EXPECT_EQ(retry["maxAttempts"], 5);
+  EXPECT_EQ(retry["initialBackoff"], "0.200000000s");
+  EXPECT_EQ(retry["maxBackoff"], "5.000000000s");
+  EXPECT_EQ(retry["backoffMultiplier"].get<double>(), 2.0);
+  EXPECT_EQ(retry["retryableStatusCodes"], nlohmann::json::parse(R"(["UNAVAILABLE"])"));
 
-TEST(ClientRetry, JitterStaysWithinBounds) {
-  const RetryPolicy p;
-  for (int k = 1; k <= 8; ++k) {
-    const double base = BackoffSeconds(p, k, 0.5);
-    EXPECT_NEAR(BackoffSeconds(p, k, 0.0), 0.8 * base, 1e-12);
-    EXPECT_NEAR(BackoffSeconds(p, k, 1.0), 1.2 * base, 1e-12);
-    for (double u = 0; u < 1; u += 0.01) {
-      const double d = BackoffSeconds(p, k, u);
-      EXPECT_GE(d, 0.8 * base - 1e-12);
-      EXPECT_LE(d, 1.2 * base + 1e-12);
-    }
-  }
-  RetryPolicy none = p;
-  none.jitter = 0;
-  EXPECT_DOUBLE_EQ(BackoffSeconds(none, 3, 0.9), 0.8);
+  const auto custom = nlohmann::json::parse(
+      ServiceConfigJson({.max_attempts = 3, .initial_backoff_s = 0.001, .max_backoff_s = 0.25, .multiplier = 1.5}));
+  const auto& r = custom["methodConfig"][0]["retryPolicy"];
+  EXPECT_EQ(r["maxAttempts"], 3);
+  EXPECT_EQ(r["initialBackoff"], "0.001000000s");
+  EXPECT_EQ(r["maxBackoff"], "0.250000000s");
+  EXPECT_EQ(r["backoffMultiplier"].get<double>(), 1.5);
+
+  EXPECT_EQ(ServiceConfigJson({.max_attempts = 1}), "");  // no retries: no policy
+  EXPECT_THROW(ServiceConfigJson({.max_attempts = 9}), ClientError);
 }
 
 TEST(ClientRetry, OnlyUnavailableIsRetried) {
@@ -54,12 +57,16 @@ TEST(ClientRetry, PolicyValidation) {
     return "";
   };
   EXPECT_EQ(error_of({}), "");
-  EXPECT_EQ(error_of({.max_attempts = 0}), "retry.max_attempts must be >= 1, got 0");
-  EXPECT_EQ(error_of({.initial_backoff_s = -1}), "retry.initial_backoff_s must be a finite number >= 0");
+  EXPECT_EQ(error_of({.max_attempts = 0}),
+            "retry.max_attempts must be in [1, 5] (1 = no retries; gRPC allows at most 5), got 0");
+  EXPECT_EQ(error_of({.max_attempts = 6}),
+            "retry.max_attempts must be in [1, 5] (1 = no retries; gRPC allows at most 5), got 6");
+  EXPECT_EQ(error_of({.max_attempts = 1}), "");
+  EXPECT_EQ(error_of({.initial_backoff_s = 0}), "retry.initial_backoff_s must be a finite number of seconds > 0");
+  EXPECT_EQ(error_of({.initial_backoff_s = -1}), "retry.initial_backoff_s must be a finite number of seconds > 0");
   EXPECT_EQ(error_of({.initial_backoff_s = 1, .max_backoff_s = 0.5}),
             "retry.max_backoff_s must be finite and >= retry.initial_backoff_s");
   EXPECT_EQ(error_of({.multiplier = 0.5}), "retry.multiplier must be a finite number >= 1");
-  EXPECT_EQ(error_of({.jitter = 2}), "retry.jitter must be in [0, 1]");
 }
 
 TEST(ClientRetry, RequestIdsAre128BitHexAndDistinct) {
@@ -79,9 +86,9 @@ TEST(ClientRetry, StatusCodeNamesAndErrors) {
   const ClientError e(grpc::StatusCode::NOT_FOUND, "no checkpoint 'x'");
   EXPECT_STREQ(e.what(), "NOT_FOUND: no checkpoint 'x'");
   EXPECT_EQ(e.message(), "no checkpoint 'x'");
-  Result<int> bad(grpc::Status(grpc::StatusCode::ABORTED, "stop"), 2);
+  Result<int> bad(grpc::Status(grpc::StatusCode::ABORTED, "stop"));
   EXPECT_FALSE(bad.ok());
-  EXPECT_EQ(bad.attempts(), 2);
+  EXPECT_EQ(bad.code(), grpc::StatusCode::ABORTED);
   EXPECT_THROW(bad.value(), ClientError);
   Result<int> good(7);
   EXPECT_TRUE(good.ok());

@@ -13,7 +13,7 @@
 ///   auto step = client->TrainStep(std::move(req)); // request_id filled in, reused on retries
 ///
 /// Errors: see result.h. An RPC never throws for a gRPC error; it returns Result<T> with
-/// the status of the last attempt (its message ends in "(after N attempts)" when retried).
+/// the final status (an UNAVAILABLE one ends in "(retried up to N attempts)").
 ///
 /// Lifetime and threads: a Client owns one gRPC channel (connections are made lazily and
 /// re-made after failures). It is immutable after Create and safe to use from several
@@ -26,11 +26,14 @@
 /// info_timeout for GetInfo and EstimateMemory). The deadline covers the whole logical
 /// call, retries and waits included.
 ///
-/// Retries: UNAVAILABLE only, with exponential backoff and jitter (RetryPolicy). Mutating
-/// calls (ForwardBackward, OptimStep, TrainStep, SaveCheckpoint, LoadCheckpoint) get a
-/// random 128-bit request_id when the caller left it empty, and the same id is sent on
-/// every attempt, so the server applies the request at most once. Read-only calls are
-/// simply repeated. ExportWeights restarts its stream from the beginning.
+/// Retries: UNAVAILABLE only, by gRPC itself: the channel's service config carries
+/// RetryPolicy as the retryPolicy of every Trainer method, so a retry re-sends the same
+/// request bytes. Mutating calls (ForwardBackward, OptimStep, TrainStep, SaveCheckpoint,
+/// LoadCheckpoint, CreateSession, DeleteSession) get a random 128-bit request_id when the
+/// caller left it empty, so the server applies the request at most once however often it
+/// arrives. gRPC retries a call only until its first response message; a stream that
+/// breaks later (ExportWeights, TrainStepWithProgress) ends UNAVAILABLE, and calling again
+/// with the same request is safe (ExportWeights starts over).
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -107,7 +110,8 @@ class Client {
   static std::unique_ptr<Client> Create(const ClientOptions& options);
 
   /// The same on an existing channel (e.g. grpc::Server::InProcessChannel in tests); the
-  /// target, TLS and message-size options are then ignored.
+  /// target, TLS, message-size and retry options are then ignored: retries are whatever the
+  /// channel was made with (ServiceConfigJson(policy) in retry.h makes its service config).
   static std::unique_ptr<Client> Create(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
 
   ~Client();

@@ -36,18 +36,16 @@ class ClientError : public std::runtime_error {
   std::string message_;
 };
 
-/// The outcome of one logical call: the response, or the status of the last attempt.
-/// `attempts()` is how many times the RPC was sent (1 + retries).
+/// The outcome of one call: the response, or the final status (after the channel's retries).
 template <class T>
 class Result {
  public:
-  Result(T value, int attempts = 1) : value_(std::move(value)), attempts_(attempts) {}
-  Result(grpc::Status status, int attempts = 1) : status_(std::move(status)), attempts_(attempts) {}
+  Result(T value) : value_(std::move(value)) {}
+  Result(grpc::Status status) : status_(std::move(status)) {}
 
   bool ok() const { return status_.ok(); }
   const grpc::Status& status() const { return status_; }
   grpc::StatusCode code() const { return status_.error_code(); }
-  int attempts() const { return attempts_; }
 
   /// The response; throws ClientError(status()) when !ok().
   const T& value() const& {
@@ -75,7 +73,6 @@ class Result {
 
   T value_{};
   grpc::Status status_;  // OK by default
-  int attempts_ = 1;
 };
 
 }  // namespace streambp::client
