@@ -4,7 +4,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import { StreambpError, toStreambpError } from './errors';
 import { trainerService } from './proto';
-import { backoffSeconds, isRetryable, retryPolicy, type RetryPolicy } from './retry';
+import { isRetryable, retryPolicy, serviceConfig, type RetryPolicy } from './retry';
 import { RolloutStream } from './rollouts';
 import { writeWeightsFolder, type ExportedFolder } from './weights';
 import type * as T from './generated';
@@ -33,7 +33,7 @@ export interface ClientOptions {
   stepDeadlineSeconds?: number;
   /** Default deadline of GetInfo, EstimateMemory, Tokenize, Detokenize, stats and session queries (30). */
   infoDeadlineSeconds?: number;
-  /** Retries of UNAVAILABLE (see RetryPolicy); defaults: 5 attempts, 0.2 s doubling to 5 s, ±20%. */
+  /** gRPC's retries of UNAVAILABLE (see RetryPolicy); defaults: 5 attempts, waits capped at 0.2 s doubling to 5 s. */
   retry?: Partial<RetryPolicy>;
   /** Largest message sent or received (64 MiB). */
   maxMessageBytes?: number;
@@ -51,8 +51,6 @@ export interface CallOptions {
   signal?: AbortSignal;
   /** Extra metadata (request headers). */
   metadata?: Record<string, string>;
-  /** This call's retries: a partial policy over the client's, or false for none. */
-  retry?: Partial<RetryPolicy> | false;
 }
 
 /** Options of calls that run a step: with onProgress the step runs through its *Progress RPC. */
@@ -209,12 +207,14 @@ function checkFinite(value: number, what: string): void {
  *
  * Deadlines: every call has one (CallOptions.deadlineSeconds, else the default of its kind)
  * that covers all its attempts, except WatchPolicy and PushRolloutsStream, which run until
- * cancelled unless given one. Retries: UNAVAILABLE only (RetryPolicy); mutating calls
+ * cancelled unless given one. Retries: UNAVAILABLE only, by gRPC itself (RetryPolicy as
+ * the channel's service-config retryPolicy, so a retry re-sends the same bytes); mutating calls
  * (ForwardBackward, OptimStep, TrainStep, SaveCheckpoint, LoadCheckpoint, CreateSession,
  * DeleteSession and their *Progress forms) get a random request_id when the request has none
  * and send the same one on every attempt, so the server applies them at most once; groups
- * of PushRollouts get a random group_id for the same reason. Server streams are retried
- * until their first message; WatchPolicy and the progress streams also resume after one.
+ * of PushRollouts get a random group_id for the same reason. gRPC retries a call only until
+ * its first response message; after one, WatchPolicy and the progress streams resume where
+ * they left off (a new call), and ExportWeights fails UNAVAILABLE (calling again starts over).
  * Errors: every failure is a StreambpError.
  *
  * One Client owns one channel (connected lazily, reconnected after failures); calls may run
@@ -241,9 +241,16 @@ export class Client {
     this.retry = retryPolicy(options.retry);
     this.service = trainerService();
     const maxBytes = options.maxMessageBytes ?? 64 << 20;
+    const config = serviceConfig(this.retry);
+    // gRPC keeps a request for a retry only up to its per-call retry buffer (256 KiB by
+    // default), so a larger batch would not be retried at all: the buffer is the message limit.
     const channelOptions: grpc.ClientOptions = {
       'grpc.max_receive_message_length': maxBytes,
       'grpc.max_send_message_length': maxBytes,
+      ...(config === null ? { 'grpc.enable_retries': 0 } : {
+        'grpc.enable_retries': 1, 'grpc.service_config': config,
+        'grpc.per_rpc_retry_buffer_size': maxBytes, 'grpc.retry_buffer_size': Math.max(maxBytes, 256 << 20),
+      }),
       ...options.channelOptions,
     };
     let credentials = grpc.credentials.createInsecure();
@@ -381,13 +388,13 @@ export class Client {
    * The weights written into `dir`, verified: model.safetensors + config.json (an adapter
    * session: adapter_model.safetensors + adapter_config.json; merged: true for the whole
    * model), and with with_files (the default here) the model folder's other files, so the
-   * folder loads in transformers / vLLM as is. Retried from the start on UNAVAILABLE.
+   * folder loads in transformers / vLLM as is. gRPC retries UNAVAILABLE until the first
+   * message; a stream broken later fails UNAVAILABLE, and calling again starts over.
    */
   exportWeightsToFolder(dir: string, request: T.ExportWeightsRequest = {}, options: CallOptions = {}): Promise<ExportedFolder> {
     const prepared = this.prepare('ExportWeights', { with_files: true, ...request });
     const deadline = this.deadlineOf('ExportWeights', options);
-    return this.withRetries('ExportWeights', options, deadline, () =>
-      writeWeightsFolder(this.serverStream('ExportWeights', prepared, { ...options, retry: false }, undefined, deadline), dir));
+    return writeWeightsFolder(this.serverStream('ExportWeights', prepared, options, undefined, deadline), dir);
   }
 
   // --- Text -------------------------------------------------------------------------------
@@ -515,53 +522,28 @@ export class Client {
     return { deadline, ...(this.options.waitForReady ? { waitForReady: true } : {}) } as grpc.CallOptions;
   }
 
-  private policy(options: CallOptions): RetryPolicy {
-    if (options.retry === false) return { ...this.retry, maxAttempts: 1 };
-    return options.retry ? retryPolicy(options.retry, this.retry) : this.retry;
-  }
-
-  /** Milliseconds to wait before retrying after failed attempt `attempt`, or -1 when the error is final. */
-  private retryWait(error: StreambpError, attempt: number, policy: RetryPolicy, deadline: number, options: CallOptions): number {
-    if (!isRetryable(error.code) || attempt >= policy.maxAttempts || options.signal?.aborted) return -1;
-    const wait = backoffSeconds(policy, attempt, Math.random()) * 1000;
-    return Date.now() + wait < deadline ? wait : -1;
-  }
-
-  private async withRetries<R>(method: string, options: CallOptions, deadline: number, attempt: () => Promise<R>): Promise<R> {
-    const policy = this.policy(options);
-    for (let n = 1; ; n++) {
-      if (options.signal?.aborted) throw cancelled(method);
-      try {
-        return await attempt();
-      } catch (e) {
-        const error = toStreambpError(e, method, n);
-        const wait = this.retryWait(error, n, policy, deadline, options);
-        if (wait < 0) throw error;
-        await sleep(wait, options.signal, method);
-      }
-    }
-  }
-
   private unary<M extends Method>(method: M, request: Req<M>, options: CallOptions = {}): Promise<Res<M>> {
     const def = this.definition(method);
     const prepared = this.prepare(method, request);
     const deadline = this.deadlineOf(method, options);
-    return this.withRetries(method, options, deadline, () => new Promise<Res<M>>((resolve, reject) => {
+    if (options.signal?.aborted) return Promise.reject(cancelled(method));
+    return new Promise<Res<M>>((resolve, reject) => {
       let stop = (): void => undefined;
       const call = this.channel.makeUnaryRequest(def.path, def.requestSerialize, def.responseDeserialize, prepared,
                                                  this.metadata(options), this.callOptions(deadline), (error, response) => {
         stop();
-        if (error) reject(error);
+        if (error) reject(toStreambpError(error, method));
         else resolve(response as Res<M>);
       });
       stop = onAbort(options.signal, () => call.cancel());
-    }));
+    });
   }
 
   /**
-   * A server stream as an async iterator. UNAVAILABLE is retried until the first message;
-   * with `resume`, also after it, by sending resume(request, last message) (the attempt count
-   * starts again with every message). Leaving the loop early cancels the call.
+   * A server stream as an async iterator. gRPC retries UNAVAILABLE until the first message;
+   * with `resume`, a stream that breaks with UNAVAILABLE after a message is resumed by a new
+   * call with resume(request, last message), after the policy's first backoff, as long as
+   * every call brings a message. Leaving the loop early cancels the call.
    */
   private async *serverStream<M extends Method>(method: M, request: Req<M>, options: CallOptions = {},
                                                 resume?: (request: Req<M>, last: Res<M> | undefined) => Req<M>,
@@ -569,9 +551,8 @@ export class Client {
     const def = this.definition(method);
     let current = this.prepare(method, request);
     const deadline = deadlineAt ?? this.deadlineOf(method, options);
-    const policy = this.policy(options);
     let last: Res<M> | undefined;
-    for (let attempt = 1; ; attempt++) {
+    for (;;) {
       if (options.signal?.aborted) throw cancelled(method);
       const call = this.channel.makeServerStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, current,
                                                         this.metadata(options), this.callOptions(deadline));
@@ -581,16 +562,17 @@ export class Client {
       try {
         for await (const message of call) {
           received = true;
-          attempt = 1;
           last = message as Res<M>;
           yield last;
         }
         return;
       } catch (e) {
-        const error = toStreambpError(e, method, attempt);
-        const wait = received && !resume ? -1 : this.retryWait(error, attempt, policy, deadline, options);
-        if (wait < 0) throw error;
-        if (resume) current = resume(current, last);
+        const error = toStreambpError(e, method);
+        const wait = this.retry.initialBackoffSeconds * 1000;
+        const resumable = resume && received && isRetryable(error.code) && !options.signal?.aborted &&
+                          Date.now() + wait < deadline;
+        if (!resumable) throw error;
+        current = resume(current, last);
         await sleep(wait, options.signal, method);
       } finally {
         stop();

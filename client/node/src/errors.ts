@@ -19,19 +19,16 @@ export class StreambpError extends Error {
   readonly codeName: string;
   /** The RPC (e.g. "TrainStep") or client operation that failed. */
   readonly method: string;
-  /** Attempts made (more than 1 when UNAVAILABLE was retried). */
-  readonly attempts: number;
   /** Trailing metadata of the call, when the server sent any. */
   readonly metadata?: grpc.Metadata;
 
   constructor(code: grpc.status, message: string,
-              context: { method?: string; attempts?: number; metadata?: grpc.Metadata } = {}) {
+              context: { method?: string; metadata?: grpc.Metadata } = {}) {
     super(message);
     this.name = 'StreambpError';
     this.code = code;
     this.codeName = grpc.status[code] ?? `CODE_${code}`;
     this.method = context.method ?? '';
-    this.attempts = context.attempts ?? 1;
     this.metadata = context.metadata;
   }
 
@@ -41,12 +38,12 @@ export class StreambpError extends Error {
 }
 
 /** A status error of @grpc/grpc-js (or anything thrown) as a StreambpError. */
-export function toStreambpError(error: unknown, method: string, attempts = 1): StreambpError {
+export function toStreambpError(error: unknown, method: string): StreambpError {
   if (error instanceof StreambpError) return error;
   const e = error as Partial<grpc.ServiceError> | undefined;
   if (e && typeof e.code === 'number' && e.code in grpc.status) {
-    return new StreambpError(e.code, e.details ?? e.message ?? '', { method, attempts, metadata: e.metadata });
+    return new StreambpError(e.code, e.details ?? e.message ?? '', { method, metadata: e.metadata });
   }
   const message = error instanceof Error ? error.message : String(error);
-  return new StreambpError(grpc.status.UNKNOWN, message, { method, attempts });
+  return new StreambpError(grpc.status.UNKNOWN, message, { method });
 }

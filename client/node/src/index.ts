@@ -14,7 +14,7 @@ export type { CallOptions, ClientOptions, CustomLossFn, CustomLossOptions, Custo
               StepCallOptions, TextInput, TlsOptions } from './client';
 export { StreambpError } from './errors';
 export { RolloutStream } from './rollouts';
-export { DEFAULT_RETRY, backoffSeconds, isRetryable, retryPolicy } from './retry';
+export { DEFAULT_RETRY, isRetryable, retryPolicy, serviceConfig } from './retry';
 export type { RetryPolicy } from './retry';
 export type { ExportedFolder } from './weights';
 export { LOADER_OPTIONS, PROTO_FILE, protoDir, protoPackage, trainerService } from './proto';

@@ -2,24 +2,22 @@ import * as grpc from '@grpc/grpc-js';
 import { StreambpError } from './errors';
 
 /**
- * Retries of one logical call: UNAVAILABLE only (the request did not reach the server or
- * the connection broke), with exponential backoff and jitter. The wait before retry k
- * (k = 1 after the first attempt) is
- *   min(initialBackoffSeconds * multiplier^(k-1), maxBackoffSeconds) * (1 + jitter * (2u - 1))
- * for u uniform in [0, 1). All attempts share the call's deadline: no retry starts after it.
- * Mutating calls are safe to repeat because every attempt carries the same request_id.
+ * Retries of UNAVAILABLE (the request did not reach the server or the connection broke),
+ * done by @grpc/grpc-js itself: the policy becomes the channel's service-config
+ * `retryPolicy`, so a retry re-sends the same request bytes and a mutating call keeps its
+ * request_id (the server applies it once). Attempt k + 1 starts after a random wait in
+ * [0, min(initialBackoffSeconds * multiplier^(k-1), maxBackoffSeconds)]; all attempts share
+ * the call's deadline. gRPC retries a call only until its first response message.
  */
 export interface RetryPolicy {
-  /** Attempts in all, >= 1 (1 = no retries). */
+  /** Attempts in all, 1..5 (gRPC's cap; 1 = no retries). */
   maxAttempts: number;
-  /** Wait before the first retry. */
+  /** Cap of the first wait, > 0. */
   initialBackoffSeconds: number;
-  /** Cap of the exponential schedule. */
+  /** Cap of every wait, >= initialBackoffSeconds. */
   maxBackoffSeconds: number;
-  /** Growth of the wait per retry, >= 1. */
+  /** Growth of the cap per retry, >= 1. */
   multiplier: number;
-  /** Relative spread of each wait, in [0, 1]. */
-  jitter: number;
 }
 
 export const DEFAULT_RETRY: Readonly<RetryPolicy> = Object.freeze({
@@ -27,7 +25,6 @@ export const DEFAULT_RETRY: Readonly<RetryPolicy> = Object.freeze({
   initialBackoffSeconds: 0.2,
   maxBackoffSeconds: 5,
   multiplier: 2,
-  jitter: 0.2,
 });
 
 /** The policy with defaults filled in; INVALID_ARGUMENT naming the bad field. */
@@ -36,21 +33,45 @@ export function retryPolicy(partial: Partial<RetryPolicy> | undefined, base: Ret
   const bad = (field: string, why: string): never => {
     throw new StreambpError(grpc.status.INVALID_ARGUMENT, `retry.${field} = ${String(p[field as keyof RetryPolicy])} ${why}`);
   };
-  if (!Number.isInteger(p.maxAttempts) || p.maxAttempts < 1) bad('maxAttempts', 'must be an integer >= 1');
-  if (!(p.initialBackoffSeconds >= 0)) bad('initialBackoffSeconds', 'must be >= 0');
-  if (!(p.maxBackoffSeconds >= p.initialBackoffSeconds)) bad('maxBackoffSeconds', 'must be >= initialBackoffSeconds');
-  if (!(p.multiplier >= 1)) bad('multiplier', 'must be >= 1');
-  if (!(p.jitter >= 0 && p.jitter <= 1)) bad('jitter', 'must be in [0, 1]');
+  if (!Number.isInteger(p.maxAttempts) || p.maxAttempts < 1 || p.maxAttempts > 5) {
+    bad('maxAttempts', 'must be an integer in [1, 5] (1 = no retries; gRPC allows at most 5)');
+  }
+  // gRPC refuses a service config whose backoff is not a positive duration of whole nanoseconds.
+  if (!(p.initialBackoffSeconds >= 1e-9) || !Number.isFinite(p.initialBackoffSeconds)) {
+    bad('initialBackoffSeconds', 'must be a finite number of seconds > 0');
+  }
+  if (!(p.maxBackoffSeconds >= p.initialBackoffSeconds) || !Number.isFinite(p.maxBackoffSeconds)) {
+    bad('maxBackoffSeconds', 'must be finite and >= initialBackoffSeconds');
+  }
+  if (!(p.multiplier >= 1) || !Number.isFinite(p.multiplier)) bad('multiplier', 'must be a finite number >= 1');
   return p;
 }
 
-/** Seconds to wait before retry `retry` (1-based) for a uniform sample `u` in [0, 1). */
-export function backoffSeconds(policy: RetryPolicy, retry: number, u: number): number {
-  const base = Math.min(policy.initialBackoffSeconds * policy.multiplier ** (retry - 1), policy.maxBackoffSeconds);
-  return base * (1 + policy.jitter * (2 * u - 1));
+/** A google.protobuf.Duration in JSON: decimal seconds, nanosecond grain, "s" suffix. */
+function duration(seconds: number): string {
+  return `${seconds.toFixed(9)}s`;
 }
 
-/** Whether a failed attempt with this code is retried. */
+/**
+ * The channel's service config (the JSON of the 'grpc.service_config' channel option): the
+ * policy as the retryPolicy of every method of streambp.v1.Trainer. null when maxAttempts is 1.
+ */
+export function serviceConfig(policy: RetryPolicy): string | null {
+  const p = retryPolicy(policy);
+  if (p.maxAttempts === 1) return null;
+  return JSON.stringify({
+    methodConfig: [{
+      name: [{ service: 'streambp.v1.Trainer' }],
+      retryPolicy: {
+        maxAttempts: p.maxAttempts, initialBackoff: duration(p.initialBackoffSeconds),
+        maxBackoff: duration(p.maxBackoffSeconds), backoffMultiplier: p.multiplier,
+        retryableStatusCodes: ['UNAVAILABLE'],
+      },
+    }],
+  });
+}
+
+/** Whether a call that failed with this code is retried. */
 export function isRetryable(code: grpc.status): boolean {
   return code === grpc.status.UNAVAILABLE;
 }

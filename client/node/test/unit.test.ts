@@ -8,7 +8,7 @@ import { createHash } from 'crypto';
 import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import {
-  Client, LOADER_OPTIONS, METHODS, StreambpError, backoffSeconds, retryPolicy, trainerService,
+  Client, LOADER_OPTIONS, METHODS, StreambpError, retryPolicy, serviceConfig, trainerService,
   type RolloutAck, type RolloutGroup__Output, type StepProgress, type TrainStepRequest__Output, type WeightsChunk,
 } from '@streambp/client';
 import { tempDir } from './helpers';
@@ -50,14 +50,27 @@ test('the runtime loader options are the ones the types were generated with', ()
   assert.deepEqual({ ...LOADER_OPTIONS }, { keepCase: true, longs: Number, defaults: true, oneofs: true });
 });
 
-test('retry policy: backoff schedule and validation', () => {
-  const p = retryPolicy({});
-  assert.equal(backoffSeconds(p, 1, 0.5), 0.2);
-  assert.equal(backoffSeconds(p, 3, 0.5), 0.8);
-  assert.equal(backoffSeconds(p, 10, 0.5), 5);
-  assert.ok(Math.abs(backoffSeconds(p, 1, 0) - 0.16) < 1e-12);
-  assert.throws(() => retryPolicy({ maxAttempts: 0 }), (e: StreambpError) =>
-    e.code === grpc.status.INVALID_ARGUMENT && e.message.includes('retry.maxAttempts'));
+test('retry policy: the service config gRPC gets, and validation', () => {
+  const config = JSON.parse(serviceConfig(retryPolicy({})) ?? 'null');
+  assert.deepEqual(config, {
+    methodConfig: [{
+      name: [{ service: 'streambp.v1.Trainer' }],
+      retryPolicy: { maxAttempts: 5, initialBackoff: '0.200000000s', maxBackoff: '5.000000000s', backoffMultiplier: 2,
+                     retryableStatusCodes: ['UNAVAILABLE'] },
+    }],
+  });
+  const custom = JSON.parse(serviceConfig(retryPolicy({ maxAttempts: 3, initialBackoffSeconds: 0.001 })) ?? 'null');
+  assert.equal(custom.methodConfig[0].retryPolicy.maxAttempts, 3);
+  assert.equal(custom.methodConfig[0].retryPolicy.initialBackoff, '0.001000000s');
+  assert.equal(serviceConfig(retryPolicy({ maxAttempts: 1 })), null);
+  for (const bad of [{ maxAttempts: 0 }, { maxAttempts: 6 }, { maxAttempts: 2.5 }]) {
+    assert.throws(() => retryPolicy(bad), (e: StreambpError) =>
+      e.code === grpc.status.INVALID_ARGUMENT && e.message.includes('retry.maxAttempts'));
+  }
+  assert.throws(() => retryPolicy({ initialBackoffSeconds: 0 }), (e: StreambpError) =>
+    e.message.includes('retry.initialBackoffSeconds'));
+  assert.throws(() => new Client('127.0.0.1:1', { retry: { multiplier: 0.5 } }), (e: StreambpError) =>
+    e.code === grpc.status.INVALID_ARGUMENT && e.message.includes('retry.multiplier'));
 });
 
 test('UNAVAILABLE is retried with the same request id; session, token and metadata are sent', async () => {
@@ -99,9 +112,38 @@ test('errors: one class with the code and the server\'s message; not retried unl
       return true;
     });
     assert.equal(calls, 1);
-    await assert.rejects(client.optimStep({}, { retry: { maxAttempts: 2 } }),
-                         (e: StreambpError) => e.code === grpc.status.UNAVAILABLE && e.attempts === 2);
   });
+});
+
+test('retries: maxAttempts in all, none when 1, and a batch over 256 KiB is retried with its request id', async () => {
+  const ids: string[] = [];
+  let optimCalls = 0;
+  const handlers = {
+    OptimStep: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => {
+      optimCalls++;
+      cb(status(grpc.status.UNAVAILABLE, 'down'));
+    },
+    TrainStep: (call: grpc.ServerUnaryCall<TrainStepRequest__Output, unknown>, cb: grpc.sendUnaryData<unknown>) => {
+      ids.push(call.request.request_id);
+      if (ids.length < 2) cb(status(grpc.status.UNAVAILABLE, 'try again'));
+      else cb(null, { stats: { loss: 0.5 } });
+    },
+  };
+  await withServer(handlers, async (client) => {
+    await assert.rejects(client.optimStep({}), (e: StreambpError) => e.code === grpc.status.UNAVAILABLE);
+    assert.equal(optimCalls, 2);
+    const tokens = Array.from({ length: 400000 }, (_, i) => 100000 + i);  // ~1.2 MB on the wire
+    const step = await client.trainStep({ batch: { sft: { examples: [{ tokens }] } } });
+    assert.equal(step.stats?.loss, 0.5);
+    assert.equal(ids.length, 2);
+    assert.match(ids[0], /^[0-9a-f]{32}$/);
+    assert.ok(ids.every((id) => id === ids[0]));
+  }, { retry: { maxAttempts: 2, initialBackoffSeconds: 0.01 } });
+  optimCalls = 0;
+  await withServer(handlers, async (client) => {
+    await assert.rejects(client.optimStep({}), (e: StreambpError) => e.code === grpc.status.UNAVAILABLE);
+    assert.equal(optimCalls, 1);
+  }, { retry: { maxAttempts: 1 } });
 });
 
 test('deadlines and cancellation', async () => {
