@@ -62,6 +62,20 @@ bool IsConnectionFailure(const std::string& message) {
   return false;
 }
 
+namespace {
+std::shared_ptr<grpc::Channel>& LastChannel() {
+  static std::shared_ptr<grpc::Channel> channel;
+  return channel;
+}
+}  // namespace
+
+bool LastChannelDown() {
+  const auto& channel = LastChannel();
+  if (!channel) return false;
+  const auto state = channel->GetState(false);
+  return state == GRPC_CHANNEL_CONNECTING || state == GRPC_CHANNEL_TRANSIENT_FAILURE;
+}
+
 std::unique_ptr<client::Client> Connect(const ConnectionFlags& f) {
   // HOST:PORT, or a gRPC target URI with its own scheme (unix:, dns:, ipv4:, ipv6:).
   const auto& t = f.server;
@@ -88,7 +102,9 @@ std::unique_ptr<client::Client> Connect(const ConnectionFlags& f) {
   o.tls.server_name_override = f.server_name;
   if (f.timeout > 0) o.step_timeout = o.info_timeout = client::Seconds(f.timeout);
   o.session = f.session;
-  return client::Client::Create(o);
+  auto client = client::Client::Create(o);
+  LastChannel() = client->channel();
+  return client;
 }
 
 std::string Bytes(int64_t bytes) {

@@ -46,6 +46,10 @@ T Check(client::Result<T> result) {
 std::string Bytes(int64_t bytes);
 /// Whether an UNAVAILABLE status means nothing answered at the address.
 bool IsConnectionFailure(const std::string& message);
+/// Whether the channel of the last Connect() is not connected (connecting, or failing to):
+/// a call that then ended UNAVAILABLE or DEADLINE_EXCEEDED found no server (gRPC's retries
+/// can outlast a short --timeout while the channel waits to reconnect).
+bool LastChannelDown();
 /// 3725 s -> "1h02m05s".
 std::string Duration(double seconds);
 

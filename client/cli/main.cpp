@@ -151,9 +151,13 @@ int main(int argc, char** argv) {
     return run();
   } catch (const streambp::client::ClientError& e) {
     std::fflush(stdout);
-    if (e.code() == grpc::StatusCode::UNAVAILABLE && IsConnectionFailure(e.message())) {
+    const bool unreachable = e.code() == grpc::StatusCode::UNAVAILABLE || e.code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (unreachable && (IsConnectionFailure(e.message()) || LastChannelDown())) {
+      const std::string why = e.code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                                  ? "still not connected when the deadline passed"
+                                  : e.message();
       std::fprintf(stderr, "error: no server at %s (%s); start one with `streambp-server serve`, or give --server\n",
-                   conn.server.c_str(), e.message().c_str());
+                   conn.server.c_str(), why.c_str());
       return 3;
     }
     std::fprintf(stderr, "error: %s: %s\n", streambp::client::StatusCodeName(e.code()), e.message().c_str());
