@@ -44,19 +44,9 @@ void AddProduct(torch::Tensor out, const torch::Tensor& a, const torch::Tensor& 
   }
 }
 
-// a @ b in `dtype`, returned in the compute dtype cd. When no conversion is needed the
-// product goes into `scratch` (grown as needed, reused by the next tile): a fresh tile-sized
-// buffer each time costs page faults that took as long as a third of the product itself.
-torch::Tensor Product(const torch::Tensor& a, const torch::Tensor& b, torch::Dtype dtype, torch::Dtype cd,
-                      torch::Tensor* scratch = nullptr) {
-  if (scratch == nullptr || dtype != cd || a.scalar_type() != cd || b.scalar_type() != cd) {
-    return torch::bmm(a.to(dtype), b.to(dtype)).to(cd);
-  }
-  const int64_t n = a.size(0) * a.size(1) * b.size(2);
-  if (!scratch->defined() || scratch->numel() < n) *scratch = torch::empty({n}, a.options());
-  auto out = scratch->narrow(0, 0, n).view({a.size(0), a.size(1), b.size(2)});
-  torch::bmm_out(out, a, b);
-  return out;
+// a @ b in `dtype`, returned in the compute dtype cd.
+torch::Tensor Product(const torch::Tensor& a, const torch::Tensor& b, torch::Dtype dtype, torch::Dtype cd) {
+  return torch::bmm(a.to(dtype), b.to(dtype)).to(cd);
 }
 
 struct Tile {
@@ -111,8 +101,8 @@ Plan MakePlan(const torch::Tensor& q, const torch::Tensor& k, int64_t groups, co
 // Scores of query positions [q0, q1) against key tile t: [B*KVH, (q1-q0)*G, kt] in the
 // compute dtype, -inf where the pattern masks (q is pre-scaled).
 torch::Tensor Scores(const Plan& p, const torch::Tensor& q3, const torch::Tensor& k3, const AttentionPattern& pattern,
-                     int64_t q0, int64_t q1, const Tile& t, torch::Tensor* scratch) {
-  auto s = Product(q3.slice(1, q0 * p.G, q1 * p.G), k3.slice(1, t.k0, t.k1).transpose(1, 2), p.dtype, p.cd, scratch);
+                     int64_t q0, int64_t q1, const Tile& t) {
+  auto s = Product(q3.slice(1, q0 * p.G, q1 * p.G), k3.slice(1, t.k0, t.k1).transpose(1, 2), p.dtype, p.cd);
   if (!t.full) {
     auto masked = pattern.block(q0, q1, t.k0, t.k1).logical_not().reshape({p.B, 1, q1 - q0, 1, t.k1 - t.k0});
     s.view({p.B, p.KVH, q1 - q0, p.G, t.k1 - t.k0}).masked_fill_(masked, kNegInf);
@@ -149,13 +139,12 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
     auto opts = q.options().dtype(p.cd);
     auto out = torch::empty({BK, R, hd}, opts);
     auto lse = torch::empty({BK, R, 1}, opts);
-    torch::Tensor scratch;  // the scores of one tile, reused
     for (int64_t q0 = 0; q0 < p.C; q0 += p.query_tile) {
       const int64_t q1 = std::min(p.C, q0 + p.query_tile), r0 = q0 * p.G, r1 = q1 * p.G;
       torch::Tensor m, l, acc;
       for (const auto& t : PlanTiles(pattern, q0, q1, p.key_tile)) {
-        auto s = Scores(p, q3, k3, pattern, q0, q1, t, &scratch);
-        auto m_tile = s.amax(-1, /*keepdim=*/true);  // not max(): it also computes indices, at 8x the time
+        auto s = Scores(p, q3, k3, pattern, q0, q1, t);
+        auto m_tile = s.amax(-1, /*keepdim=*/true);  // not max(), which also finds the indices, at ~8x the time
         if (!m.defined()) {  // first tile: nothing to rescale
           // Rows with no allowed key in this tile keep m = -inf; shift them by 0 so exp gives 0, not NaN.
           m = m_tile;
@@ -211,16 +200,15 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
       dk = torch::zeros(k3.sizes(), k3.options().dtype(p.cd));
       dv = torch::zeros(v3.sizes(), v3.options().dtype(p.cd));
     }
-    torch::Tensor prob_scratch, ds_scratch;  // P_j and dS_j of one tile, reused
     for (int64_t q0 = 0; q0 < p.C; q0 += p.query_tile) {
       const int64_t q1 = std::min(p.C, q0 + p.query_tile), r0 = q0 * p.G, r1 = q1 * p.G;
       auto qb = q3.slice(1, r0, r1), dob = d_out.slice(1, r0, r1), dqb = dq.slice(1, r0, r1);
       auto lseb = lse.slice(1, r0, r1), Db = D.slice(1, r0, r1);
       for (const auto& t : PlanTiles(pattern, q0, q1, p.key_tile)) {
         auto kt = k3.slice(1, t.k0, t.k1), vt = v3.slice(1, t.k0, t.k1);
-        auto prob = Scores(p, q3, k3, pattern, q0, q1, t, &prob_scratch).sub_(lseb).exp_();  // masked entries: 0
+        auto prob = Scores(p, q3, k3, pattern, q0, q1, t).sub_(lseb).exp_();  // masked entries: 0
         AddProduct(dv.slice(1, t.k0, t.k1), prob.transpose(1, 2), dob, 1.0, p.dtype);
-        auto ds = Product(dob, vt.transpose(1, 2), p.dtype, p.cd, &ds_scratch);
+        auto ds = Product(dob, vt.transpose(1, 2), p.dtype, p.cd);
         ds.sub_(Db).mul_(prob);
         prob = torch::Tensor();
         AddProduct(dqb, ds, kt, scale, p.dtype);
