@@ -180,24 +180,26 @@ std::unique_ptr<Client> Client::Create(const ClientOptions& options) {
     args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, static_cast<int>(options.max_message_bytes));
   }
   auto channel = grpc::CreateCustomChannel(options.target, credentials, args);
-  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+  return std::unique_ptr<Client>(new Client(std::move(channel), options, true));
 }
 
 std::unique_ptr<Client> Client::Create(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options) {
   ValidateOptions(options);
   if (!channel) Bad("channel is null");
-  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+  return std::unique_ptr<Client>(new Client(std::move(channel), options, false));
 }
 
-Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
-    : options_(options), channel_(std::move(channel)), stub_(v1::Trainer::NewStub(channel_)) {}
+Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options, bool own_retries)
+    : options_(options), call_options_(options), channel_(std::move(channel)), stub_(v1::Trainer::NewStub(channel_)) {
+  if (!own_retries) call_options_.retry.max_attempts = 1;  // a caller's channel: its retries are not ours to report
+}
 
 Client::~Client() = default;
 
 Result<v1::GetInfoResponse> Client::GetInfo(const CallOptions& call) const {
   const auto request = Scoped(v1::GetInfoRequest(), options_);
   return Call<v1::GetInfoResponse>(
-      options_, call.timeout.value_or(options_.info_timeout),
+      call_options_, call.timeout.value_or(options_.info_timeout),
       [&](grpc::ClientContext* ctx, v1::GetInfoResponse* r) { return stub_->GetInfo(ctx, request, r); });
 }
 
@@ -206,7 +208,7 @@ Result<v1::ForwardBackwardResponse> Client::ForwardBackward(v1::ForwardBackwardR
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   return Call<v1::ForwardBackwardResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::ForwardBackwardResponse* r) { return stub_->ForwardBackward(ctx, request, r); });
 }
 
@@ -214,7 +216,7 @@ Result<v1::OptimStepResponse> Client::OptimStep(v1::OptimStepRequest request, co
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   return Call<v1::OptimStepResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::OptimStepResponse* r) { return stub_->OptimStep(ctx, request, r); });
 }
 
@@ -222,7 +224,7 @@ Result<v1::TrainStepResponse> Client::TrainStep(v1::TrainStepRequest request, co
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   return Call<v1::TrainStepResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::TrainStepResponse* r) { return stub_->TrainStep(ctx, request, r); });
 }
 
@@ -233,7 +235,7 @@ Result<v1::TrainStepResponse> Client::TrainStepWithProgress(
   EnsureRequestId(request);
   bool unimplemented = false;
   auto result = Call<v1::TrainStepResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::TrainStepResponse* r) {
         auto reader = stub_->TrainStepProgress(ctx, request);
         v1::StepProgress p;
@@ -257,20 +259,20 @@ Result<v1::TrainStepResponse> Client::TrainStepWithProgress(
 
 Result<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& request, const CallOptions& call) const {
   return Call<v1::TokenizeResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::TokenizeResponse* r) { return stub_->Tokenize(ctx, request, r); });
 }
 
 Result<v1::DetokenizeResponse> Client::Detokenize(const v1::DetokenizeRequest& request, const CallOptions& call) const {
   return Call<v1::DetokenizeResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::DetokenizeResponse* r) { return stub_->Detokenize(ctx, request, r); });
 }
 
 Result<v1::SampleResponse> Client::Sample(const v1::SampleRequest& original, const CallOptions& call) const {
   const auto request = Scoped(original, options_);
   return Call<v1::SampleResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::SampleResponse* r) { return stub_->Sample(ctx, request, r); });
 }
 
@@ -278,7 +280,7 @@ Result<v1::ComputeLogprobsResponse> Client::ComputeLogprobs(const v1::ComputeLog
                                                             const CallOptions& call) const {
   const auto request = Scoped(original, options_);
   return Call<v1::ComputeLogprobsResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::ComputeLogprobsResponse* r) { return stub_->ComputeLogprobs(ctx, request, r); });
 }
 
@@ -287,7 +289,7 @@ Result<v1::SaveCheckpointResponse> Client::SaveCheckpoint(v1::SaveCheckpointRequ
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   return Call<v1::SaveCheckpointResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::SaveCheckpointResponse* r) { return stub_->SaveCheckpoint(ctx, request, r); });
 }
 
@@ -296,7 +298,7 @@ Result<v1::LoadCheckpointResponse> Client::LoadCheckpoint(v1::LoadCheckpointRequ
   request = Scoped(std::move(request), options_);
   EnsureRequestId(request);
   return Call<v1::LoadCheckpointResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::LoadCheckpointResponse* r) { return stub_->LoadCheckpoint(ctx, request, r); });
 }
 
@@ -304,7 +306,7 @@ Result<v1::EstimateMemoryResponse> Client::EstimateMemory(const v1::EstimateMemo
                                                           const CallOptions& call) const {
   const auto request = Scoped(original, options_);
   return Call<v1::EstimateMemoryResponse>(
-      options_, call.timeout.value_or(options_.info_timeout),
+      call_options_, call.timeout.value_or(options_.info_timeout),
       [&](grpc::ClientContext* ctx, v1::EstimateMemoryResponse* r) { return stub_->EstimateMemory(ctx, request, r); });
 }
 
@@ -313,7 +315,7 @@ Result<ExportedWeights> Client::Export(const v1::ExportWeightsRequest& original,
                                        const std::function<void(int64_t, int64_t)>& progress) const {
   const auto request = Scoped(original, options_);
   return Call<ExportedWeights>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, ExportedWeights* out) -> grpc::Status {
         sink.reset();
         auto reader = stub_->ExportWeights(ctx, request);
@@ -438,7 +440,7 @@ Result<ExportedWeights> Client::ExportWeightsToFile(const std::string& path, con
 Result<v1::SessionInfo> Client::CreateSession(v1::CreateSessionRequest request, const CallOptions& call) const {
   EnsureRequestId(request);
   return Call<v1::SessionInfo>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::SessionInfo* r) { return stub_->CreateSession(ctx, request, r); });
 }
 
@@ -446,14 +448,14 @@ Result<v1::SessionInfo> Client::GetSession(const std::string& name, const CallOp
   v1::GetSessionRequest request;
   request.set_name(name);
   return Call<v1::SessionInfo>(
-      options_, call.timeout.value_or(options_.info_timeout),
+      call_options_, call.timeout.value_or(options_.info_timeout),
       [&](grpc::ClientContext* ctx, v1::SessionInfo* r) { return stub_->GetSession(ctx, request, r); });
 }
 
 Result<v1::ListSessionsResponse> Client::ListSessions(const CallOptions& call) const {
   const v1::ListSessionsRequest request;
   return Call<v1::ListSessionsResponse>(
-      options_, call.timeout.value_or(options_.info_timeout),
+      call_options_, call.timeout.value_or(options_.info_timeout),
       [&](grpc::ClientContext* ctx, v1::ListSessionsResponse* r) { return stub_->ListSessions(ctx, request, r); });
 }
 
@@ -462,7 +464,7 @@ Result<v1::DeleteSessionResponse> Client::DeleteSession(const std::string& name,
   request.set_name(name);
   request.set_request_id(NewRequestId());
   return Call<v1::DeleteSessionResponse>(
-      options_, call.timeout.value_or(options_.step_timeout),
+      call_options_, call.timeout.value_or(options_.step_timeout),
       [&](grpc::ClientContext* ctx, v1::DeleteSessionResponse* r) { return stub_->DeleteSession(ctx, request, r); });
 }
 

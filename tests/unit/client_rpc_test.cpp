@@ -10,6 +10,8 @@
 #include <sstream>
 #include <thread>
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -205,6 +207,20 @@ TEST_F(ClientRpc, OneAttemptWhenRetriesAreOff) {
   fake_.unavailable_left = 1;
   options_.retry.max_attempts = 1;
   auto r = Make()->TrainStep({});
+  EXPECT_EQ(r.code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(r.status().error_message(), "try again");
+  EXPECT_EQ(Attempts(), 1u);
+}
+
+// On a caller's channel the client does not know how often gRPC retried: the options'
+// retry policy (3 attempts by default) is not claimed in the message.
+TEST_F(ClientRpc, CallersChannelClaimsNoRetries) {
+  fake_.unavailable_left = 1;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  auto channel = grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
+  ASSERT_GT(options_.retry.max_attempts, 1);
+  auto r = Client::Create(channel, options_)->GetInfo();
   EXPECT_EQ(r.code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(r.status().error_message(), "try again");
   EXPECT_EQ(Attempts(), 1u);

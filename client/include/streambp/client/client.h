@@ -13,7 +13,8 @@
 ///   auto step = client->TrainStep(std::move(req)); // request_id filled in, reused on retries
 ///
 /// Errors: see result.h. An RPC never throws for a gRPC error; it returns Result<T> with
-/// the final status (an UNAVAILABLE one ends in "(retried up to N attempts)").
+/// the final status (an UNAVAILABLE one ends in "(retried up to N attempts)" when the client
+/// made its channel, and so its retry policy).
 ///
 /// Lifetime and threads: a Client owns one gRPC channel (connections are made lazily and
 /// re-made after failures). It is immutable after Create and safe to use from several
@@ -181,13 +182,16 @@ class Client {
   Result<v1::DeleteSessionResponse> DeleteSession(const std::string& name, const CallOptions& call = {}) const;
 
  private:
-  Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
+  /// `own_retries`: the channel was made here with options.retry as its service config, so
+  /// a failed retryable call can say how often it was tried.
+  Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options, bool own_retries);
 
   Result<ExportedWeights> Export(const v1::ExportWeightsRequest& request, const CallOptions& call,
                                  detail::WeightsSink& sink,
                                  const std::function<void(int64_t, int64_t)>& progress) const;
 
   ClientOptions options_;
+  ClientOptions call_options_;  // options_, with retry.max_attempts 1 when the channel's retries are unknown
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Trainer::Stub> stub_;
 };
