@@ -20,6 +20,27 @@ void ResetPeak();     ///< peak := live
 void SetBudget(int64_t bytes);
 int64_t Budget();
 
+/// Block cache. While a ScopedCache is open (the engines open one per step), freed blocks
+/// of 64 KiB or more are kept by size, up to CacheLimit() bytes, and reused by the next
+/// allocation of the same size instead of fresh pages from the OS; when the last scope
+/// closes they are freed. Cached blocks hold no tensor: LiveBytes, PeakBytes and budgets
+/// do not count them (the process's RSS does, by at most the limit).
+/// The default limit is kDefaultCacheBytes; the environment variable
+/// STREAMBP_CPU_CACHE_BYTES sets another (0 turns the cache off).
+inline constexpr int64_t kDefaultCacheBytes = int64_t{256} << 20;
+int64_t CachedBytes();  ///< bytes of freed blocks kept now
+int64_t CacheReuses();  ///< allocations served from the cache since the start
+int64_t CacheLimit();
+void SetCacheLimit(int64_t bytes);
+
+class ScopedCache {
+ public:
+  ScopedCache();
+  ~ScopedCache();
+  ScopedCache(const ScopedCache&) = delete;
+  ScopedCache& operator=(const ScopedCache&) = delete;
+};
+
 /// Sets a budget for a scope and restores the previous one on exit.
 class ScopedBudget {
  public:

@@ -99,6 +99,7 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
     throw InvalidArgument("offload_layer_inputs needs the stream engine (engine " + EngineName(options.kind) + ")");
   }
   try {
+    memory::ScopedCache cache;  // the step's freed blocks are reused within it, then freed
     return RunEngine(*model, batch, objective, options, chunks);
   } catch (...) {
     ReleaseFailedBackward();
