@@ -87,9 +87,10 @@ std::string EncodeCommand(const Command& command) {
                   {"options", c.options}, {"engine", EngineOptionsToJson(c.engine)}};
         } else if constexpr (std::is_same_v<T, SaveCommand> || std::is_same_v<T, LoadCommand>) {
           return {{"session", c.session}, {"dir", c.dir}};
-        } else if constexpr (std::is_same_v<T, OptimStepCommand> || std::is_same_v<T, ZeroGradientsCommand> ||
-                             std::is_same_v<T, DropSessionCommand>) {
+        } else if constexpr (std::is_same_v<T, OptimStepCommand> || std::is_same_v<T, ZeroGradientsCommand>) {
           return {{"session", c.session}};
+        } else if constexpr (std::is_same_v<T, DropSessionCommand>) {
+          return {{"session", c.session}, {"deleted", c.deleted}};
         } else if constexpr (std::is_same_v<T, CreateSessionCommand>) {
           return {{"spec", c.request.spec.ToJson()},
                   {"adapter_config_json", c.request.adapter_config_json},
@@ -136,7 +137,9 @@ Command DecodeCommand(const std::string& bytes) {
     if (op == "restore_session") {
       return RestoreSessionCommand{SessionSpec::FromJson(j.at("spec")), j.at("dir").get<std::string>()};
     }
-    if (op == "drop_session") return DropSessionCommand{j.at("session").get<std::string>()};
+    if (op == "drop_session") {
+      return DropSessionCommand{j.at("session").get<std::string>(), j.value("deleted", false)};
+    }
     if (op == "ping") return PingCommand{};
     if (op == "stop") return StopCommand{};
     throw InvalidArgument("unknown command '" + op + "'");

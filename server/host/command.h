@@ -60,6 +60,7 @@ struct RestoreSessionCommand {
 /// A session's trainer forgotten (after its state was saved, or when it is deleted).
 struct DropSessionCommand {
   std::string session;
+  bool deleted = false;  ///< the session is gone for good (not only written to disk)
 };
 struct PingCommand {};
 struct StopCommand {};

@@ -53,15 +53,17 @@ int RunFollower(const ServerConfig& config, const DistOptions& dist) {
   spdlog::info("rank {} of {} joined; following rank 0", dist.rank, dist.world_size);
   // What this rank holds, for comparing the ranks: the model (replica-R.safetensors), or a
   // session's trainable state when rank 0 writes it out (at eviction and shutdown:
-  // replica-R-SESSION.safetensors, the adapter under PEFT's names or a full session's model).
+  // replica-R-SESSION.safetensors, the adapter under PEFT's names or a full session's model;
+  // removed when the session is deleted).
+  auto replica_file = [&](const std::string& session) {
+    return std::filesystem::path(config.checkpoint_dir) /
+           ("replica-" + std::to_string(dist.rank) + (session.empty() ? "" : "-" + session) + ".safetensors");
+  };
   auto write_replica = [&](const std::string& session) {
     if (config.checkpoint_dir.empty()) return;
-    const std::filesystem::path dir(config.checkpoint_dir);
-    std::filesystem::create_directories(dir);
+    std::filesystem::create_directories(config.checkpoint_dir);
     auto& trainer = replica->trainer(session);
-    const std::string file =
-        "replica-" + std::to_string(dist.rank) + (session.empty() ? "" : "-" + session) + ".safetensors";
-    WriteSafetensors((dir / file).string(),
+    WriteSafetensors(replica_file(session).string(),
                      trainer.adapter() ? trainer.adapter()->peft_tensors() : trainer.model()->hf_tensors(),
                      {{"format", "pt"}});
   };
@@ -79,7 +81,12 @@ int RunFollower(const ServerConfig& config, const DistOptions& dist) {
     if (const auto* drop = std::get_if<DropSessionCommand>(&command)) {
       const auto resident = replica->resident_sessions();
       try {
-        if (std::find(resident.begin(), resident.end(), drop->session) != resident.end()) write_replica(drop->session);
+        if (drop->deleted) {  // a deleted session leaves no copy behind (written at an earlier eviction)
+          std::error_code ec;
+          if (!config.checkpoint_dir.empty()) std::filesystem::remove(replica_file(drop->session), ec);
+        } else if (std::find(resident.begin(), resident.end(), drop->session) != resident.end()) {
+          write_replica(drop->session);
+        }
       } catch (const std::exception& e) {  // a copy for comparison only: the command still runs
         spdlog::warn("rank {}: could not write session {}'s replica file: {}", dist.rank, drop->session, e.what());
       }

@@ -283,7 +283,8 @@ void TrainingHost::delete_session(CallContext ctx, std::string name, Done<std::s
   job.method = ctx.method;
   job.run = [this, s, done] {
     try {
-      if (executor_->replica().resident(s->spec.name)) executor_->run(DropSessionCommand{s->spec.name});
+      // Sent also when the session is on disk only: the other ranks drop their copies of it.
+      executor_->run(DropSessionCommand{s->spec.name, true});
       s->resident = false;
       s->hub.close_all();
       s->rollouts.reset();

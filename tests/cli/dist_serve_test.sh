@@ -76,9 +76,14 @@ pid0=$!; pids+=("$pid0")
 for _ in $(seq 1 600); do [ -s "$dir/dps.port" ] && break; sleep 0.1; done
 [ -s "$dir/dps.port" ] || fail "rank 0 with sessions did not start"
 train_sessions "127.0.0.1:$(cat "$dir/dps.port")" dps
+# A deleted session leaves no copy on rank 1 (rank 1 writes one whenever rank 0 drops a session).
+"$cli" session create --server "127.0.0.1:$(cat "$dir/dps.port")" --name gone --lora-rank 2 > /dev/null || fail "create gone"
+"$cli" session delete --server "127.0.0.1:$(cat "$dir/dps.port")" gone > /dev/null || fail "delete gone"
 kill -TERM "$pid0"
 wait "$pid0" || fail "rank 0 with sessions did not exit 0"
 wait "$pid1" || fail "rank 1 with sessions did not exit 0: $(tail -3 "$dir/dps-rank1.log")"
+[ ! -e "$dir/dps-ckpt/replica-1-gone.safetensors" ] || fail "rank 1 kept a copy of the deleted session 'gone'"
+[ -e "$dir/dps-ckpt/replica-1-a.safetensors" ] || fail "rank 1 wrote no copy of session a"
 /usr/bin/python3 - "$dir" "$(dirname "${BASH_SOURCE[0]}")/../../client/python" <<'PY' || fail "sessions under data parallel"
 import sys
 sys.path.insert(0, sys.argv[2])
