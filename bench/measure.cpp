@@ -359,6 +359,7 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
                 r.oom ? "OOM" : ("fits, " + HumanBytes(r.activation_bytes)).c_str(), static_cast<long long>(r.chunk),
                 static_cast<long long>(r.logits_chunk), static_cast<long long>(r.key_chunk),
                 static_cast<long long>(r.predicted_key_chunk), r.samples.empty() ? 0.0 : r.samples[0]);
+    if (r.oom) std::printf("    %s\n", r.oom_message.substr(0, r.oom_message.find('\n')).c_str());
     std::fflush(stdout);
     if (!r.oom) {
       s.chunk = r.chunk;
