@@ -366,5 +366,25 @@ TEST_F(EngineMemory, LogitsChunkBoundsLogitsMemory) {
   EXPECT_LT(chunked_2k - chunked_1k, logits_bytes / 4);
 }
 
+// The lm_head and embedding gradients are added in place: no [V, d] gradient of a logits
+// chunk or of the embedding exists next to the parameter's own (autograd would make one per
+// chunk). With a large vocabulary and short sequences that transient would be the peak.
+TEST_F(EngineMemory, NoVocabSizedGradientBesideTheParametersOwn) {
+  for (bool tied : {false, true}) {
+    auto config = PresetConfig("tiny");
+    config.vocab_size = 32768;  // one [V, d] float32 matrix: 8 MiB
+    config.tie_word_embeddings = tied;
+    auto model = InitModel(config, 0, torch::kFloat32);
+    auto batch = MakeBatch(RandomSequences({64}, config.vocab_size, 4), Layout::kRightPad);
+    const int64_t matrix = config.vocab_size * config.hidden_size * 4;
+    for (const EngineOptions& options : {EngineOptions{EngineKind::kStream, 32, 4}, EngineOptions{EngineKind::kCheckpoint, 0, 4}}) {
+      const auto estimate = EstimateStepMemory(config, torch::kFloat32, 1, 64, options, "none");
+      const int64_t activation = Peak(model, batch, options) - estimate.gradient_bytes;
+      EXPECT_LT(activation, matrix / 2) << EngineName(options.kind) << (tied ? " tied" : "");
+      EXPECT_GT(activation, 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace streambp

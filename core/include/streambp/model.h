@@ -128,6 +128,11 @@ class CausalLMImpl : public torch::nn::Module {
   /// Logits of final hidden states h [B, T, d] (after the final norm is applied here),
   /// upcast to at least float32.
   torch::Tensor logits(const torch::Tensor& h_last);
+  /// logits(h_last) with the lm_head matrix outside the graph, for a caller that adds its
+  /// gradient itself (W.grad += dP^T N) instead of autograd's fresh [V, d] tensor per call:
+  /// `normed` is norm(h_last) (N) and `projected` is N W^T (P, in the weights' dtype, before
+  /// the adapter term and the upcast), both part of the returned logits' graph.
+  torch::Tensor logits_outside_head(const torch::Tensor& h_last, torch::Tensor* normed, torch::Tensor* projected);
   /// The lm_head matrix [V, d]: the embedding matrix itself when tied.
   torch::Tensor lm_head_weight() const;
 

@@ -203,9 +203,14 @@ torch::Tensor CausalLMImpl::lm_head_weight() const {
   return lm_head ? lm_head->weight : embed_tokens->weight;
 }
 
-torch::Tensor CausalLMImpl::logits(const torch::Tensor& h_last) {
+torch::Tensor CausalLMImpl::logits(const torch::Tensor& h_last) { return logits_outside_head(h_last, nullptr, nullptr); }
+
+torch::Tensor CausalLMImpl::logits_outside_head(const torch::Tensor& h_last, torch::Tensor* normed,
+                                                torch::Tensor* projected) {
   auto h = norm(h_last);
-  auto out = F::linear(h, lm_head_weight());
+  auto out = F::linear(h, projected != nullptr ? lm_head_weight().detach() : lm_head_weight());
+  if (normed != nullptr) *normed = h;
+  if (projected != nullptr) *projected = out;
   if (adapter_) {
     if (const LoraWeights* w = adapter_->find(-1, LoraTarget::kLmHead)) {
       auto term = F::linear(F::linear(h.to(w->a.scalar_type()), w->a), w->b) * adapter_->scale();
