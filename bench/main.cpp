@@ -450,9 +450,10 @@ int main(int argc, char** argv) {
       targets.push_back({{"target", name}, {"value", value}, {"limit", limit}, {"at_most", at_most}, {"met", met}});
     };
     const int64_t e = c10::elementSize(ctx.dtype);
+    // What stream holds at its least (the backward of the top layer with chunks -> 0): the
+    // inputs of layers 1..L-1, g, K^, V^, dK^, dV^ (layer 0's input is looked up again).
     auto floor_bytes = [&](int64_t T) {
-      return static_cast<double>(e) * a.batch * T *
-             (c.num_hidden_layers * c.hidden_size + 2 * c.hidden_size + 4 * c.kv_dim());
+      return static_cast<double>(e) * a.batch * T * (c.num_hidden_layers * c.hidden_size + 4 * c.kv_dim());
     };
     for (int64_t T : a.seq_lens) {
       const Run* s = Find(runs, "stream", T);

@@ -1,5 +1,5 @@
-// checkpoint: gradient checkpointing per layer. The forward keeps each layer's input and
-// no graph; the backward recomputes one whole layer with a graph at a time. Attention is
+// checkpoint: gradient checkpointing per layer. The forward keeps each layer's input (but
+// layer 0's, the token embedding, which is looked up again) and no graph; the backward recomputes one whole layer with a graph at a time. Attention is
 // materialized (T x T scores, as PyTorch eager computes it) or, with tiled attention,
 // visited in query blocks x key tiles with an online softmax (the role FlashAttention plays
 // under torch.utils.checkpoint on GPUs): the strongest checkpointing baseline.
@@ -26,7 +26,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
     const int64_t layers = static_cast<int64_t>(model.layer_list.size());
     for (int64_t i = 0; i < layers; ++i) {
       Report(progress, EngineProgress::Phase::kForward, i, layers);
-      inputs.push_back(x);
+      inputs.push_back(i > 0 ? x : torch::Tensor());  // layer 0's: the embedding, looked up again
       x = model.layer_list[i]->forward(x, rope, mask, tiling);
     }
     h_last = x;
@@ -38,7 +38,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
   for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
     Report(progress, EngineProgress::Phase::kBackward, i, static_cast<int64_t>(model.layer_list.size()));
     torch::AutoGradMode grad_mode(true);
-    auto x = inputs[i].detach().requires_grad_(true);
+    auto x = (i > 0 ? inputs[i] : model.embed(batch.input_ids)).detach().requires_grad_(true);
     inputs[i] = torch::Tensor();
     auto y = model.layer_list[i]->forward(x, rope, mask, tiling);
     torch::autograd::backward({y}, {grad});

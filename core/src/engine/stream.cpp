@@ -9,7 +9,9 @@
 //     chunks' VJPs sum to the whole K/V VJP and no B x T K/V graph ever exists.
 // The sum of the chunk VJPs is the VJP of the whole layer, so the gradients are exact.
 // What lives across a layer's backward is x (stored), g (which becomes dx chunk by chunk),
-// K^, V^, dK^, dV^: bytes·T·(L·d + d + 4·d_kv), plus one chunk's working set. With the
+// K^, V^, dK^, dV^: bytes·T·(L·d + 4·d_kv) at the top layer (the inputs of layers 1..L-1
+// and g; layer 0's input is the token embedding, looked up again when its backward reads
+// it), plus one chunk's working set. With the
 // layer inputs offloaded (issue 17) the stored inputs and the final hidden states live in
 // a second tier (a scratch file, pinned host memory) and come back a chunk at a time, so
 // the device holds bytes·T·(d + 4·d_kv) plus the chunk (the forward: x, y, K, V); the
@@ -21,6 +23,37 @@ namespace streambp::engine {
 namespace {
 
 torch::Tensor Leaf(const torch::Tensor& t) { return t.detach().requires_grad_(true); }
+
+// The engine's slots: 0..L-1 the layer inputs, L the final hidden states. Layer 0's input
+// is the embedding of the tokens: not stored, but looked up again a chunk at a time when the
+// backward reads it (B x T x d less at the peak, and in the second tier). Slots 1..L live in
+// `inner`'s slots 0..L-1.
+class LayerInputs final : public LayerStore {
+ public:
+  LayerInputs(CausalLMImpl& model, const torch::Tensor& input_ids, std::unique_ptr<LayerStore> inner)
+      : model_(model), ids_(input_ids), inner_(std::move(inner)) {}
+  void put(int64_t i, torch::Tensor x) override {
+    if (i > 0) inner_->put(i - 1, std::move(x));
+  }
+  torch::Tensor read(int64_t i, int64_t s, int64_t e) override {
+    if (i > 0) return inner_->read(i - 1, s, e);
+    torch::NoGradGuard no_grad;
+    return model_.embed(ids_.slice(1, s, e));
+  }
+  void prefetch(int64_t i, int64_t s, int64_t e) override {
+    if (i > 0) inner_->prefetch(i - 1, s, e);
+  }
+  void drop(int64_t i) override {
+    if (i > 0) inner_->drop(i - 1);
+  }
+  int64_t offloaded_bytes() const override { return inner_->offloaded_bytes(); }
+  bool on_device() const override { return inner_->on_device(); }
+
+ private:
+  CausalLMImpl& model_;
+  torch::Tensor ids_;
+  std::unique_ptr<LayerStore> inner_;
+};
 
 // K/V of all T positions without a graph, chunk by chunk (norm, projections and RoPE act on
 // each position alone), so no B x T intermediate of their computation exists; `rows(s, e)`
@@ -138,11 +171,13 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
     torch::NoGradGuard no_grad;
     auto x = model.embed(batch.input_ids);
     rope = model.rotary().tables(batch.position_ids, x);
-    store = options.offload_layer_inputs ? LayerStore::Offloaded(options.scratch_dir, layers + 1, x)
-                                         : LayerStore::OnDevice(layers + 1);
+    store = std::make_unique<LayerInputs>(model, batch.input_ids,
+                                          options.offload_layer_inputs
+                                              ? LayerStore::Offloaded(options.scratch_dir, layers, x)
+                                              : LayerStore::OnDevice(layers));
     for (int64_t i = 0; i < layers; ++i) {
       Report(progress, EngineProgress::Phase::kForward, i, layers);
-      store->put(i, x);  // copied out (second tier) while the layer computes
+      store->put(i, x);  // copied out (second tier) while the layer computes; layer 0's: nothing
       x = StreamLayerForward(*model.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk, window);
     }
     store->put(layers, std::move(x));

@@ -87,14 +87,15 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   } else if (engine.kind == EngineKind::kCheckpoint) {
     const double graph = engine.tiled_attention ? layer_graph(T, T, true, chunks.chunk, tile, 4)
                                                 : layer_graph(T, T, false, T, T, 4);
-    m.activation_bytes = Bytes((L + 1) * Td + 2 * Td + std::max(graph, head) + (engine.tiled_attention ? per_step : 0));
+    // Stored: the inputs of layers 1..L-1 (layer 0's is the embedding, looked up again) and h_last.
+    m.activation_bytes = Bytes(L * Td + 2 * Td + std::max(graph, head) + (engine.tiled_attention ? per_step : 0));
   } else if (!engine.offload_layer_inputs) {
-    // The head runs with every layer input and h_last (dL/dh_last takes its place chunk by
-    // chunk) alive; a layer's backward
+    // The head runs with the inputs of layers 1..L-1 (layer 0's is the embedding, looked up
+    // again) and h_last (dL/dh_last takes its place chunk by chunk) alive; a layer's backward
     // with the inputs below it, g (dx takes its place chunk by chunk), K^, V^, dK^, dV^ (the
     // attention adds its K/V gradients there in place) and one chunk.
-    const double head_phase = (L + 1) * Td + head;
-    const double layer_phase = L * Td + Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    const double head_phase = L * Td + head;
+    const double layer_phase = (L - 1) * Td + Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max(head_phase, layer_phase) + per_step);
   } else {
     // Layer inputs and h_last in the second tier. On the device: the forward's x (being
@@ -105,7 +106,7 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     const double head_phase = Td + head;
     const double layer_phase = Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max({forward_phase, head_phase, layer_phase}) + rows + per_step);
-    m.offloaded_bytes = Bytes((L + 1) * Td);
+    m.offloaded_bytes = Bytes(L * Td);  // the inputs of layers 1..L-1 and h_last
   }
   m.key_chunk = chunks.key_chunk;
   return m;
