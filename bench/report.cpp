@@ -107,14 +107,20 @@ void WritePlot(const std::string& png, const std::vector<Run>& runs, int64_t bud
   fs::create_directories(dir);
   std::string mem_plot, time_plot;
   int index = 0;
+  const int n_series = static_cast<int>(series.size());
   for (const auto& [label, points] : series) {
+    // Earlier series are drawn wider, later ones on top of them, so that lines which coincide
+    // (engines within 1% of each other's time) stay visible as nested stripes.
+    const int wider = n_series - 1 - index;
+    const std::string width = std::to_string(1.5 + 2.5 * wider);
     const auto file = dir / ("series" + std::to_string(index++) + ".dat");
     std::ofstream out(file);
     for (const Run* r : points) {
       out << r->seq_len << " " << r->activation_bytes / (1024.0 * 1024.0) << " " << r->step_seconds << "\n";
     }
     // A single point is drawn as a point (a line needs two): the legend entry stays visible.
-    const std::string style = points.size() > 1 ? "linespoints lw 2" : "points ps 2";
+    const std::string style = points.size() > 1 ? "linespoints lw " + width + " ps 1.5"
+                                                : "points ps " + std::to_string(2 + wider);
     const std::string sep = mem_plot.empty() ? "" : ", ";
     mem_plot += sep + "'" + file.string() + "' using 1:2 with " + style + " title '" + label + "'";
     time_plot += sep + "'" + file.string() + "' using 1:3 with " + style + " title '" + label + "'";
