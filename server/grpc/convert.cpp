@@ -328,8 +328,13 @@ PushItem ConvertRolloutGroup(const v1::RolloutGroup& given, int index, const std
   std::optional<v1::RolloutGroup> resolved;
   if (HasText(given)) {
     try {
+      ChargeText(given, limits);  // a stream's group is bounded like a request
       resolved = given;
       ResolveText(&*resolved, limits, field);
+    } catch (const Cancelled&) {  // the call is gone or late: the whole call ends so
+      throw;
+    } catch (const DeadlineExceeded&) {
+      throw;
     } catch (const Error& e) {  // answered as this group's invalid ack
       item.error = e.what();
       return item;

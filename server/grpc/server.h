@@ -46,6 +46,8 @@ class Server {
 
  private:
   explicit Server(std::unique_ptr<ServerParts> parts);
+  void guard_listener();  // the listener guard's thread (server.cpp)
+
   std::unique_ptr<ServerParts> parts_;
   int port_ = 0;
 };

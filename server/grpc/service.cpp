@@ -9,6 +9,23 @@ namespace streambp::server {
 
 using Unary = grpc::ServerUnaryReactor;
 
+namespace {
+
+// Runs `body(call)` (convert and submit) on the host's CPU pool when the request carries text
+// (`charge` > 0, already bounded), so that no gRPC thread tokenizes or renders; else here.
+// The pool polls the call's deadline and cancellation while the text is processed.
+template <class Call, class Body>
+void WithText(TrainingHost* host, const std::shared_ptr<Call>& call, int64_t charge, Body body) {
+  if (charge == 0) {
+    body(call);
+    return;
+  }
+  host->run_cpu(call->context(), charge * kTextWorkBytesPerCharge, [call, body] { body(call); },
+                [call](std::exception_ptr e) { call->finish(e); });
+}
+
+}  // namespace
+
 Unary* TrainerService::GetInfo(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::GetInfoRequest, v1::GetInfoResponse>;
   return Call::Run(ctx, in, out, "GetInfo", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
@@ -40,26 +57,30 @@ Unary* TrainerService::EstimateMemory(Ctx* ctx, const Bytes* in, Bytes* out) {
 Unary* TrainerService::ForwardBackward(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::ForwardBackwardRequest, v1::ForwardBackwardResponse>;
   return Call::Run(ctx, in, out, "ForwardBackward", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
-    auto step = ConvertStepRequest(call->request, host_->limits());
-    call->tokens = step.tokens;
-    host_->forward_backward(call->context(), std::move(step),
-                            call->template reply<StepStats>([](const StepStats& s, v1::ForwardBackwardResponse* r) {
-                              ToProto(s, r->mutable_stats());
-                              r->set_policy_version(s.policy_version);
-                            }));
+    WithText(host_, call, ChargeText(call->request, host_->limits()), [this](const std::shared_ptr<Call>& call) {
+      auto step = ConvertStepRequest(call->request, host_->limits());
+      call->tokens = step.tokens;
+      host_->forward_backward(call->context(), std::move(step),
+                              call->template reply<StepStats>([](const StepStats& s, v1::ForwardBackwardResponse* r) {
+                                ToProto(s, r->mutable_stats());
+                                r->set_policy_version(s.policy_version);
+                              }));
+    });
   });
 }
 
 Unary* TrainerService::TrainStep(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::TrainStepRequest, v1::TrainStepResponse>;
   return Call::Run(ctx, in, out, "TrainStep", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
-    auto step = ConvertStepRequest(call->request, host_->limits());
-    call->tokens = step.tokens;
-    host_->train_step(call->context(), std::move(step),
-                      call->template reply<TrainStats>([](const TrainStats& t, v1::TrainStepResponse* r) {
-                        ToProto(t.forward, r->mutable_stats());
-                        ToProto(t.optim, r->mutable_optim());
-                      }));
+    WithText(host_, call, ChargeText(call->request, host_->limits()), [this](const std::shared_ptr<Call>& call) {
+      auto step = ConvertStepRequest(call->request, host_->limits());
+      call->tokens = step.tokens;
+      host_->train_step(call->context(), std::move(step),
+                        call->template reply<TrainStats>([](const TrainStats& t, v1::TrainStepResponse* r) {
+                          ToProto(t.forward, r->mutable_stats());
+                          ToProto(t.optim, r->mutable_optim());
+                        }));
+    });
   });
 }
 
@@ -111,16 +132,25 @@ Unary* TrainerService::LoadCheckpoint(Ctx* ctx, const Bytes* in, Bytes* out) {
 Unary* TrainerService::Sample(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::SampleRequest, v1::SampleResponse>;
   return Call::Run(ctx, in, out, "Sample", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
-    auto request = ConvertSample(call->request, host_->limits());
-    for (const auto& p : request.prompts) call->tokens += static_cast<int64_t>(p.size());
-    host_->sample(call->context(), std::move(request),
-                  call->template reply<SampleReply>([](const SampleReply& s, v1::SampleResponse* r) { ToProto(s, r); }));
+    WithText(host_, call, ChargeText(call->request, host_->limits()), [this](const std::shared_ptr<Call>& call) {
+      auto request = ConvertSample(call->request, host_->limits());
+      for (const auto& p : request.prompts) call->tokens += static_cast<int64_t>(p.size());
+      host_->sample(call->context(), std::move(request),
+                    call->template reply<SampleReply>([](const SampleReply& s, v1::SampleResponse* r) { ToProto(s, r); }));
+    });
   });
 }
 
 Unary* TrainerService::PushRollouts(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::PushRolloutsRequest, v1::PushRolloutsResponse>;
   return Call::Run(ctx, in, out, "PushRollouts", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    WithText(host_, call, ChargeText(call->request, host_->limits()),
+             [this](const std::shared_ptr<Call>& call) { push_rollouts(call); });
+  });
+}
+
+void TrainerService::push_rollouts(const std::shared_ptr<UnaryCall<v1::PushRolloutsRequest, v1::PushRolloutsResponse>>& call) {
+  {
     std::vector<PushItem> items;
     for (int i = 0; i < call->request.groups_size(); ++i) {
       const auto& g = call->request.groups(i);
@@ -140,7 +170,7 @@ Unary* TrainerService::PushRollouts(Ctx* ctx, const Bytes* in, Bytes* out) {
                              [](const std::vector<RolloutAck>& acks, v1::PushRolloutsResponse* r) {
                                for (const auto& a : acks) ToProto(a, r->add_acks());
                              }));
-  });
+  }
 }
 
 Unary* TrainerService::GetRolloutStats(Ctx* ctx, const Bytes* in, Bytes* out) {
@@ -199,16 +229,22 @@ Unary* TrainerService::DeleteSession(Ctx* ctx, const Bytes* in, Bytes* out) {
 Unary* TrainerService::Tokenize(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::TokenizeRequest, v1::TokenizeResponse>;
   return Call::Run(ctx, in, out, "Tokenize", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
-    call->response = server::Tokenize(call->request, host_->limits());
-    call->finish();
+    WithText(host_, call, std::max<int64_t>(1, ChargeText(call->request, host_->limits())),
+             [this](const std::shared_ptr<Call>& call) {
+               call->response = server::Tokenize(call->request, host_->limits());
+               call->finish();
+             });
   });
 }
 
 Unary* TrainerService::Detokenize(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::DetokenizeRequest, v1::DetokenizeResponse>;
   return Call::Run(ctx, in, out, "Detokenize", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
-    call->response = server::Detokenize(call->request, host_->limits());
-    call->finish();
+    WithText(host_, call, std::max<int64_t>(1, ChargeDetokenize(call->request, host_->limits())),
+             [this](const std::shared_ptr<Call>& call) {
+               call->response = server::Detokenize(call->request, host_->limits());
+               call->finish();
+             });
   });
 }
 

@@ -71,6 +71,8 @@ class TrainerService final : public raw::Service {
   grpc::ServerBidiReactor<Bytes, Bytes>* PushRolloutsStream(Ctx* ctx) override;
 
  private:
+  void push_rollouts(const std::shared_ptr<UnaryCall<v1::PushRolloutsRequest, v1::PushRolloutsResponse>>& call);
+
   TrainingHost* host_;
   EdgeContext edge_;
 };

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "convert.h"
+#include "text_input.h"
 #include "streams.h"
 
 namespace streambp::server {
@@ -33,9 +34,6 @@ class StepProgressWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffe
       caller.require(session_, Access::kWrite);
       auto [request_id, digest] = TakeRequestId(&request);
       request_id_ = request_id;
-      auto step = ConvertStepRequest(request, host_->limits());
-      tokens_ = step.tokens;
-      lease_ = host_->acquire_stream();
       CallContext c;
       c.method = unary_method_;  // the unary call's request-id cache: a retry may take either route
       c.session = session_;
@@ -45,20 +43,36 @@ class StepProgressWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffe
       c.cancelled = [ctx = ctx_] { return ctx->IsCancelled(); };
       c.received = start_;
       c.progress = [this](const StepProgressEvent& e) { push(e); };
-      (host_->*submit)(std::move(c), std::move(step), [this, fill](const Outcome<Stats>& o) {
-        if (!o.ok()) {
-          end(o.error);
-          return;
-        }
-        v1::StepProgress done;
-        done.set_state("done");
-        done.set_elapsed_seconds(Elapsed());
-        fill(*o.value, &done);
-        enqueue(done, true);
-      });
+      // Text is turned into ids on the host's CPU pool, not on this gRPC thread; the reactor
+      // lives until end() finishes it, which every path reaches.
+      const int64_t charge = ChargeText(request, host_->limits());
+      auto proceed = [this, request = std::move(request), c, submit, fill] { convert_and_submit(request, c, submit, fill); };
+      if (charge == 0) {
+        proceed();
+      } else {
+        host_->run_cpu(c, charge * kTextWorkBytesPerCharge, std::move(proceed),
+                       [this](std::exception_ptr e) { end(e); });
+      }
     } catch (...) {
       end(std::current_exception());
     }
+  }
+
+  void convert_and_submit(const Req& request, const CallContext& context, Submit submit, Fill fill) {
+    auto step = ConvertStepRequest(request, host_->limits());
+    tokens_ = step.tokens;
+    lease_ = host_->acquire_stream();
+    (host_->*submit)(context, std::move(step), [this, fill](const Outcome<Stats>& o) {
+      if (!o.ok()) {
+        end(o.error);
+        return;
+      }
+      v1::StepProgress done;
+      done.set_state("done");
+      done.set_elapsed_seconds(Elapsed());
+      fill(*o.value, &done);
+      enqueue(done, true);
+    });
   }
 
   void OnWriteDone(bool ok) override {

@@ -1,5 +1,8 @@
 #include "text_input.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/reflection.h>
+
 #include "streambp/chat.h"
 #include "streambp/error.h"
 
@@ -206,7 +209,77 @@ void ResolveGroup(Group* g, TextInput& in, const std::string& f) {
   }
 }
 
+// A string field that holds text to tokenize or render.
+bool IsTextField(const google::protobuf::FieldDescriptor* f) {
+  const std::string& n = f->name();
+  return n == "text" || n == "content" || n == "role" || n == "reasoning_content" || n == "text_prompts";
+}
+
+void CountText(const google::protobuf::Message& m, int64_t& charge, int64_t limit) {
+  using google::protobuf::FieldDescriptor;
+  if (m.GetDescriptor() == v1::ChatMessage::descriptor()) charge += kMessageCharge;
+  const auto* r = m.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const FieldDescriptor* f : fields) {
+    if (charge > limit) return;
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (!f->is_repeated()) {
+        CountText(r->GetMessage(m, f), charge, limit);
+        continue;
+      }
+      const int n = r->FieldSize(m, f);
+      for (int i = 0; i < n && charge <= limit; ++i) CountText(r->GetRepeatedMessage(m, f, i), charge, limit);
+    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING && IsTextField(f)) {
+      if (!f->is_repeated()) {
+        std::string scratch;
+        charge += static_cast<int64_t>(r->GetStringReference(m, f, &scratch).size());
+        continue;
+      }
+      for (const auto& value : r->GetRepeatedPtrField<std::string>(m, f)) charge += static_cast<int64_t>(value.size());
+    }
+  }
+}
+
 }  // namespace
+
+int64_t ChargeText(const google::protobuf::Message& request, const InputLimits& limits) {
+  int64_t charge = 0;
+  CountText(request, charge, limits.max_text_bytes);
+  if (charge > limits.max_text_bytes) {
+    throw ResourceExhausted("the request carries more than " + std::to_string(limits.max_text_bytes) +
+                            " bytes of text (limits.max_text_bytes; each chat message counts " +
+                            std::to_string(kMessageCharge) + " bytes beyond its text); split it into several calls");
+  }
+  return charge;
+}
+
+int64_t ChargeDetokenize(const v1::DetokenizeRequest& r, const InputLimits& limits) {
+  TextInput in(limits);
+  const auto& codec = in.codec();
+  int64_t tokens = 0, bytes = 0;
+  for (int i = 0; i < r.sequences_size(); ++i) {
+    const auto& ids = r.sequences(i).tokens();
+    tokens += ids.size();
+    if (tokens > limits.max_tokens_per_request) {
+      throw ResourceExhausted("the request has more than " + std::to_string(limits.max_tokens_per_request) +
+                              " tokens (limits.max_tokens_per_request)");
+    }
+    for (int t = 0; t < ids.size(); ++t) {
+      if (ids[t] < 0 || ids[t] >= limits.vocab_size) {
+        throw InvalidArgument(Index("sequences", i) + ".tokens[" + std::to_string(t) + "] = " + std::to_string(ids[t]) +
+                              " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
+      }
+      bytes += codec.token_bytes(ids[t]);
+    }
+    if (bytes > limits.max_text_bytes) {
+      throw ResourceExhausted(Index("sequences", i) + ": the decoded text would be more than " +
+                              std::to_string(limits.max_text_bytes) +
+                              " bytes (limits.max_text_bytes); split the request into several calls");
+    }
+  }
+  return bytes + 8 * tokens;
+}
 
 bool HasText(const v1::Batch& batch) {
   for (const auto& e : batch.sft().examples()) {

@@ -3,12 +3,31 @@
 // become ids with the model's tokenizer and chat format before the ids are validated as
 // always. One function per request type; Tokenize(batch) shows a client exactly what a step
 // would train on, because it is the same function.
+#include <cstdint>
 #include <string>
+
+#include <google/protobuf/message.h>
 
 #include "streambp/v1/trainer.pb.h"
 #include "types.h"
 
 namespace streambp::server {
+
+/// What one chat message costs beyond its bytes when a request's text is counted.
+constexpr int64_t kMessageCharge = 64;
+/// Memory the text work of a request may hold at its peak per unit of its charge (the ids
+/// and offsets of its tokens, the merge state of its longest word, its rendering).
+constexpr int64_t kTextWorkBytesPerCharge = 48;
+
+/// The text a request carries, counted over the whole request before any of it is processed:
+/// the bytes of its strings (text, message roles and contents) plus kMessageCharge per chat
+/// message, so that many tiny messages cost what their rendering costs. ResourceExhausted over
+/// limits.max_text_bytes (counting stops there). 0: the request has no text.
+int64_t ChargeText(const google::protobuf::Message& request, const InputLimits& limits);
+/// Detokenize's charge: the bytes the decoded texts can have at most (every token's bytes),
+/// counted before anything is decoded. ResourceExhausted over limits.max_text_bytes;
+/// InvalidArgument for an id outside the vocabulary; FailedPrecondition without a tokenizer.
+int64_t ChargeDetokenize(const v1::DetokenizeRequest& r, const InputLimits& limits);
 
 /// Whether a batch / request carries any text form.
 bool HasText(const v1::Batch& batch);

@@ -82,6 +82,9 @@ ServerConfig ServerConfig::FromJson(const json& j, bool validate) {
     s.get("max_sequence_length", c.limits.max_sequence_length);
     s.get("max_message_bytes", c.limits.max_message_bytes);
     s.get("max_text_bytes", c.limits.max_text_bytes);
+    s.get("text_workers", c.limits.text_workers);
+    s.get("text_queue", c.limits.text_queue);
+    s.get("text_memory_bytes", c.limits.text_memory_bytes);
     s.get("queue_depth", c.limits.queue_depth);
     s.get("memory_budget_bytes", c.limits.memory_budget_bytes);
     s.get("request_id_cache", c.limits.request_id_cache);
@@ -253,6 +256,9 @@ void ServerConfig::Validate() const {
   }
   if (limits.max_message_bytes < 1024) fail("limits.max_message_bytes must be >= 1024");
   if (limits.max_text_bytes < 1) fail("limits.max_text_bytes must be >= 1");
+  if (limits.text_workers < 1 || limits.text_workers > 256) fail("limits.text_workers must be in [1, 256]");
+  if (limits.text_queue < 1) fail("limits.text_queue must be >= 1");
+  if (limits.text_memory_bytes < (1 << 20)) fail("limits.text_memory_bytes must be >= 1048576");
   if (!model.chat_format.empty()) {
     const auto names = ChatFormat::Names();
     if (std::find(names.begin(), names.end(), model.chat_format) == names.end()) {
@@ -312,6 +318,9 @@ json ServerConfig::ToJson(bool mask_secrets) const {
                           {"max_sequence_length", limits.max_sequence_length},
                           {"max_message_bytes", limits.max_message_bytes},
                           {"max_text_bytes", limits.max_text_bytes},
+                          {"text_workers", limits.text_workers},
+                          {"text_queue", limits.text_queue},
+                          {"text_memory_bytes", limits.text_memory_bytes},
                           {"queue_depth", limits.queue_depth},
                           {"memory_budget_bytes", limits.memory_budget_bytes},
                           {"request_id_cache", limits.request_id_cache},

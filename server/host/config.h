@@ -30,6 +30,9 @@ struct LimitsSection {
   int64_t max_sequence_length = 32768;       ///< tokens in one sequence
   int64_t max_message_bytes = 64 << 20;      ///< largest gRPC message accepted
   int64_t max_text_bytes = 16 << 20;         ///< text (strings, message contents) in one request
+  int64_t text_workers = 2;                  ///< threads that turn requests' text into ids (off the gRPC threads)
+  int64_t text_queue = 64;                   ///< requests whose text waits for them; more -> RESOURCE_EXHAUSTED
+  int64_t text_memory_bytes = 1 << 30;       ///< memory the text work running at once may hold (estimated before it starts)
   int64_t queue_depth = 64;                  ///< jobs waiting for the device; more -> RESOURCE_EXHAUSTED
   int64_t memory_budget_bytes = 0;           ///< refuse requests estimated above this; 0 = no budget
   int64_t request_id_cache = 4096;           ///< answers remembered for retried request ids

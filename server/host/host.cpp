@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "admission.h"
+#include "cpu_pool.h"
 #include "executor.h"
 #include "host_session.h"
 #include "request_cache.h"
@@ -54,16 +55,13 @@ TrainingHost::TrainingHost(const ServerConfig& config) : config_(config) {}
 
 std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, Hooks hooks) {
   config.Validate();
+  CheckModelSource(config.model_source());  // a bad folder, architecture, device or dtype, named, before anything starts
   RegisterBuiltinObjectives();
   memory::InstallTrackingAllocator();
   std::unique_ptr<TrainingHost> h(new TrainingHost(config));
   const auto& c = h->config_;
   auto dist = DistOptions::FromEnv();
   const torch::Device device = RankDevice(c.model.device, dist);
-  if (device.is_cuda() && !torch::cuda::is_available()) {
-    throw InvalidArgument("config: model.device is " + c.model.device + " but no CUDA device is available (this build: " +
-                          (GetRuntimeInfo().cuda ? "CUDA" : "CPU only") + ")");
-  }
   CreateObjective("grpo", c.rollouts.grpo);  // bad rollout options fail at start, not at the first step
   std::shared_ptr<Communicator> comm;
   if (dist.enabled()) {
@@ -95,6 +93,8 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
   h->worker_ = std::make_unique<DeviceWorker>(
       static_cast<size_t>(c.limits.queue_depth),
       static_cast<size_t>(c.sessions.enabled ? std::min(c.sessions.queue_depth, c.limits.queue_depth) : c.limits.queue_depth));
+  h->cpu_ = std::make_unique<CpuPool>(static_cast<size_t>(c.limits.text_workers), static_cast<size_t>(c.limits.text_queue),
+                                      c.limits.text_memory_bytes);
   h->open_sessions();  // the default session (resuming the newest checkpoint), or those on disk
 
   auto& info = h->info_;
@@ -157,10 +157,29 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
     });
   }
   for (const auto& [name, s] : h->sessions_) h->schedule_rollout_step(s);  // groups replayed from the logs
+  h->started_ = true;
   return h;
 }
 
-TrainingHost::~TrainingHost() { shutdown(); }
+TrainingHost::~TrainingHost() {
+  if (started_) {
+    shutdown();
+    return;
+  }
+  // Create() failed part way (a model that does not load, a device that is not there): stop
+  // only what was started; the members go with the object.
+  if (cpu_) cpu_->stop();
+  if (worker_) worker_->stop();
+  {
+    std::lock_guard<std::mutex> io(io_mutex_);
+    io_stopping_ = true;
+  }
+  io_cv_.notify_all();
+  if (io_thread_.joinable()) io_thread_.join();
+  draining_ = true;
+  background_cv_.notify_all();
+  if (background_.joinable()) background_.join();
+}
 
 // --- State -----------------------------------------------------------------------------
 
@@ -327,9 +346,9 @@ ApplyHooks TrainingHost::hooks_for(const CallContext& ctx, int64_t micro_batches
 template <class T>
 void TrainingHost::submit(const CallContext& ctx, const std::shared_ptr<HostSession>& session, bool mutating,
                           std::function<std::shared_ptr<const T>()> work, Done<T> done, size_t answer_bytes) {
-  std::string key;
-  if (mutating && !ctx.request_id.empty()) {
-    key = ctx.session + "/" + ctx.method + "/" + ctx.request_id;
+  std::string key = ctx.cache_key;  // begun by the caller, or keyed here by the session's incarnation
+  if (key.empty() && mutating && !ctx.request_id.empty()) {
+    key = session->incarnation + "/" + ctx.method + "/" + ctx.request_id;
     try {
       const bool fresh = cache_->begin(key, ctx.digest, [done](std::exception_ptr e, std::shared_ptr<const void> v) {
         done(Outcome<T>{std::static_pointer_cast<const T>(v), e});
@@ -427,6 +446,31 @@ template void TrainingHost::submit<std::string>(const CallContext&, const std::s
                                                 std::function<std::shared_ptr<const std::string>()>, Done<std::string>,
                                                 size_t);
 
+// --- CPU work ------------------------------------------------------------------------------------
+
+void TrainingHost::run_cpu(const CallContext& ctx, int64_t bytes, std::function<void()> work,
+                           std::function<void(std::exception_ptr)> fail) {
+  if (draining_) throw Unavailable("the server is shutting down; retry against its replacement");
+  CpuPool::Job job;
+  job.deadline = ctx.deadline;
+  job.cancelled = ctx.cancelled;
+  job.bytes = bytes;
+  job.run = std::move(work);
+  job.fail = std::move(fail);
+  switch (cpu_->submit(std::move(job))) {
+    case CpuPool::Submit::kAccepted: return;
+    case CpuPool::Submit::kFull:
+      throw ResourceExhausted("the server is busy with " + std::to_string(cpu_->capacity()) +
+                              " requests' text waiting to be processed (limits.text_queue); retry with backoff");
+    case CpuPool::Submit::kTooLarge:
+      throw ResourceExhausted("processing the request's text may take " + std::to_string(bytes >> 20) +
+                              " MiB, more than limits.text_memory_bytes (" + std::to_string(cpu_->budget() >> 20) +
+                              " MiB); split it into several calls");
+    case CpuPool::Submit::kStopped: break;
+  }
+  throw Unavailable("the server is shutting down; retry against its replacement");
+}
+
 // --- Leases ------------------------------------------------------------------------------------
 
 namespace {
@@ -462,6 +506,7 @@ std::string TrainingHost::shutdown() {
   }
   background_cv_.notify_all();
   if (background_.joinable()) background_.join();
+  cpu_->stop();  // waiting text work answered Unavailable; running work ends (it may still queue a job)
   // Past the grace, the running step is abandoned at its next chunk boundary.
   std::mutex grace_mutex;
   std::condition_variable grace_cv;

@@ -47,6 +47,7 @@ class Trainer;
 namespace streambp::server {
 
 class Admission;
+class CpuPool;
 class Executor;
 class RequestCache;
 class RolloutQueue;
@@ -113,6 +114,16 @@ class TrainingHost {
   void watch_policy(const std::string& session, PolicySink* sink, int64_t since);
   void unwatch_policy(const std::string& session, PolicySink* sink);
 
+  // --- Read-only CPU work off the gRPC threads ------------------------------------------------
+  /// Runs `work` on the host's CPU pool (limits.text_workers threads), with `ctx`'s deadline
+  /// and cancellation polled inside it (streambp/interrupt.h); what it throws, and a call
+  /// that is gone or late before it starts, goes to `fail`. `bytes` is the work's memory
+  /// estimate: it starts only while it fits in limits.text_memory_bytes beside the running
+  /// work. Throws ResourceExhausted when limits.text_queue jobs wait or `bytes` is over the
+  /// whole budget, Unavailable while draining.
+  void run_cpu(const CallContext& ctx, int64_t bytes, std::function<void()> work,
+               std::function<void(std::exception_ptr)> fail);
+
   // --- Bounded resources of streaming calls ----------------------------------------------------
   /// A slot held for the life of a stream; released when the last copy goes.
   using Lease = std::shared_ptr<void>;
@@ -173,6 +184,7 @@ class TrainingHost {
   std::unique_ptr<Executor> executor_;  // touched on the device thread only (and at shutdown)
   std::unique_ptr<Admission> admission_;
   std::unique_ptr<DeviceWorker> worker_;
+  std::unique_ptr<CpuPool> cpu_;
   std::unique_ptr<RequestCache> cache_;
   HostTelemetry* telemetry_ = nullptr;
   HostInfo info_;  // the parts that never change
@@ -202,6 +214,7 @@ class TrainingHost {
   std::condition_variable background_cv_;
 
   std::mutex shutdown_mutex_;
+  bool started_ = false;  ///< Create() finished: the destructor drains (else it stops what started)
   bool shut_down_ = false;
   std::string shutdown_checkpoint_;
 };

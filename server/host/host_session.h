@@ -13,7 +13,12 @@ namespace streambp::server {
 
 struct HostSession {
   SessionSpec spec;
+  /// This object's id in the process: a session deleted and created again under the same
+  /// name is another incarnation, and nothing keyed by the old one (cached answers) reaches it.
+  std::string incarnation;
   std::string dir;  ///< its state folder (spec.json, state/, rollouts.log); "" for the default session
+  /// Set once before the session is ready and never reset (a deleted session's queue stays
+  /// valid for the calls that still hold the session).
   std::unique_ptr<RolloutQueue> rollouts;
   PolicyHub hub;
   std::atomic<int64_t> step{0}, version{0}, pending{0};

@@ -1,6 +1,7 @@
 // The TrainingHost's sessions: the registry (state folders on disk), residency (at most
 // sessions.max_resident_sessions in device memory, the least recently used idle one written
 // out), creation and deletion.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "executor.h"
 #include "host.h"
 #include "host_session.h"
+#include "request_cache.h"
 #include "rollout_queue.h"
 #include "streambp/error.h"
 #include "streambp/lora.h"
@@ -38,6 +40,14 @@ std::pair<int64_t, int64_t> CheckpointVersions(const std::string& dir) {
   }
 }
 
+// A session object with an incarnation of its own (see HostSession::incarnation).
+std::shared_ptr<HostSession> NewSession() {
+  static std::atomic<uint64_t> counter{0};
+  auto s = std::make_shared<HostSession>();
+  s->incarnation = "#" + std::to_string(++counter);
+  return s;
+}
+
 RolloutOptions RolloutOptionsOf(const ServerConfig& c, const SessionSpec& spec, const std::string& log) {
   RolloutOptions ro;
   ro.groups_per_step = spec.groups_per_step;
@@ -54,7 +64,7 @@ void TrainingHost::open_sessions() {
   auto& replica = executor_->replica();
   if (!config_.sessions.enabled) {
     // One session, "": the whole model, as the server always was.
-    auto s = std::make_shared<HostSession>();
+    auto s = NewSession();
     s->spec.trainer = config_.trainer;
     s->spec.groups_per_step = config_.rollouts.groups_per_step;
     s->spec.max_staleness = config_.rollouts.max_staleness;
@@ -89,7 +99,7 @@ void TrainingHost::open_sessions() {
     if (!fs::exists(spec_path)) continue;
     try {
       std::ifstream in(spec_path);
-      auto s = std::make_shared<HostSession>();
+      auto s = NewSession();
       s->spec = SessionSpec::FromJson(nlohmann::json::parse(in));
       s->dir = entry.path().string();
       CleanStaging(s->dir);
@@ -177,8 +187,24 @@ void TrainingHost::evict_idle() {
 
 void TrainingHost::create_session(CallContext ctx, SessionRequest request, Done<SessionReport> done) {
   std::shared_ptr<HostSession> s;
+  // A retry (same request id, same body) gets the first answer, also after the session
+  // exists: the id is keyed by the name, since the session is not there yet.
+  std::string key;
+  auto refuse = [&](std::exception_ptr e) {
+    if (!key.empty()) cache_->complete(key, e, nullptr, 0, /*applied=*/false);
+    done({nullptr, e});
+  };
   try {
     check_admitted(ctx);
+    if (!ctx.request_id.empty()) {
+      const std::string k = "CreateSession/" + request.spec.name + "/" + ctx.request_id;
+      const bool fresh = cache_->begin(k, ctx.digest, [done](std::exception_ptr e, std::shared_ptr<const void> v) {
+        done({std::static_pointer_cast<const SessionReport>(v), e});
+      });
+      if (!fresh) return;
+      key = k;  // begun: every path below completes it
+      ctx.cache_key = key;
+    }
     if (!config_.sessions.enabled) {
       throw FailedPrecondition("this server runs without sessions (sessions.enabled is false)");
     }
@@ -203,7 +229,7 @@ void TrainingHost::create_session(CallContext ctx, SessionRequest request, Done<
     if (spec.groups_per_step < 1) throw InvalidArgument("rollouts.groups_per_step must be >= 1");
     if (spec.max_staleness < 0) throw InvalidArgument("rollouts.max_staleness must be >= 0");
     CreateObjective("grpo", spec.grpo);
-    s = std::make_shared<HostSession>();
+    s = NewSession();
     s->spec = spec;
     s->dir = (fs::path(config_.sessions_dir()) / spec.name).string();
     std::lock_guard<std::mutex> lock(sessions_mutex_);
@@ -214,7 +240,7 @@ void TrainingHost::create_session(CallContext ctx, SessionRequest request, Done<
     }
     sessions_[spec.name] = s;  // the name is taken; not ready until created
   } catch (...) {
-    done({nullptr, std::current_exception()});
+    refuse(std::current_exception());
     return;
   }
   ctx.session = s->spec.name;
@@ -269,42 +295,65 @@ void TrainingHost::create_session(CallContext ctx, SessionRequest request, Done<
 
 void TrainingHost::delete_session(CallContext ctx, std::string name, Done<std::string> done) {
   std::shared_ptr<HostSession> s;
+  // A retry of a delete that happened gets its first answer (not NotFound): the id is keyed
+  // by the name, since the session is gone by then.
+  std::string key;
+  auto finish = [this, done](const std::string& key, Outcome<std::string> o, bool applied) {
+    if (!key.empty()) cache_->complete(key, o.error, o.value, 64, applied);
+    done(o);
+  };
   try {
     check_admitted(ctx);
     if (!config_.sessions.enabled) throw FailedPrecondition("this server runs without sessions");
+    if (!ctx.request_id.empty()) {
+      const std::string k = "DeleteSession/" + name + "/" + ctx.request_id;
+      const bool fresh = cache_->begin(k, ctx.digest, [done](std::exception_ptr e, std::shared_ptr<const void> v) {
+        done({std::static_pointer_cast<const std::string>(v), e});
+      });
+      if (!fresh) return;
+      key = k;  // begun: every path below completes it
+    }
     s = find(name);
     s->deleted = true;  // from now on: not found; its waiting jobs are answered so
   } catch (...) {
-    done({nullptr, std::current_exception()});
+    finish(key, {nullptr, std::current_exception()}, false);
     return;
   }
   DeviceWorker::Job job;
   job.lane = name;
   job.method = ctx.method;
-  job.run = [this, s, done] {
+  job.run = [this, s, finish, key] {
     try {
       // Sent also when the session is on disk only: the other ranks drop their copies of it.
       executor_->run(DropSessionCommand{s->spec.name, true});
       s->resident = false;
       s->hub.close_all();
-      s->rollouts.reset();
+      // The rollout queue stays: a push or a stats read that found the session before the
+      // delete may still hold it (its groups go with the session, as the docs say).
       std::error_code ec;
       fs::remove_all(s->dir, ec);
+      // Its checkpoints go too: a session created later under this name starts empty.
+      if (!config_.checkpoint_dir.empty()) fs::remove_all(fs::path(config_.checkpoint_dir) / s->spec.name, ec);
       {
         std::lock_guard<std::mutex> lock(sessions_mutex_);
-        sessions_.erase(s->spec.name);
+        auto it = sessions_.find(s->spec.name);
+        if (it != sessions_.end() && it->second == s) sessions_.erase(it);
       }
       spdlog::info("session {} deleted", s->spec.name);
-      done({Share(s->spec.name), nullptr});
+      finish(key, {Share(s->spec.name), nullptr}, true);
     } catch (...) {
-      done({nullptr, std::current_exception()});
+      finish(key, {nullptr, std::current_exception()}, true);
     }
     return true;
   };
-  job.drop = [done](std::exception_ptr e) { done({nullptr, e}); };
+  job.drop = [finish, key, s](std::exception_ptr e) {
+    s->deleted = false;  // nothing was done: the session is there again
+    finish(key, {nullptr, e}, false);
+  };
   if (worker_->submit(std::move(job)) != DeviceWorker::Submit::kAccepted) {
     s->deleted = false;
-    done({nullptr, std::make_exception_ptr(ResourceExhausted("the request queue is full; retry with backoff"))});
+    finish(key, {nullptr, std::make_exception_ptr(ResourceExhausted("the request queue is full; retry with backoff"))},
+           false);
   }
 }
 

@@ -106,6 +106,8 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
   st.peak_memory_bytes = memory::PeakBytes() - live_before;
   st.seconds = Since(start);
   st.queue_seconds = std::chrono::duration<double>(start - ctx.received).count();
+  // The version these gradients were computed at (the log's forward_backward.policy_version).
+  st.policy_version = executor_->replica().trainer(s.spec.name).policy_version();
   if (telemetry_) telemetry_->on_forward_backward(s.spec.name, st);
   return st;
 }

@@ -74,6 +74,15 @@ std::string TextCodec::decode(std::span<const int64_t> ids, bool skip_special_to
   return tokenizer_->decode(ids, skip_special_tokens);
 }
 
+int64_t TextCodec::token_bytes(int64_t id) const {
+  if (id < 0 || id >= tokenizer_->vocab_size()) return 0;
+  try {
+    return static_cast<int64_t>(tokenizer_->token_bytes(id).size());
+  } catch (const InvalidArgument&) {
+    return 0;  // a gap in the vocabulary: decode skips it
+  }
+}
+
 TokenizerReport TextCodec::report() const {
   TokenizerReport r;
   r.available = true;

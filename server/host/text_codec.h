@@ -51,6 +51,8 @@ class TextCodec {
   RenderedIds render(std::span<const ChatMessage> messages, bool add_generation_prompt, bool enable_thinking,
                      const std::string& field) const;
   std::string decode(std::span<const int64_t> ids, bool skip_special_tokens) const;
+  /// The bytes token `id` adds to a decoded text at most (0 for an id that names no token).
+  int64_t token_bytes(int64_t id) const;
   /// The tokenizer's end-of-sequence token (appended to plain-text training examples), or -1.
   int64_t eos_token_id() const { return eos_id_; }
   TokenizerReport report() const;

@@ -42,6 +42,10 @@ struct CallContext {
   std::string session;     ///< the session the call is for ("" = the default session)
   std::string request_id;  ///< mutating calls: a repeated id returns the first answer
   std::string digest;      ///< of the request body without its id: a reused id with another body is refused
+  /// Set by the host itself when it has already begun the request id in its cache under a
+  /// key of the call's own (CreateSession, DeleteSession: keyed by name, since the session
+  /// does not exist yet or no longer does); the common path then completes that key.
+  std::string cache_key;
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
   std::function<bool()> cancelled;  ///< true once the caller has gone (may be empty)
   Clock::time_point received = Clock::now();

@@ -13,8 +13,6 @@
 #include <sstream>
 #include <thread>
 
-#include <httplib.h>
-
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -23,6 +21,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "http_endpoint.h"
 #include "streambp/error.h"
 
 namespace streambp::server {
@@ -33,7 +32,7 @@ class CallbackGauges final : public prometheus::Collectable {
   struct Entry {
     std::string name, help;
     prometheus::MetricType type;
-    std::function<double()> value;
+    std::function<MetricsExporter::Samples()> samples;
   };
   void add(Entry e) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -47,9 +46,12 @@ class CallbackGauges final : public prometheus::Collectable {
       f.name = e.name;
       f.help = e.help;
       f.type = e.type;
-      prometheus::ClientMetric m;
-      (e.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value) = e.value();
-      f.metric.push_back(std::move(m));
+      for (const auto& [labels, value] : e.samples()) {
+        prometheus::ClientMetric m;
+        for (const auto& [k, v] : labels) m.label.push_back({k, v});
+        (e.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value) = value;
+        f.metric.push_back(std::move(m));
+      }
       out.push_back(std::move(f));
     }
     return out;
@@ -58,70 +60,6 @@ class CallbackGauges final : public prometheus::Collectable {
  private:
   mutable std::mutex mutex_;
   std::vector<Entry> entries_;
-};
-
-// The scrape endpoint: cpp-httplib (Debian's libcpp-httplib) on threads of its own, which
-// start with the default stack (prometheus::Exposer's civetweb threads ask for 100 KiB, which
-// glibc refuses next to LibTorch's static TLS). GET|HEAD /metrics -> 200, other paths 404,
-// other methods 405.
-class HttpEndpoint {
- public:
-  /// Binds and starts serving; throws Error(kInternal) when `listen` cannot be bound.
-  HttpEndpoint(const std::string& listen, std::function<std::string()> render) : render_(std::move(render)) {
-    const auto colon = listen.rfind(':');
-    if (colon == std::string::npos) throw Error(ErrorCode::kInternal, "metrics: listen must be host:port, got " + listen);
-    std::string host = listen.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    if (host.empty()) host = "0.0.0.0";
-    int port = 0;
-    try {
-      port = std::stoi(listen.substr(colon + 1));
-    } catch (const std::exception&) {
-      throw Error(ErrorCode::kInternal, "metrics: bad port in " + listen);
-    }
-    server_.set_read_timeout(5, 0);
-    server_.set_write_timeout(5, 0);
-    server_.set_payload_max_length(16 << 10);
-    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      try {
-        res.set_content(render_(), "text/plain; version=0.0.4; charset=utf-8");
-      } catch (const std::exception& e) {
-        res.status = 500;
-        res.set_content(std::string(e.what()) + "\n", "text/plain");
-      }
-    });
-    auto not_allowed = [](const httplib::Request&, httplib::Response& res) {
-      res.status = 405;
-      res.set_header("Allow", "GET, HEAD");
-      res.set_content("only GET /metrics\n", "text/plain");
-    };
-    server_.Post(".*", not_allowed);
-    server_.Put(".*", not_allowed);
-    server_.Delete(".*", not_allowed);
-    server_.Patch(".*", not_allowed);
-    server_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-      if (res.status == 404) res.set_content("metrics are at /metrics\n", "text/plain");
-    });
-    port_ = port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port) ? port : -1);
-    if (port_ <= 0) {
-      throw Error(ErrorCode::kInternal, "metrics: could not listen on " + listen + ": " + std::strerror(errno));
-    }
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~HttpEndpoint() {
-    server_.stop();
-    if (thread_.joinable()) thread_.join();
-  }
-  HttpEndpoint(const HttpEndpoint&) = delete;
-  HttpEndpoint& operator=(const HttpEndpoint&) = delete;
-
-  int port() const { return port_; }
-
- private:
-  std::function<std::string()> render_;
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
 };
 
 namespace {
@@ -318,7 +256,9 @@ std::unique_ptr<MetricsExporter> MetricsExporter::Create(const std::string& list
                       [start] { return start; });
 
   MetricsExporter* self = m.get();
-  m->http_ = std::make_unique<HttpEndpoint>(listen, [self] { return self->Render(); });
+  std::map<std::string, HttpEndpoint::Route> routes;
+  routes["/metrics"] = [self] { return HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8", self->Render()}; };
+  m->http_ = std::make_unique<HttpEndpoint>(listen, std::move(routes), HttpEndpoint::Options{});
   m->port_ = m->http_->port();
   return m;
 }
@@ -381,12 +321,21 @@ void MetricsExporter::CountOomRefusal(const std::string& reason) { oom_refusals_
 void MetricsExporter::ObserveTrainStep(double seconds) { train_step_seconds_->Observe(seconds); }
 
 
+void MetricsExporter::AddGaugeSamples(const std::string& name, const std::string& help, std::function<Samples()> samples) {
+  callbacks_->add({name, help, prometheus::MetricType::Gauge, std::move(samples)});
+}
+
+void MetricsExporter::AddCounterSamples(const std::string& name, const std::string& help,
+                                        std::function<Samples()> samples) {
+  callbacks_->add({name, help, prometheus::MetricType::Counter, std::move(samples)});
+}
+
 void MetricsExporter::AddGaugeCallback(const std::string& name, const std::string& help, std::function<double()> value) {
-  callbacks_->add({name, help, prometheus::MetricType::Gauge, std::move(value)});
+  AddGaugeSamples(name, help, [value = std::move(value)] { return Samples{{{}, value()}}; });
 }
 
 void MetricsExporter::AddCounterCallback(const std::string& name, const std::string& help, std::function<double()> value) {
-  callbacks_->add({name, help, prometheus::MetricType::Counter, std::move(value)});
+  AddCounterSamples(name, help, [value = std::move(value)] { return Samples{{{}, value()}}; });
 }
 
 void MetricsExporter::SetBuildInfo(const std::vector<std::pair<std::string, std::string>>& labels) {

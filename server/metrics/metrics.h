@@ -3,7 +3,8 @@
 // 0.0.4) on a port of their own, separate from the gRPC port.
 //
 // The registry, metric types and text serializer are prometheus-cpp's (core); the HTTP side
-// is cpp-httplib (prometheus::Exposer's civetweb threads ask for a 100 KiB stack, which glibc
+// is the project's own HttpEndpoint (http_endpoint.h: bounded connections and time per
+// request; prometheus::Exposer's civetweb threads ask for a 100 KiB stack, which glibc
 // refuses in a process with LibTorch's static TLS).
 //
 // Families: the standard gRPC server metrics (grpc_server_started_total, _handled_total,
@@ -80,6 +81,10 @@ class MetricsExporter {
   /// streambp_step_seconds{phase="train_step"}. Its halves are observed on their own.
   void ObserveTrainStep(double seconds);
 
+  /// Labelled values of one family, read at scrape time (e.g. one per session).
+  using Samples = std::vector<std::pair<std::map<std::string, std::string>, double>>;
+  void AddGaugeSamples(const std::string& name, const std::string& help, std::function<Samples()> samples);
+  void AddCounterSamples(const std::string& name, const std::string& help, std::function<Samples()> samples);
   /// A gauge whose value is read at scrape time (queue depth, policy version, live memory).
   void AddGaugeCallback(const std::string& name, const std::string& help, std::function<double()> value);
   /// A counter kept elsewhere (e.g. the rollout queue's), read at scrape time; `value`

@@ -18,6 +18,7 @@
 #include "executor.h"
 #include "server.h"
 #include "streambp/dist.h"
+#include "streambp/model.h"
 #include "streambp/runtime.h"
 
 namespace streambp::tools {
@@ -107,6 +108,7 @@ void OnSighup(const std::string& config_file, const std::string& configured_leve
 int Serve(const ServeArgs& args) {
   auto config = BuildConfig(args);
   if (args.check_config) {
+    CheckModelSource(config.model_source());  // the folder, architecture, device and dtype, without the weights
     std::printf("%s\n", config.ToJson(/*mask_secrets=*/true).dump(2).c_str());
     std::fprintf(stderr, "config OK\n");
     return 0;

@@ -18,6 +18,7 @@
 #include "device_worker.h"
 #include "host.h"
 #include "integration/server_fixture.h"
+#include "integration/text_model.h"
 #include "streambp/chat.h"
 #include "streambp/model.h"
 #include "streambp/tokenizer.h"
@@ -29,40 +30,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::TestConfig;
-
-// --- The model folder -----------------------------------------------------------------------
-
-std::string ReferenceModels() { return std::string(STREAMBP_TEXT_REFERENCE_DIR) + "/models"; }
-
-// Skips the test when the npm reference could not be installed (outside CI), saying why.
-#define REQUIRE_REFERENCE()                                                                     \
-  do {                                                                                          \
-    const fs::path ref(STREAMBP_TEXT_REFERENCE_DIR);                                            \
-    if (!fs::exists(ref / "COMPLETE")) {                                                        \
-      std::ifstream why(ref / "UNAVAILABLE");                                                   \
-      std::string reason((std::istreambuf_iterator<char>(why)), std::istreambuf_iterator<char>()); \
-      GTEST_SKIP() << "text reference unavailable: " << reason;                                 \
-    }                                                                                           \
-  } while (0)
-
-// The tiny preset with the Qwen3 tokenizer's vocabulary and end token, its tokenizer files
-// copied in (what `streambp-server init-model --tokenizer` writes). Made once per process.
-const std::string& QwenModelDir() {
-  static const std::string dir = [] {
-    const auto out = testing::TempDir("text-model");
-    const auto tokenizer_dir = ReferenceModels() + "/qwen3";
-    auto tokenizer = Tokenizer::FromDir(tokenizer_dir);
-    auto config = PresetConfig("tiny");
-    config.vocab_size = (tokenizer->vocab_size() + 63) / 64 * 64;
-    config.tie_word_embeddings = true;
-    config.eos_token_ids = tokenizer->eos_token_ids();
-    config.eos_token_id = config.eos_token_ids.front();
-    SaveModel(InitModel(config, 7, torch::kFloat32), out);
-    WriteModelSideFiles(ReadModelSideFiles(tokenizer_dir), out);
-    return out;
-  }();
-  return dir;
-}
+using testing::QwenModelDir;
+using testing::ReferenceModels;
 
 server::ServerConfig TextConfig(const std::string& model_dir) {
   auto c = TestConfig();

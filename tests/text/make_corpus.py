@@ -259,6 +259,18 @@ add("long", "汉字" * 800)
 add("long", "Pneumonoultramicroscopicsilicovolcanoconiosis Hippopotomonstrosesquippedaliophobia")
 add("long", "-" * 200 + "=" * 200 + "_" * 200)
 add("long", "deadbeef" * 250)
+# Adversarial runs (one pre-tokenizer word of thousands of bytes: the linear-time merge path,
+# and NFC's reordering of long runs of combining marks).
+_adv = random.Random(30)
+add("long", "a" * 5000)
+add("long", "".join(_adv.choice("ab") for _ in range(3000)))
+add("long", "".join(_adv.choice("abcde") for _ in range(3000)))
+add("long", "e" + "\u0301\u0316" * 300)
+add("long", "\U0001F600\U0001F389" * 300)
+add("long", "!?" * 1000)
+add("long", "1234567890" * 300)
+add("long", " " * 3000 + "x")
+add("long", "\u4e00\u4e8c\u4e09" * 500)
 
 # --- random mixtures -------------------------------------------------------------------------
 POOLS = [

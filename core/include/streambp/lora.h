@@ -31,6 +31,9 @@ constexpr int kLoraLayerTargets = 7;  ///< q k v o gate up down (lm_head is not 
 /// "q_proj" ... "down_proj", "lm_head".
 const char* LoraTargetName(LoraTarget target);
 
+/// The largest |alpha / r| (|alpha / sqrt(r)| with rsLoRA) an adapter may have.
+constexpr double kMaxLoraScale = 65536.0;
+
 struct LoraConfig {
   int64_t r = 8;          ///< rank
   double alpha = 16.0;    ///< lora_alpha
@@ -44,7 +47,8 @@ struct LoraConfig {
   std::string base_model_name_or_path;  ///< written to adapter_config.json
 
   double scale() const;
-  /// InvalidArgument naming the field (r < 1, alpha not finite, dropout != 0, unknown or
+  /// InvalidArgument naming the field (r < 1, alpha not finite or its scale over kMaxLoraScale,
+  /// dropout != 0, unknown or
   /// repeated module, lm_head on a model with tied embeddings).
   void Validate(const ModelConfig* model = nullptr) const;
   /// adapter_config.json as PEFT writes it / reads it. Refuses what is not plain LoRA with a

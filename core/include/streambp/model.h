@@ -226,6 +226,12 @@ struct ModelSource {
   std::string describe() const;
 };
 
+/// Checks a model source without loading its weights: the dtype and device names, a CUDA
+/// device on a build or machine that has none, a dtype the device cannot compute in, the
+/// folder and its config.json (an unsupported architecture or a config key that changes the
+/// math). Throws InvalidArgument / NotFound naming what is wrong and what to do.
+void CheckModelSource(const ModelSource& source);
+
 /// The one way every program builds its model (server, followers, tools, bench): LoadModel
 /// of source.dir, or InitModel of the preset, in source.dtype, moved to `device` (null:
 /// source.device). Throws InvalidArgument / NotFound naming what is wrong.

@@ -77,6 +77,13 @@ double LoraConfig::scale() const {
 void LoraConfig::Validate(const ModelConfig* model) const {
   if (r < 1) throw InvalidArgument("lora: r must be >= 1, got " + std::to_string(r));
   if (!std::isfinite(alpha) || alpha == 0) throw InvalidArgument("lora: lora_alpha must be a finite non-zero number");
+  // The scale multiplies B(Ax) in the model's dtype: past this it overflows float16/bfloat16
+  // ranges and PEFT's own configurations never come near (alpha is usually r to 4r).
+  if (r >= 1 && std::abs(scale()) > kMaxLoraScale) {
+    throw InvalidArgument("lora: lora_alpha = " + std::to_string(alpha) + " gives the scale " +
+                          std::to_string(scale()) + " (alpha / " + (use_rslora ? "sqrt(r)" : "r") +
+                          "), over the most allowed, " + std::to_string(static_cast<int64_t>(kMaxLoraScale)));
+  }
   if (dropout != 0.0) {
     throw InvalidArgument("lora: lora_dropout = " + std::to_string(dropout) +
                           " is not supported (only 0: dropout would make steps non-reproducible here); set it to 0");
@@ -303,6 +310,9 @@ void LoraAdapter::load_peft_tensors(const TensorMap& tensors) {
                                   : ""));
     }
     if (!it->second.is_floating_point()) throw InvalidArgument("adapter: " + peft + " is not floating point");
+    if (!torch::isfinite(it->second).all().item<bool>()) {
+      throw InvalidArgument("adapter: " + peft + " has non-finite values (NaN or infinity)");
+    }
   }
   for (const auto& [name, t] : tensors) {
     if (!expected.count(name)) {

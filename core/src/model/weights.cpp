@@ -1,5 +1,6 @@
 // Parameter names (the HF table), deterministic initialization, loading and saving.
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <algorithm>
 #include <iterator>
@@ -225,6 +226,42 @@ std::vector<int64_t> ModelEosTokenIds(const ModelConfig& config, const std::stri
 
 std::string ModelSource::describe() const {
   return dir.empty() ? "embedded " + preset + " preset (seed " + std::to_string(seed) + ")" : dir;
+}
+
+void CheckModelSource(const ModelSource& source) {
+  namespace fs = std::filesystem;
+  const auto dtype = ParseDtype(source.dtype);
+  std::optional<torch::Device> device;
+  try {
+    device.emplace(source.device);
+  } catch (const c10::Error&) {
+    throw InvalidArgument("model.device '" + source.device + "' is not a device (cpu, cuda or cuda:N)");
+  }
+  if (device->is_cuda()) {
+    if (!torch::cuda::is_available()) {
+      throw InvalidArgument("model.device is " + source.device +
+                            " but this build of LibTorch has no CUDA device to use (a CPU-only build, or no GPU "
+                            "visible); use --device cpu, or a CUDA build (docs/development.md)");
+    }
+    if (device->has_index() && device->index() >= static_cast<int64_t>(torch::cuda::device_count())) {
+      throw InvalidArgument("model.device is " + source.device + " but only " +
+                            std::to_string(torch::cuda::device_count()) + " CUDA devices are visible");
+    }
+  } else if (!device->is_cpu()) {
+    throw InvalidArgument("model.device '" + source.device + "' is not supported (cpu, cuda or cuda:N)");
+  }
+  CheckDtypeOnDevice(dtype, *device);
+  if (source.dir.empty()) {
+    PresetConfig(source.preset);
+    return;
+  }
+  if (!fs::is_directory(source.dir)) {
+    throw NotFound("model folder " + source.dir + " does not exist (a Hugging Face folder with config.json and "
+                   "model.safetensors; or leave model.dir empty for the embedded preset)");
+  }
+  const auto config = (fs::path(source.dir) / "config.json").string();
+  if (!fs::exists(config)) throw NotFound("model folder " + source.dir + " has no config.json");
+  ModelConfig::FromFile(config);
 }
 
 CausalLM LoadOrInitModel(const ModelSource& source, const torch::Device* device) {

@@ -1,9 +1,12 @@
 #include "bpe.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 
 #include "byte_level.h"
 #include "streambp/error.h"
+#include "streambp/interrupt.h"
 
 namespace streambp::text {
 
@@ -130,22 +133,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out) cons
   }
 
   // One symbol per byte, in a doubly linked list; a merged-away symbol has len 0.
-  struct Symbol {
-    int32_t id, prev, next;
-    uint32_t len;
-  };
-  struct Candidate {
-    uint32_t rank;
-    int32_t pos, id;
-  };
-  // Lowest rank first; among equal ranks the leftmost.
-  auto later = [](const Candidate& a, const Candidate& b) {
-    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
-  };
   thread_local std::vector<Symbol> symbols;
-  thread_local std::vector<Candidate> queue;
   symbols.clear();
-  queue.clear();
   for (char c : word) {
     int32_t id = byte_ids_[static_cast<unsigned char>(c)];
     if (id < 0) {
@@ -156,6 +145,31 @@ void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out) cons
     symbols.push_back({id, n - 1, -1, 1});
     if (n > 0) symbols[n - 1].next = n;
   }
+  if (symbols.size() > kLongWord) {
+    merge_long(symbols);
+  } else {
+    merge_short(symbols);
+  }
+  for (int32_t pos = symbols.empty() ? -1 : 0; pos >= 0; pos = symbols[pos].next) {
+    out.push_back(symbols[pos].id);
+  }
+  if (symbols.capacity() > (size_t{1} << 16)) symbols = {};  // a huge word: do not keep its buffer
+}
+
+// Both merge loops apply the merge of lowest rank first and, among equal ranks, the leftmost
+// occurrence, as Hugging Face's BPE does; they differ only in their queue.
+
+void BpeModel::merge_short(std::vector<Symbol>& symbols) const {
+  struct Candidate {
+    uint32_t rank;
+    int32_t pos, id;
+  };
+  // Lowest rank first; among equal ranks the leftmost.
+  auto later = [](const Candidate& a, const Candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  thread_local std::vector<Candidate> queue;
+  queue.clear();
   auto push_pair = [&](int32_t pos) {
     if (pos < 0 || symbols[pos].next < 0) return;
     const MergeTarget* merge = merges_.find(PairKey(symbols[pos].id, symbols[symbols[pos].next].id));
@@ -183,12 +197,69 @@ void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out) cons
     push_pair(left.prev);
     push_pair(top.pos);
   }
-  for (int32_t pos = symbols.empty() ? -1 : 0; pos >= 0; pos = symbols[pos].next) {
-    out.push_back(symbols[pos].id);
-  }
-  if (symbols.capacity() > (size_t{1} << 16)) {  // a huge word: do not keep its buffers
-    symbols = {};
-    queue = {};
+}
+
+// A long word (a run of one letter, of CJK, of punctuation or marks: up to the request's whole
+// text) in time linear in its length. The candidates are kept in one bucket per rank (a rank
+// names one merge), and a small heap holds the ranks that have candidates. A merge of rank r
+// makes a token that BPE's training learned at r, so the pairs it forms have higher ranks in
+// every real merges list: the buckets are then drained in rank order, each once, and its
+// positions sorted once (they arrive mostly in order already). A merges list where a new pair
+// ranks below the bucket being drained still gives the same result: that bucket is left, the
+// lower rank is taken first, and the rest of the bucket is sorted again when it comes back.
+void BpeModel::merge_long(std::vector<Symbol>& symbols) const {
+  struct Bucket {
+    std::vector<int32_t> positions;
+    size_t next = 0;      ///< positions before it were applied or found stale
+    bool sorted = true;   ///< positions[next..] are in increasing order
+  };
+  std::unordered_map<uint32_t, Bucket> buckets;
+  std::vector<uint32_t> ranks;  // min-heap of the ranks with a bucket
+  auto push_pair = [&](int32_t pos) -> uint32_t {
+    if (pos < 0 || symbols[pos].next < 0) return UINT32_MAX;
+    const MergeTarget* merge = merges_.find(PairKey(symbols[pos].id, symbols[symbols[pos].next].id));
+    if (!merge) return UINT32_MAX;
+    auto [it, fresh] = buckets.try_emplace(merge->rank);
+    Bucket& b = it->second;
+    if (fresh) {
+      ranks.push_back(merge->rank);
+      std::push_heap(ranks.begin(), ranks.end(), std::greater<>());
+    }
+    if (b.positions.size() > b.next && b.positions.back() > pos) b.sorted = false;
+    b.positions.push_back(pos);
+    return merge->rank;
+  };
+  for (int32_t pos = 0; pos + 1 < static_cast<int32_t>(symbols.size()); ++pos) push_pair(pos);
+
+  while (!ranks.empty()) {
+    const uint32_t rank = ranks.front();
+    Bucket& b = buckets[rank];  // unordered_map: the reference survives later insertions
+    if (!b.sorted) {
+      std::sort(b.positions.begin() + static_cast<std::ptrdiff_t>(b.next), b.positions.end());
+      b.sorted = true;
+    }
+    while (b.next < b.positions.size()) {
+      PollInterrupt();
+      const int32_t pos = b.positions[b.next++];
+      Symbol& left = symbols[pos];
+      if (left.len == 0 || left.next < 0) continue;
+      Symbol& right = symbols[left.next];
+      const MergeTarget* merge = merges_.find(PairKey(left.id, right.id));
+      if (!merge || merge->rank != rank) continue;  // stale: a side has changed
+      left.id = merge->id;
+      left.len += right.len;
+      right.len = 0;
+      left.next = right.next;
+      if (left.next >= 0) symbols[left.next].prev = pos;
+      const uint32_t a = push_pair(left.prev);
+      const uint32_t c = push_pair(pos);
+      if (a <= rank || c <= rank) break;  // a pair of this rank or lower appeared: order again
+    }
+    if (b.next >= b.positions.size() && ranks.front() == rank) {
+      buckets.erase(rank);
+      std::pop_heap(ranks.begin(), ranks.end(), std::greater<>());
+      ranks.pop_back();
+    }
   }
 }
 

@@ -81,6 +81,16 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   }
   void merge_word(std::string_view word, std::vector<int64_t>& out) const;
+  /// One symbol per byte of a word, in a doubly linked list; a merged-away symbol has len 0.
+  struct Symbol {
+    int32_t id, prev, next;
+    uint32_t len;
+  };
+  /// Words longer than this many bytes merge through per-rank buckets (linear time);
+  /// shorter ones through a binary heap. Both give the same ids.
+  static constexpr size_t kLongWord = 256;
+  void merge_short(std::vector<Symbol>& symbols) const;
+  void merge_long(std::vector<Symbol>& symbols) const;
 
   Vocab vocab_;
   MergeTable merges_;

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "streambp/error.h"
+#include "streambp/interrupt.h"
 #include "unicode.h"
 
 namespace streambp {
@@ -284,6 +285,7 @@ RenderedText ChatFormat::render_text(std::span<const ChatMessage> messages,
   if (messages.empty()) throw InvalidArgument("messages is empty");
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
+    PollInterrupt(static_cast<int64_t>(m.content.size()) + 64);
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (std::find(std::begin(kRoles), std::end(kRoles), m.role) == std::end(kRoles)) {
       throw InvalidArgument(where + ".role '" + m.role + "' is not one of system, user, assistant, tool");

@@ -3,6 +3,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
+
 #include "streambp/error.h"
 
 namespace streambp::text {
@@ -77,11 +79,20 @@ struct RegexSplitter::Impl {
 };
 
 RegexSplitter::MatchState::MatchState(const RegexSplitter& splitter)
-    : data(pcre2_match_data_create_from_pattern(splitter.impl_->code, nullptr)) {
-  if (!data) throw std::bad_alloc();
+    : data(pcre2_match_data_create_from_pattern(splitter.impl_->code, nullptr)),
+      context(pcre2_match_context_create(nullptr)) {
+  if (!data || !context) {
+    pcre2_match_data_free(static_cast<pcre2_match_data*>(data));
+    pcre2_match_context_free(static_cast<pcre2_match_context*>(context));
+    throw std::bad_alloc();
+  }
 }
 
-RegexSplitter::MatchState::~MatchState() { pcre2_match_data_free(static_cast<pcre2_match_data*>(data)); }
+RegexSplitter::MatchState::~MatchState() {
+  pcre2_match_data_free(static_cast<pcre2_match_data*>(data));
+  pcre2_match_context_free(static_cast<pcre2_match_context*>(context));
+  if (jit_stack) pcre2_jit_stack_free(static_cast<pcre2_jit_stack*>(jit_stack));
+}
 
 RegexSplitter::RegexSplitter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RegexSplitter::~RegexSplitter() = default;
@@ -115,11 +126,23 @@ std::unique_ptr<RegexSplitter> RegexSplitter::Literal(std::string_view literal, 
 bool RegexSplitter::find(MatchState& state, std::string_view text, size_t start, size_t& begin,
                          size_t& end) const {
   auto* data = static_cast<pcre2_match_data*>(state.data);
+  auto* context = static_cast<pcre2_match_context*>(state.context);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  // PCRE2's default match limit (10 million steps per call) is a guard against runaway
+  // patterns, but a tokenizer's regex legitimately scans a whole run of whitespace once per
+  // match (`\s*[\r\n]+` tried over 10 MiB of spaces): the limit grows with what is left of the
+  // text, so every text within the request limits splits, and a call stays linear in it.
+  const uint64_t limit = std::max<uint64_t>(10'000'000, 16 * static_cast<uint64_t>(text.size() - std::min(start, text.size())));
+  pcre2_set_match_limit(context, static_cast<uint32_t>(std::min<uint64_t>(limit, 0xFFFFFFFFu)));
+  if (impl_->jit && state.jit_stack == nullptr && text.size() - std::min(start, text.size()) > (size_t{1} << 16)) {
+    // A long subject may backtrack deeper than JIT's default 32 KiB stack allows.
+    state.jit_stack = pcre2_jit_stack_create(32 << 10, 8 << 20, nullptr);
+    if (state.jit_stack) pcre2_jit_stack_assign(context, nullptr, state.jit_stack);
+  }
   // The text was validated as UTF-8 before it got here.
   const int rc =
-      impl_->jit ? pcre2_jit_match(impl_->code, subject, text.size(), start, 0, data, nullptr)
-                 : pcre2_match(impl_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data, nullptr);
+      impl_->jit ? pcre2_jit_match(impl_->code, subject, text.size(), start, 0, data, context)
+                 : pcre2_match(impl_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data, context);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) throw Error(ErrorCode::kInternal, "pre-tokenizer regex: " + Pcre2Message(rc));
   const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);

@@ -45,7 +45,11 @@ class RegexSplitter {
    public:
     explicit MatchState(const RegexSplitter& splitter);
     ~MatchState();
+    MatchState(const MatchState&) = delete;
+    MatchState& operator=(const MatchState&) = delete;
     void* data;
+    void* context;
+    void* jit_stack = nullptr;
   };
   explicit RegexSplitter(std::unique_ptr<Impl> impl);
   bool find(MatchState& state, std::string_view text, size_t start, size_t& begin, size_t& end) const;

@@ -2,6 +2,7 @@
 
 #include "byte_level.h"
 #include "streambp/error.h"
+#include "streambp/interrupt.h"
 
 namespace streambp {
 
@@ -25,6 +26,7 @@ void Tokenizer::Impl::encode_normalized(std::string_view text, size_t text_offse
                                         size_t segment_offset, std::vector<int64_t>& ids,
                                         std::vector<size_t>* offsets) const {
   split_pieces(text, 0, 0, [&](size_t begin, size_t end) {
+    PollInterrupt(static_cast<int64_t>(end - begin) + 16);
     const size_t first = ids.size();
     model->encode_word(text.substr(begin, end - begin), ids);
     if (!offsets) return;
@@ -110,6 +112,7 @@ std::string Tokenizer::decode(std::span<const int64_t> ids, bool skip_special_to
       throw InvalidArgument("ids[" + std::to_string(i) + "] = " + std::to_string(id) + " is negative");
     if (id >= static_cast<int64_t>(m.exists.size()) || !m.exists[id]) continue;
     if (skip_special_tokens && m.special[id]) continue;
+    PollInterrupt(static_cast<int64_t>(m.bytes[id].size()) + 16);
     if (m.byte_level_decoder) {
       joined += m.bytes[id];
     } else {

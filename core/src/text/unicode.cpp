@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include <utf8proc.h>
+
+#include "streambp/interrupt.h"
 
 namespace streambp::text {
 namespace {
@@ -163,6 +166,55 @@ size_t OffsetMap::to_input(size_t out) const {
   return out - it->out_end + it->in_end;
 }
 
+namespace {
+
+// NFC of a chunk of valid UTF-8, appended to `out`, in time linear in its length (up to the
+// log of the longest run of combining marks): the canonical decomposition of each character
+// (utf8proc's tables), the canonical ordering of each run of marks by combining class as a
+// stable sort, then utf8proc's composition pass, which is linear. utf8proc_map would sort
+// the marks by adjacent swaps, quadratic in a long run of them.
+void NormalizeNfcChunk(std::string_view chunk, std::string& out) {
+  thread_local std::vector<utf8proc_int32_t> cps;
+  cps.clear();
+  size_t i = 0;
+  utf8proc_int32_t decomposed[32];  // no character decomposes canonically into more than 4
+  while (i < chunk.size()) {
+    PollInterrupt();
+    const auto c = static_cast<utf8proc_int32_t>(NextCodePoint(chunk, i));
+    const utf8proc_ssize_t n = utf8proc_decompose_char(c, decomposed, 32, UTF8PROC_DECOMPOSE, nullptr);
+    if (n < 0 || n > 32) {
+      cps.push_back(c);
+    } else {
+      cps.insert(cps.end(), decomposed, decomposed + n);
+    }
+  }
+  // Canonical ordering: each maximal run of non-starters sorted by combining class, stably.
+  auto ccc = [](utf8proc_int32_t c) { return utf8proc_get_property(c)->combining_class; };
+  for (size_t a = 0; a < cps.size();) {
+    if (ccc(cps[a]) == 0) {
+      ++a;
+      continue;
+    }
+    size_t b = a + 1;
+    bool sorted = true;
+    while (b < cps.size() && ccc(cps[b]) != 0) {
+      sorted = sorted && ccc(cps[b - 1]) <= ccc(cps[b]);
+      ++b;
+    }
+    if (!sorted) {
+      std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(a), cps.begin() + static_cast<std::ptrdiff_t>(b),
+                       [&](utf8proc_int32_t x, utf8proc_int32_t y) { return ccc(x) < ccc(y); });
+    }
+    a = b;
+  }
+  const utf8proc_ssize_t len = utf8proc_normalize_utf32(cps.data(), static_cast<utf8proc_ssize_t>(cps.size()),
+                                                        static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  for (utf8proc_ssize_t k = 0; k < len; ++k) AppendUtf8(static_cast<char32_t>(cps[static_cast<size_t>(k)]), out);
+  if (cps.capacity() > (size_t{1} << 20)) cps = {};  // a huge chunk: do not keep its buffer
+}
+
+}  // namespace
+
 bool AppendNfc(std::string_view in, std::string& out, OffsetMap& map) {
   // Every ASCII character is a normalization boundary before it (it never composes with what
   // precedes it and is never reordered), so NFC works chunk by chunk: an ASCII character
@@ -171,6 +223,7 @@ bool AppendNfc(std::string_view in, std::string& out, OffsetMap& map) {
   bool changed = false;
   size_t i = 0;
   const size_t n = in.size();
+  thread_local std::string normalized;
   while (i < n) {
     size_t j = i;
     while (j < n && static_cast<unsigned char>(in[j]) < 0x80) ++j;
@@ -183,21 +236,16 @@ bool AppendNfc(std::string_view in, std::string& out, OffsetMap& map) {
     size_t chunk_end = j;
     while (chunk_end < n && static_cast<unsigned char>(in[chunk_end]) >= 0x80) ++chunk_end;
     const std::string_view chunk = in.substr(chunk_begin, chunk_end - chunk_begin);
-    utf8proc_uint8_t* normalized = nullptr;
-    const utf8proc_ssize_t len = utf8proc_map(
-        reinterpret_cast<const utf8proc_uint8_t*>(chunk.data()), static_cast<utf8proc_ssize_t>(chunk.size()),
-        &normalized, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-    std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owner(normalized, &std::free);
-    const std::string_view result =
-        len < 0 ? chunk
-                : std::string_view(reinterpret_cast<const char*>(normalized), static_cast<size_t>(len));
-    if (result != chunk) {
+    normalized.clear();
+    NormalizeNfcChunk(chunk, normalized);
+    if (normalized != chunk) {
       changed = true;
-      map.add_change(out.size() - base, out.size() - base + result.size(), chunk_begin, chunk_end);
+      map.add_change(out.size() - base, out.size() - base + normalized.size(), chunk_begin, chunk_end);
     }
-    out.append(result);
+    out.append(normalized);
     i = chunk_end;
   }
+  if (normalized.capacity() > (size_t{1} << 20)) normalized = std::string();
   return changed;
 }
 

@@ -35,6 +35,10 @@ void OptimizerOptions::Validate() const {
     }
   }
   if (!(std::isfinite(eps) && eps >= 0)) throw InvalidArgument("optimizer.eps must be a finite number >= 0");
+  if (name == "adamw" && !(eps > 0)) {
+    throw InvalidArgument("optimizer.eps must be > 0 for adamw (it divides by sqrt(v) + eps, and v is 0 for a "
+                          "parameter whose gradient has been 0); the usual value is 1e-8");
+  }
   if (!(std::isfinite(weight_decay) && weight_decay >= 0)) {
     throw InvalidArgument("optimizer.weight_decay must be a finite number >= 0");
   }
