@@ -44,7 +44,8 @@ std::pair<int64_t, int64_t> CheckpointVersions(const std::string& dir) {
 std::shared_ptr<HostSession> NewSession() {
   static std::atomic<uint64_t> counter{0};
   auto s = std::make_shared<HostSession>();
-  s->incarnation = "#" + std::to_string(++counter);
+  s->incarnation = "#";
+  s->incarnation += std::to_string(++counter);
   return s;
 }
 

@@ -332,5 +332,123 @@ TEST(Fuzz, MutatedRequestsOfEveryRpcGetDeliberateAnswers) {
               static_cast<unsigned long long>(seed), seconds, summary.c_str());
 }
 
+// The surfaces added since the first round: sessions, text (charged and refused without a
+// tokenizer, or past its bounds), weighted batches, Tokenize/Detokenize and the progress
+// streams, on a server with sessions.
+TEST(Fuzz, SessionsTextAndProgressStreamsGetDeliberateAnswers) {
+  auto config = testing::TestConfig();
+  config.checkpoint_dir = testing::TempDir("fuzz-sessions");
+  config.sessions.enabled = true;
+  config.sessions.idle_seconds = 0;
+  config.limits.max_text_bytes = 4096;
+  auto s = testing::StartServer(config);
+  auto channel = grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  auto stub = v1::Trainer::NewStub(channel);
+  {
+    v1::CreateSessionRequest c;
+    c.set_name("fz");
+    c.mutable_lora()->set_r(2);
+    v1::SessionInfo info;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->CreateSession(&ctx, c, &info).ok());
+  }
+  std::vector<std::pair<std::string, std::unique_ptr<Message>>> seeds;
+  auto create = std::make_unique<v1::CreateSessionRequest>();
+  create->set_name("fz2");
+  create->set_request_id("c1");
+  create->mutable_lora()->set_r(2);
+  create->mutable_training()->mutable_optimizer()->set_lr(0.01);
+  auto get = std::make_unique<v1::GetSessionRequest>();
+  get->set_name("fz");
+  auto del = std::make_unique<v1::DeleteSessionRequest>();
+  del->set_name("fz2");
+  del->set_request_id("d1");
+  auto tokenize = std::make_unique<v1::TokenizeRequest>();
+  tokenize->add_inputs()->set_text("hello world");
+  auto* m = tokenize->add_inputs()->add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  auto detok = std::make_unique<v1::DetokenizeRequest>();
+  Fill(detok->add_sequences()->mutable_tokens(), {1, 2, 3});
+  auto text_step = std::make_unique<v1::TrainStepRequest>();
+  text_step->set_session("fz");
+  text_step->mutable_batch()->mutable_sft()->add_examples()->set_text("some text");
+  auto weighted = std::make_unique<v1::TrainStepRequest>();
+  weighted->set_session("fz");
+  auto* wseq = weighted->mutable_batch()->mutable_weighted()->add_sequences();
+  Fill(wseq->mutable_tokens(), {1, 2, 3, 4});
+  Fill(wseq->mutable_weights(), {1.0, -1.0, 0.5});
+  auto ids_step = std::make_unique<v1::ForwardBackwardRequest>();
+  ids_step->set_session("fz");
+  Fill(ids_step->mutable_batch()->mutable_sft()->add_examples()->mutable_tokens(), {1, 2, 3});
+  auto sample = std::make_unique<v1::SampleRequest>();
+  sample->set_session("fz");
+  sample->add_text_prompts()->set_text("hi");
+  sample->set_max_tokens(2);
+  seeds.emplace_back("CreateSession", std::move(create));
+  seeds.emplace_back("GetSession", std::move(get));
+  seeds.emplace_back("ListSessions", std::make_unique<v1::ListSessionsRequest>());
+  seeds.emplace_back("DeleteSession", std::move(del));
+  seeds.emplace_back("Tokenize", std::move(tokenize));
+  seeds.emplace_back("Detokenize", std::move(detok));
+  seeds.emplace_back("TrainStep", std::move(text_step));
+  seeds.emplace_back("TrainStep", std::move(weighted));
+  seeds.emplace_back("ForwardBackward", std::move(ids_step));
+  seeds.emplace_back("Sample", std::move(sample));
+  const uint64_t seed = EnvOr("STREAMBP_FUZZ_SEED", 20261125);
+  const uint64_t cases = EnvOr("STREAMBP_FUZZ_CASES", 1500) / 3;
+  Mutator mutate(seed);
+  for (uint64_t i = 0; i < cases; ++i) {
+    auto& [method, proto] = seeds[i % seeds.size()];
+    std::unique_ptr<Message> copy(proto->New());
+    copy->CopyFrom(*proto);
+    const std::string body = i % 2 == 0 ? mutate.bytes(proto->SerializeAsString())
+                                        : (mutate.fields(copy.get()), copy->SerializeAsString());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    grpc::Slice slice(body);
+    grpc::ByteBuffer request(&slice, 1), reply;
+    std::promise<grpc::Status> done;
+    generic.UnaryCall(&ctx, "/streambp.v1.Trainer/" + method, grpc::StubOptions(), &request, &reply,
+                      [&done](grpc::Status st) { done.set_value(st); });
+    const auto st = done.get_future().get();
+    ASSERT_TRUE(Deliberate(st.error_code()))
+        << method << " case " << i << " (seed " << seed << "): " << st.error_code() << " " << st.error_message()
+        << "\ninput: " << Hex(body);
+  }
+  // The progress streams with mutated requests (ids and text forms).
+  for (int i = 0; i < 40; ++i) {
+    v1::TrainStepRequest t;
+    t.set_session("fz");
+    if (i % 2 == 0) {
+      Fill(t.mutable_batch()->mutable_sft()->add_examples()->mutable_tokens(), {1, 2, 3});
+    } else {
+      t.mutable_batch()->mutable_sft()->add_examples()->set_text("text");
+    }
+    mutate.fields(&t);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto reader = i % 4 < 2 ? stub->TrainStepProgress(&ctx, t) : nullptr;
+    std::unique_ptr<grpc::ClientReader<v1::StepProgress>> fb;
+    if (!reader) {
+      v1::ForwardBackwardRequest f;
+      *f.mutable_batch() = t.batch();
+      f.set_session(t.session());
+      fb = stub->ForwardBackwardProgress(&ctx, f);
+    }
+    auto& r = reader ? reader : fb;
+    v1::StepProgress p;
+    while (r->Read(&p)) {
+    }
+    const auto st = r->Finish();
+    ASSERT_TRUE(Deliberate(st.error_code())) << "progress stream " << i << ": " << st.error_message();
+  }
+  ASSERT_TRUE(s.server->worker().wait_idle(std::chrono::seconds(120)));
+  v1::ListSessionsResponse list;
+  grpc::ClientContext ctx;
+  EXPECT_TRUE(stub->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+}
+
 }  // namespace
 }  // namespace streambp

@@ -1,5 +1,12 @@
 #include "integration/server_fixture.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <filesystem>
 #include <fstream>
 
@@ -71,5 +78,36 @@ void ExpectSameTensors(const TensorMap& a, const TensorMap& b) {
     EXPECT_TRUE(torch::equal(t, it->second)) << name;
   }
 }
+
+HttpResponse HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  HttpResponse r;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ADD_FAILURE() << "cannot connect to 127.0.0.1:" << port;
+    close(fd);
+    return r;
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  EXPECT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  std::string raw;
+  char buf[8192];
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) raw.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const auto split = raw.find("\r\n\r\n");
+  if (split == std::string::npos) {
+    ADD_FAILURE() << "not an HTTP response: " << raw.substr(0, 200);
+    return r;
+  }
+  r.headers = raw.substr(0, split);
+  r.body = raw.substr(split + 4);
+  std::sscanf(r.headers.c_str(), "HTTP/%*s %d", &r.status);
+  return r;
+}
+
 
 }  // namespace streambp::testing

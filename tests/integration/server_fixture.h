@@ -29,6 +29,13 @@ RunningServer StartServer(server::ServerConfig config, client::ClientOptions opt
 /// The server's weights, via ExportWeights (verified by the client), as tensors.
 TensorMap ExportedTensors(const client::Client& c);
 
+struct HttpResponse {
+  int status = 0;
+  std::string headers, body;
+};
+/// GET http://127.0.0.1:port/path with HTTP/1.0 (the server closes after the answer).
+HttpResponse HttpGet(int port, const std::string& path);
+
 /// Writes `text` to a fresh file and returns its path.
 std::string WriteFile(const std::string& name, const std::string& text);
 

@@ -1,0 +1,64 @@
+// Text processing is linear in its input (issue 30): for adversarial inputs (one word of a
+// single letter, runs of combining marks NFC must reorder, CJK, emoji, punctuation, digits,
+// spaces, newlines) tokenizing 4 MiB takes about 4 times what 1 MiB takes, not 16 (a run
+// of marks took 6.8 s for 128 KiB, and one word of 16 MiB took 4 s and 530 MB, before).
+// Ratios within one run; the absolute MB/s are printed, next to plain prose's.
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "reference.h"
+#include "streambp/tokenizer.h"
+
+namespace streambp {
+namespace {
+
+std::string Repeat(const std::string& unit, size_t bytes) {
+  std::string out;
+  out.reserve(bytes + unit.size());
+  while (out.size() < bytes) out += unit;
+  return out;
+}
+
+double Seconds(const std::function<void()>& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TEST(TokenizerLinearTime, AdversarialInputsTokenizeInLinearTime) {
+  STREAMBP_REQUIRE_REFERENCE();
+  auto tokenizer = Tokenizer::FromDir(text_test::ReferenceDir() + "/models/qwen3");  // NFC, byte-level BPE
+  const std::vector<std::pair<std::string, std::string>> kinds = {
+      {"prose", "The quick brown fox jumps over the lazy dog. "},
+      {"one letter", "a"},
+      {"combining marks", "\u0301\u0316"},
+      {"cjk", "\u4e00\u4e8c\u4e09\u56db"},
+      {"emoji", "\U0001F600\U0001F389"},
+      {"punctuation", "!?"},
+      {"digits", "1234567890"},
+      {"spaces", " "},
+      {"newlines", "\n"},
+  };
+  double prose_rate = 0;
+  for (const auto& [name, unit] : kinds) {
+    const std::string small = Repeat(unit, 1 << 20), large = Repeat(unit, 4 << 20);
+    size_t n_small = 0, n_large = 0;
+    const double t_small = Seconds([&] { n_small = tokenizer->encode(small, false).size(); });
+    const double t_large = Seconds([&] { n_large = tokenizer->encode(large, false).size(); });
+    EXPECT_GT(n_small, 0u);
+    EXPECT_GT(n_large, n_small);
+    const double rate = 4.0 / t_large;  // MB/s at 4 MiB
+    if (name == "prose") prose_rate = rate;
+    std::printf("%-16s 1 MiB %7.3f s  4 MiB %7.3f s  ratio %5.2f  %6.1f MB/s (prose %6.1f)\n", name.c_str(), t_small,
+                t_large, t_large / t_small, rate, prose_rate);
+    // Linear: 4x the input, about 4x the time (16x if quadratic); slack for a busy machine.
+    EXPECT_LT(t_large, 7.0 * t_small + 0.05) << name << ": 4 MiB took " << t_large << " s, 1 MiB " << t_small << " s";
+  }
+}
+
+}  // namespace
+}  // namespace streambp
