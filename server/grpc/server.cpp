@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <fstream>
@@ -181,7 +182,11 @@ void GrpcLog(gpr_log_func_args* args) {
     g_accept_failures.fetch_add(1);
     g_accept_cv_storage.notify_all();
   }
-  gpr_default_log(args);
+  // As gRPC's own logger prints it (severity letter, file:line, message).
+  const char* file = args->file != nullptr ? std::strrchr(args->file, '/') : nullptr;
+  std::fprintf(stderr, "%s %s:%d] %s\n", gpr_log_severity_string(args->severity),
+               file != nullptr ? file + 1 : (args->file != nullptr ? args->file : "?"), args->line,
+               args->message != nullptr ? args->message : "");
 }
 
 void InstallGrpcLogHook() {

@@ -178,11 +178,14 @@ TEST(SessionsHardening, DeleteRacingPushesAndStatsReadersKeepsTheServerUp) {
   v1::RolloutStats stats;
   for (int k = 0; k < 600; ++k) {
     ASSERT_TRUE(w.stub->GetRolloutStats(Stub::ctx().get(), req, &stats).ok());
-    if (stats.consumed() + stats.queue_depth() == steady_accepted.load() && stats.queue_depth() < 2) break;
+    if (stats.queue_depth() < 2) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  // Every acknowledged group is accounted for: trained, still waiting (fewer than a step's
+  // worth), or dropped as stale (the pushes claim policy version 0 while the session moves on).
   EXPECT_EQ(stats.accepted(), steady_accepted.load());
-  EXPECT_EQ(stats.consumed() + stats.queue_depth(), steady_accepted.load());
+  EXPECT_EQ(stats.consumed() + stats.queue_depth() + stats.dropped_stale(), steady_accepted.load());
+  EXPECT_GT(stats.consumed(), 0);
   s.server->Shutdown();
 }
 
