@@ -153,10 +153,11 @@ TEST_F(TextLimits, HealthAnswersWhileTextIsTokenizedAndADeadlineStopsTheWork) {
   auto s = testing::StartServer(LimitsConfig());
   auto channel = grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials());
   auto stub = v1::Trainer::NewStub(channel);
-  // Text that takes the tokenizer well over a second: 16 MiB of short words.
+  // Text that takes the tokenizer well over the deadline: 12 MiB of short words (within
+  // max_text_bytes; its memory estimate lets one such call run at a time, the rest wait).
   std::string text;
-  text.reserve(16 << 20);
-  for (int i = 0; text.size() < (16u << 20); ++i) text += "w" + std::to_string(i % 9973) + " ";
+  text.reserve(12 << 20);
+  for (int i = 0; text.size() < (12u << 20); ++i) text += "w" + std::to_string(i % 9973) + " ";
   std::vector<std::future<grpc::Status>> calls;
   for (int i = 0; i < 4; ++i) {
     calls.push_back(std::async(std::launch::async, [&] {
