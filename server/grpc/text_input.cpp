@@ -236,7 +236,8 @@ void CountText(const google::protobuf::Message& m, int64_t& charge, int64_t limi
         charge += static_cast<int64_t>(r->GetStringReference(m, f, &scratch).size());
         continue;
       }
-      for (const auto& value : r->GetRepeatedPtrField<std::string>(m, f)) charge += static_cast<int64_t>(value.size());
+      const auto values = r->GetRepeatedFieldRef<std::string>(m, f);
+      for (int i = 0; i < values.size(); ++i) charge += static_cast<int64_t>(values.Get(i).size());
     }
   }
 }
