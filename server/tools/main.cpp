@@ -191,7 +191,13 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--max-seq-len", serve.max_sequence_length, "longest sequence accepted");
   serve_cmd->add_option("--memory-budget", serve.memory_budget, "refuse steps estimated above this many bytes");
   serve_cmd->add_option("--log-format", serve.log_format, "text | json");
-  serve_cmd->add_flag("--check-config", serve.check_config, "validate the config, print it, and exit");
+  serve_cmd->add_flag("--check-config", serve.check_config,
+                      "validate the config (and the model folder, device and dtype on this machine), print it, and exit");
+  serve_cmd
+      ->add_flag("--no-model-check", serve.no_model_check,
+                 "with --check-config: check the keys and values only, not the model folder or device (a config "
+                 "meant for another machine)")
+      ->needs("--check-config");
   // --- end serve ---
 
   streambp::tools::HealthArgs health;

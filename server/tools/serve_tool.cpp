@@ -108,7 +108,9 @@ void OnSighup(const std::string& config_file, const std::string& configured_leve
 int Serve(const ServeArgs& args) {
   auto config = BuildConfig(args);
   if (args.check_config) {
-    CheckModelSource(config.model_source());  // the folder, architecture, device and dtype, without the weights
+    // The folder, architecture, device and dtype, without the weights — unless the config is
+    // meant for another machine (a GPU node, a volume mounted there).
+    if (!args.no_model_check) CheckModelSource(config.model_source());
     std::printf("%s\n", config.ToJson(/*mask_secrets=*/true).dump(2).c_str());
     std::fprintf(stderr, "config OK\n");
     return 0;

@@ -15,6 +15,7 @@ struct ServeArgs {
   int threads = 0;
   std::string port_file;         ///< write the bound port here once listening
   bool check_config = false;     ///< validate, print the effective config, exit
+  bool no_model_check = false;   ///< with check_config: leave the model folder and device unchecked
 };
 
 int Serve(const ServeArgs& args);

@@ -32,6 +32,16 @@ timeout 60 "$server" serve --device cuda --check-config > "$dir/check_cuda.out" 
 rc=$?
 [ "$rc" -eq 2 ] || fail "--check-config with --device cuda: exit $rc: $(tail -3 "$dir/check_cuda.out")"
 if grep -q "config OK" "$dir/check_cuda.out"; then fail "--check-config said OK for cuda on a CPU build"; fi
+# A config meant for a GPU node is checked here with --no-model-check: keys and values only.
+timeout 60 "$server" serve --device cuda --model /models --check-config --no-model-check > "$dir/check_pod.out" 2>&1 ||
+  fail "--check-config --no-model-check refused a config for a GPU pod: $(tail -3 "$dir/check_pod.out")"
+grep -q "config OK" "$dir/check_pod.out" || fail "--no-model-check: no 'config OK'"
+if timeout 60 "$server" serve --device cuda --engine nonsense --check-config --no-model-check > "$dir/check_bad.out" 2>&1; then
+  fail "--no-model-check accepted --engine nonsense"
+fi
+if timeout 60 "$server" serve --no-model-check > "$dir/no_check.out" 2>&1; then
+  fail "--no-model-check without --check-config started a server"
+fi
 
 echo '{"metrics": {"listen": "127.0.0.1:0"}}' > "$dir/metrics.json"
 start_server() {  # start_server NAME PRLIMIT ARGS... ; sets port, metrics_port, server_pid

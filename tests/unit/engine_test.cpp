@@ -117,16 +117,36 @@ TEST(EngineFloat32, GradientsMatchFull) {
   }
 }
 
-// bfloat16 runs (norms, softmax and logits in float32) and stays close; float16 is refused
-// on the CPU with a clear error instead of an internal failure deep in a kernel.
-TEST(EngineBfloat16, RunsAndStaysClose) {
+// bfloat16 runs (norms, softmax and logits in float32) and is as accurate as plain autograd
+// in bfloat16: each engine's gradients are measured against float64 autograd on the same
+// (bfloat16-valued) weights, and the chunked engines may not stray further from it than
+// the unchunked one does (bfloat16 itself is ~5% off on these weights, so comparing two
+// bfloat16 runs with each other says little). float16 is refused on the CPU with a clear
+// error instead of an internal failure deep in a kernel.
+TEST(EngineBfloat16, AsAccurateAsAutogradAgainstFloat64) {
   auto config = TinyConfig("qwen3");
   auto model = RandomModel(config, 3, torch::kBFloat16);
+  auto exact = RandomModel(config, 3, torch::kFloat64);
+  {
+    torch::NoGradGuard no_grad;
+    auto low = model->named_hf_parameters();
+    auto high = exact->named_hf_parameters();
+    ASSERT_EQ(low.size(), high.size());
+    for (size_t i = 0; i < low.size(); ++i) high[i].second.copy_(low[i].second);
+  }
   auto batch = MakeBatch(RandomSequences({40, 33}, config.vocab_size, 9), Layout::kPacked, 80);
+  auto truth = RunEngine(exact, batch, {EngineKind::kFull});
   auto full = RunEngine(model, batch, {EngineKind::kFull});
-  auto stream = RunEngine(model, batch, {EngineKind::kStream, 7, 9, false, 6});
-  EXPECT_LE(CompareGradients(full.grads, stream.grads).max_relative, GradientTolerance(torch::kBFloat16));
-  EXPECT_NEAR(stream.loss, full.loss, 1e-2 * std::abs(full.loss));
+  const auto full_error = CompareGradients(truth.grads, full.grads);
+  EXPECT_LE(full_error.max_relative, 2 * GradientTolerance(torch::kBFloat16)) << full_error.worst;
+  EXPECT_NEAR(full.loss, truth.loss, 1e-2 * std::abs(truth.loss));
+  for (auto kind : {EngineKind::kStream, EngineKind::kCheckpoint}) {
+    auto other = RunEngine(model, batch, {kind, 7, 9, false, 6});
+    const auto error = CompareGradients(truth.grads, other.grads);
+    EXPECT_LE(error.max_relative, 1.25 * full_error.max_relative + 1e-3)
+        << EngineName(kind) << " " << error.worst << " (autograd in bfloat16: " << full_error.max_relative << ")";
+    EXPECT_NEAR(other.loss, truth.loss, 1e-2 * std::abs(truth.loss)) << EngineName(kind);
+  }
   EXPECT_THROW(InitModel(config, 0, torch::kFloat16), InvalidArgument);
 }
 
