@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <deque>
 
 #include "byte_level.h"
 #include "streambp/error.h"
@@ -212,16 +213,47 @@ void BpeModel::merge_long(std::vector<Symbol>& symbols) const {
     std::vector<int32_t> positions;
     size_t next = 0;      ///< positions before it were applied or found stale
     bool sorted = true;   ///< positions[next..] are in increasing order
+    bool queued = false;  ///< its rank is in the heap
   };
-  std::unordered_map<uint32_t, Bucket> buckets;
-  std::vector<uint32_t> ranks;  // min-heap of the ranks with a bucket
+  // Buckets by rank through a dense index (ranks are < the number of merges), kept per thread
+  // and reset after each word: no hashing per candidate. A deque keeps references to buckets
+  // valid while new ones are added.
+  thread_local std::vector<int32_t> slot_of_rank;
+  thread_local std::deque<Bucket> pool;
+  thread_local std::vector<uint32_t> touched;
+  size_t used = 0;
+  touched.clear();
+  struct Reset {  // the index is clean again however the word ends (an interrupt throws)
+    ~Reset() {
+      for (uint32_t rank : touched) slot_of_rank[rank] = -1;
+      size_t kept = 0;
+      for (const Bucket& b : pool) kept += b.positions.capacity();
+      if (kept > (size_t{1} << 20)) pool.clear();  // a huge word: do not keep its buffers
+    }
+  } reset;
+  auto bucket = [&](uint32_t rank) -> Bucket& {
+    if (slot_of_rank.size() <= rank) slot_of_rank.resize(rank + 1, -1);
+    int32_t& slot = slot_of_rank[rank];
+    if (slot < 0) {
+      slot = static_cast<int32_t>(used++);
+      if (pool.size() < used) pool.emplace_back();
+      Bucket& fresh = pool[static_cast<size_t>(slot)];
+      fresh.positions.clear();
+      fresh.next = 0;
+      fresh.sorted = true;
+      fresh.queued = false;
+      touched.push_back(rank);
+    }
+    return pool[static_cast<size_t>(slot)];
+  };
+  std::vector<uint32_t> ranks;  // min-heap of the ranks with queued candidates
   auto push_pair = [&](int32_t pos) -> uint32_t {
     if (pos < 0 || symbols[pos].next < 0) return UINT32_MAX;
     const MergeTarget* merge = merges_.find(PairKey(symbols[pos].id, symbols[symbols[pos].next].id));
     if (!merge) return UINT32_MAX;
-    auto [it, fresh] = buckets.try_emplace(merge->rank);
-    Bucket& b = it->second;
-    if (fresh) {
+    Bucket& b = bucket(merge->rank);
+    if (!b.queued) {
+      b.queued = true;
       ranks.push_back(merge->rank);
       std::push_heap(ranks.begin(), ranks.end(), std::greater<>());
     }
@@ -233,13 +265,13 @@ void BpeModel::merge_long(std::vector<Symbol>& symbols) const {
 
   while (!ranks.empty()) {
     const uint32_t rank = ranks.front();
-    Bucket& b = buckets[rank];  // unordered_map: the reference survives later insertions
+    Bucket& b = bucket(rank);
     if (!b.sorted) {
       std::sort(b.positions.begin() + static_cast<std::ptrdiff_t>(b.next), b.positions.end());
       b.sorted = true;
     }
     while (b.next < b.positions.size()) {
-      PollInterrupt();
+      if ((b.next & 1023) == 0) PollInterrupt(1024);
       const int32_t pos = b.positions[b.next++];
       Symbol& left = symbols[pos];
       if (left.len == 0 || left.next < 0) continue;
@@ -256,7 +288,10 @@ void BpeModel::merge_long(std::vector<Symbol>& symbols) const {
       if (a <= rank || c <= rank) break;  // a pair of this rank or lower appeared: order again
     }
     if (b.next >= b.positions.size() && ranks.front() == rank) {
-      buckets.erase(rank);
+      b.positions.clear();
+      b.next = 0;
+      b.sorted = true;
+      b.queued = false;
       std::pop_heap(ranks.begin(), ranks.end(), std::greater<>());
       ranks.pop_back();
     }

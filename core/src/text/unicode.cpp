@@ -1,6 +1,7 @@
 #include "unicode.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -174,43 +175,70 @@ namespace {
 // stable sort, then utf8proc's composition pass, which is linear. utf8proc_map would sort
 // the marks by adjacent swaps, quadratic in a long run of them.
 void NormalizeNfcChunk(std::string_view chunk, std::string& out) {
-  thread_local std::vector<utf8proc_int32_t> cps;
+  struct Mark {
+    utf8proc_int32_t cp;
+    uint8_t ccc;  // canonical combining class, looked up once
+  };
+  thread_local std::vector<Mark> cps;
+  thread_local std::vector<Mark> scratch;
   cps.clear();
   size_t i = 0;
   utf8proc_int32_t decomposed[32];  // no character decomposes canonically into more than 4
+  auto push = [](utf8proc_int32_t c) {
+    cps.push_back({c, static_cast<uint8_t>(utf8proc_get_property(c)->combining_class)});
+  };
   while (i < chunk.size()) {
     PollInterrupt();
     const auto c = static_cast<utf8proc_int32_t>(NextCodePoint(chunk, i));
     const utf8proc_ssize_t n = utf8proc_decompose_char(c, decomposed, 32, UTF8PROC_DECOMPOSE, nullptr);
     if (n < 0 || n > 32) {
-      cps.push_back(c);
+      push(c);
     } else {
-      cps.insert(cps.end(), decomposed, decomposed + n);
+      for (utf8proc_ssize_t k = 0; k < n; ++k) push(decomposed[k]);
     }
   }
-  // Canonical ordering: each maximal run of non-starters sorted by combining class, stably.
-  auto ccc = [](utf8proc_int32_t c) { return utf8proc_get_property(c)->combining_class; };
+  // Canonical ordering: each maximal run of non-starters sorted by combining class, stably —
+  // by insertion for the usual run of a few marks, by counting (256 classes) for a long one.
   for (size_t a = 0; a < cps.size();) {
-    if (ccc(cps[a]) == 0) {
+    if (cps[a].ccc == 0) {
       ++a;
       continue;
     }
     size_t b = a + 1;
     bool sorted = true;
-    while (b < cps.size() && ccc(cps[b]) != 0) {
-      sorted = sorted && ccc(cps[b - 1]) <= ccc(cps[b]);
+    while (b < cps.size() && cps[b].ccc != 0) {
+      sorted = sorted && cps[b - 1].ccc <= cps[b].ccc;
       ++b;
     }
-    if (!sorted) {
-      std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(a), cps.begin() + static_cast<std::ptrdiff_t>(b),
-                       [&](utf8proc_int32_t x, utf8proc_int32_t y) { return ccc(x) < ccc(y); });
+    if (!sorted && b - a <= 16) {
+      for (size_t k = a + 1; k < b; ++k) {
+        const Mark m = cps[k];
+        size_t j = k;
+        for (; j > a && cps[j - 1].ccc > m.ccc; --j) cps[j] = cps[j - 1];
+        cps[j] = m;
+      }
+    } else if (!sorted) {
+      std::array<size_t, 257> start{};
+      for (size_t k = a; k < b; ++k) ++start[cps[k].ccc + 1];
+      for (size_t c = 1; c < start.size(); ++c) start[c] += start[c - 1];
+      scratch.resize(b - a);
+      for (size_t k = a; k < b; ++k) scratch[start[cps[k].ccc]++] = cps[k];
+      std::copy(scratch.begin(), scratch.end(), cps.begin() + static_cast<std::ptrdiff_t>(a));
     }
     a = b;
   }
-  const utf8proc_ssize_t len = utf8proc_normalize_utf32(cps.data(), static_cast<utf8proc_ssize_t>(cps.size()),
-                                                        static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  for (utf8proc_ssize_t k = 0; k < len; ++k) AppendUtf8(static_cast<char32_t>(cps[static_cast<size_t>(k)]), out);
-  if (cps.capacity() > (size_t{1} << 20)) cps = {};  // a huge chunk: do not keep its buffer
+  thread_local std::vector<utf8proc_int32_t> code_points;
+  code_points.resize(cps.size());
+  for (size_t k = 0; k < cps.size(); ++k) code_points[k] = cps[k].cp;
+  const utf8proc_ssize_t len =
+      utf8proc_normalize_utf32(code_points.data(), static_cast<utf8proc_ssize_t>(code_points.size()),
+                               static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  for (utf8proc_ssize_t k = 0; k < len; ++k) AppendUtf8(static_cast<char32_t>(code_points[static_cast<size_t>(k)]), out);
+  if (cps.capacity() > (size_t{1} << 20)) {  // a huge chunk: do not keep its buffers
+    cps = {};
+    scratch = {};
+    code_points = {};
+  }
 }
 
 }  // namespace
