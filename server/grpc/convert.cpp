@@ -481,6 +481,7 @@ void ToProto(const RolloutStats& s, v1::RolloutStats* out) {
   out->set_dropped_stale(s.dropped_stale);
   out->set_duplicates(s.duplicates);
   out->set_invalid(s.invalid);
+  out->set_in_step(s.in_step);
   out->set_steps_run(s.steps_run);
   out->set_last_step_seconds(s.last_step_seconds);
   out->set_groups_per_step(s.groups_per_step);

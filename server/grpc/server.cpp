@@ -139,6 +139,8 @@ void RegisterGauges(MetricsExporter& m, TrainingHost* host) {
                       rollouts(&RolloutStats::invalid));
   m.AddGaugeSamples("streambp_rollout_queue_depth", "Rollout groups waiting for a step",
                     rollouts(&RolloutStats::queue_depth));
+  m.AddGaugeSamples("streambp_rollouts_in_step", "Rollout groups taken by the running step, not yet consumed",
+                    rollouts(&RolloutStats::in_step));
   if (sessions) {
     m.AddGaugeSamples("streambp_sessions", "Sessions on the server, by state: resident (in device memory) or on_disk",
                       [host]() -> Samples {

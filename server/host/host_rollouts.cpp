@@ -161,13 +161,6 @@ void TrainingHost::run_rollout_step(HostSession& s) {
   command.objective = "grpo";
   command.options = s.spec.grpo;
   int64_t tokens = 0;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    auto seqs = RolloutSequences(groups[g].group, static_cast<int64_t>(g), limits_, "group " + groups[g].id);
-    for (auto& q : seqs) {
-      tokens += static_cast<int64_t>(q.tokens.size());
-      command.sequences.push_back(std::move(q));
-    }
-  }
   CallContext ctx;
   ctx.method = "RolloutStep";
   ctx.session = s.spec.name;
@@ -175,6 +168,15 @@ void TrainingHost::run_rollout_step(HostSession& s) {
   TrainStats t;
   bool committed = false;
   try {
+    // Inside the try: a group that cannot become sequences is dropped and counted like a
+    // failed step's, never lost between the queue and the counters.
+    for (size_t g = 0; g < groups.size(); ++g) {
+      auto seqs = RolloutSequences(groups[g].group, static_cast<int64_t>(g), limits_, "group " + groups[g].id);
+      for (auto& q : seqs) {
+        tokens += static_cast<int64_t>(q.tokens.size());
+        command.sequences.push_back(std::move(q));
+      }
+    }
     EngineOptions engine = admission_->resolve_engine({});
     const LoraConfig* lora = config_.sessions.enabled && !s.spec.full ? &s.spec.lora : nullptr;
     admission_->admit_step(command.sequences, tokens, false, &engine, lora, resident_bytes(s.spec.name));
@@ -208,6 +210,7 @@ void TrainingHost::run_rollout_step(HostSession& s) {
       try {
         s.rollouts->commit(groups, s.version);
       } catch (const std::exception& e) {
+        s.rollouts->release(groups.size());
         spdlog::warn("rollout log: could not record {} dropped groups ({}); a restart may try them again",
                      groups.size(), e.what());
       }

@@ -237,18 +237,26 @@ std::vector<QueuedGroup> RolloutQueue::take(int64_t current_version, int64_t* dr
     out.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
+  in_step_ += static_cast<int64_t>(out.size());
   return out;
 }
 
 void RolloutQueue::restore(std::vector<QueuedGroup> groups) {
   std::lock_guard<std::mutex> lock(mutex_);
+  in_step_ -= static_cast<int64_t>(groups.size());
   for (auto it = groups.rbegin(); it != groups.rend(); ++it) queue_.push_front(std::move(*it));
+}
+
+void RolloutQueue::release(size_t groups) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  in_step_ -= static_cast<int64_t>(groups);
 }
 
 void RolloutQueue::commit(const std::vector<QueuedGroup>& groups, int64_t version) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (log_) log_->append({Encode({{"t", "consumed"}, {"ids", Ids(groups)}, {"version", version}})});
   consumed_ += static_cast<int64_t>(groups.size());
+  in_step_ -= static_cast<int64_t>(groups.size());
   ++steps_;
 }
 
@@ -268,6 +276,7 @@ RolloutStats RolloutQueue::stats() const {
   s.queue_depth = static_cast<int64_t>(queue_.size());
   s.accepted = accepted_;
   s.consumed = consumed_;
+  s.in_step = in_step_;
   s.dropped_stale = dropped_;
   s.duplicates = duplicates_;
   s.steps_run = steps_;

@@ -62,6 +62,8 @@ class RolloutQueue {
   std::vector<QueuedGroup> take(int64_t current_version, int64_t* dropped);
   /// Puts groups back at the front (a step that was not applied).
   void restore(std::vector<QueuedGroup> groups);
+  /// Groups taken whose commit failed: no longer in a step (a restart may replay them).
+  void release(size_t groups);
   /// Durably records that `groups` are taken by the step that will produce `version` (or,
   /// for groups dropped as untrainable, by the current version). Throws (ResourceExhausted
   /// when the disk is full) when it cannot: the caller must not apply the step then.
@@ -83,6 +85,7 @@ class RolloutQueue {
   std::set<std::string> seen_;
   std::deque<std::string> seen_order_;
   int64_t accepted_ = 0, consumed_ = 0, dropped_ = 0, duplicates_ = 0, steps_ = 0, next_id_ = 0;
+  int64_t in_step_ = 0;  // taken by take(), not yet committed or restored
   double last_step_seconds_ = 0;
 };
 

@@ -264,6 +264,7 @@ struct RolloutAck {
 struct RolloutStats {
   int64_t queue_depth = 0, accepted = 0, consumed = 0, dropped_stale = 0, duplicates = 0, invalid = 0;
   int64_t steps_run = 0, groups_per_step = 0, max_staleness = 0, policy_version = 0;
+  int64_t in_step = 0;  ///< taken by the running step, neither consumed nor queued yet
   double last_step_seconds = 0;
 };
 

@@ -2,7 +2,8 @@
 // their first answers; a session created again under a deleted one's name starts empty (no
 // cached answers, no checkpoints of the old one); DeleteSession racing pushes and stats
 // readers never takes the server down; /metrics serves per-session series; values that make
-// a session's numbers NaN are refused at creation.
+// a session's numbers NaN are refused at creation; concurrent clients of several sessions
+// (pushes, steps, exports, create/delete, eviction) get every acknowledged group trained once.
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -186,6 +187,113 @@ TEST(SessionsHardening, DeleteRacingPushesAndStatsReadersKeepsTheServerUp) {
   EXPECT_EQ(stats.accepted(), steady_accepted.load());
   EXPECT_LE(stats.consumed() + stats.queue_depth(), steady_accepted.load()) << "a group was trained twice";
   EXPECT_GT(stats.consumed(), 0);
+  s.server->Shutdown();
+}
+
+// Several clients for a bounded time: pushes with their own group ids to two steady sessions,
+// SFT steps on one, adapter exports of the other, stats readers, and a third session created
+// and deleted over and over — with one session resident at a time, so every switch writes a
+// session out and reads one back. Afterwards the server is up, and for each steady session
+// the counters account for every acknowledgement exactly once: what was acked "accepted" was
+// counted accepted, and every accepted group was trained or is still queued (nothing stale:
+// max_staleness is larger than the run's steps), none twice; the deleted session's groups
+// never appear in theirs.
+TEST(SessionsHardening, ConcurrentClientsTrainEveryAcknowledgedGroupExactlyOnce) {
+  auto config = Config(testing::TempDir("sh-concurrency"));
+  config.sessions.max_resident_sessions = 1;
+  config.rollouts.max_staleness = 1000000;
+  auto s = testing::StartServer(config);
+  Stub w(s.target);
+  const std::vector<std::string> steady = {"left", "right"};
+  for (const auto& name : steady) ASSERT_TRUE(w.create(Stub::Lora(name)).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> trained{0}, exported{0}, cycles{0};
+  std::vector<std::atomic<int64_t>> acked(2);
+  std::atomic<int64_t> other_acks{0};  // retry/duplicate/stale/invalid acks of the steady sessions
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {  // pushers: left, right, doomed
+    threads.emplace_back([&, t] {
+      Stub own(s.target);
+      const std::string session = t < 2 ? steady[static_cast<size_t>(t)] : "doomed";
+      for (int k = 0; !stop && k < 40; ++k) {  // a bounded backlog: the queue drains in seconds
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        v1::PushRolloutsRequest req;
+        req.set_session(session);
+        auto* g = req.add_groups();
+        g->set_group_id(session + "-" + std::to_string(k));
+        for (int p = 0; p < 4; ++p) g->add_prompt(p + 1);
+        for (int c = 0; c < 2; ++c) {
+          auto* comp = g->add_completions();
+          for (int q = 0; q < 4; ++q) comp->add_tokens((k + c + q) % 200 + 1);
+          comp->set_reward(c);
+        }
+        v1::PushRolloutsResponse resp;
+        const auto st = own.stub->PushRollouts(Stub::ctx().get(), req, &resp);
+        if (t == 2 || !st.ok()) continue;
+        (resp.acks(0).status() == "accepted" ? acked[static_cast<size_t>(t)] : other_acks)++;
+      }
+    });
+  }
+  threads.emplace_back([&] {  // SFT steps on the left session
+    Stub own(s.target);
+    for (int k = 0; !stop; ++k) {
+      v1::TrainStepResponse out;
+      if (own.train("left", "", &out).ok()) ++trained;
+    }
+  });
+  threads.emplace_back([&] {  // adapter exports of the right session, read to the end
+    Stub own(s.target);
+    while (!stop) {
+      v1::ExportWeightsRequest req;
+      req.set_session("right");
+      auto ctx = Stub::ctx();
+      auto reader = own.stub->ExportWeights(ctx.get(), req);
+      v1::WeightsChunk chunk;
+      while (reader->Read(&chunk)) {
+      }
+      if (reader->Finish().ok()) ++exported;
+    }
+  });
+  threads.emplace_back([&] {  // the doomed session, created and deleted; stats of all three
+    Stub own(s.target);
+    while (!stop) {
+      if (own.create(Stub::Lora("doomed")).ok()) ++cycles;
+      for (const char* name : {"doomed", "left", "right"}) {
+        v1::GetRolloutStatsRequest req;
+        req.set_session(name);
+        v1::RolloutStats stats;
+        own.stub->GetRolloutStats(Stub::ctx().get(), req, &stats);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      own.remove("doomed");
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_GT(trained.load(), 0);
+  EXPECT_GT(exported.load(), 0);
+  EXPECT_GT(cycles.load(), 0);
+  EXPECT_EQ(other_acks.load(), 0) << "a steady session's push was not accepted";
+  for (size_t i = 0; i < steady.size(); ++i) {
+    ASSERT_GT(acked[i].load(), 0) << steady[i];
+    v1::GetRolloutStatsRequest req;
+    req.set_session(steady[i]);
+    v1::RolloutStats stats;
+    for (int k = 0; k < 600; ++k) {  // the queue drains to less than one step's groups
+      ASSERT_TRUE(w.stub->GetRolloutStats(Stub::ctx().get(), req, &stats).ok());
+      // Every accepted group is consumed, queued or in the running step — at any moment.
+      EXPECT_EQ(stats.consumed() + stats.queue_depth() + stats.in_step(), stats.accepted())
+          << steady[i] << ": a group lost or trained twice";
+      if (stats.queue_depth() < stats.groups_per_step() && stats.in_step() == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(stats.accepted(), acked[i].load()) << steady[i];
+    EXPECT_EQ(stats.dropped_stale(), 0) << steady[i];
+    EXPECT_EQ(stats.duplicates(), 0) << steady[i];
+    EXPECT_EQ(stats.in_step(), 0) << steady[i];
+    EXPECT_LT(stats.queue_depth(), stats.groups_per_step()) << steady[i];
+  }
   s.server->Shutdown();
 }
 

@@ -11,8 +11,10 @@ DirectResult DirectLossAndGrads(CausalLM& model, const Batch& batch,
   const int64_t T = batch.length();
   auto x = model->embed(batch.input_ids);
   auto rope = model->rotary().tables(batch.position_ids, x);
-  auto mask = AttentionMask(batch, 0, T, T, model->config().sliding_window.value_or(0));
-  for (auto& layer : model->layer_list) x = layer->forward(x, rope, mask);
+  for (size_t i = 0; i < model->layer_list.size(); ++i) {
+    auto mask = AttentionMask(batch, 0, T, T, model->config().window(static_cast<int64_t>(i)));
+    x = model->layer_list[i]->forward(x, rope, mask);
+  }
   auto loss = loss_fn(model->logits(x));
   DirectResult r;
   r.loss = loss.item<double>();

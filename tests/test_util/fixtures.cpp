@@ -38,6 +38,12 @@ ModelConfig TinyConfig(const std::string& family) {
     j["head_dim"] = 8;
     j["tie_word_embeddings"] = true;
     j["num_key_value_heads"] = 4;
+  } else if (family == "qwen2_window") {
+    // Layer 0 global, layer 1 sliding (use_sliding_window from max_window_layers on).
+    j["architectures"] = {"Qwen2ForCausalLM"};
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 5;
+    j["max_window_layers"] = 1;
   } else if (family == "mistral_window") {
     j["architectures"] = {"MistralForCausalLM"};
     j["sliding_window"] = 5;
@@ -49,7 +55,7 @@ ModelConfig TinyConfig(const std::string& family) {
 }
 
 std::vector<std::string> TinyFamilies() {
-  return {"llama", "llama_bias", "qwen2", "qwen3", "qwen3_tied", "mistral_window"};
+  return {"llama", "llama_bias", "qwen2", "qwen3", "qwen3_tied", "mistral_window", "qwen2_window"};
 }
 
 std::vector<std::pair<std::string, EngineOptions>> EngineVariants(int64_t chunk, int64_t logits_chunk,
@@ -145,6 +151,28 @@ Tensor RopeRows(const Tensor& x, const std::vector<double>& inv_freq) {
   return out;
 }
 
+// The window of a layer as HF's configuration classes define it, from the config.json fields
+// (0 = global). Mistral: sliding_window on every layer. Qwen2/Qwen3: sliding_window only
+// with use_sliding_window, on the layers i >= max_window_layers (default 28). An explicit
+// layer_types list decides which layers slide.
+int64_t HfLayerWindow(const nlohmann::json& j, int64_t layer) {
+  const std::string type = j.at("model_type");
+  auto number = [&](const char* key, int64_t fallback) {
+    return j.contains(key) && !j[key].is_null() ? j[key].get<int64_t>() : fallback;
+  };
+  int64_t window = number("sliding_window", 0);
+  if ((type == "qwen2" || type == "qwen3") && !(j.contains("use_sliding_window") && j["use_sliding_window"] == true)) {
+    window = 0;
+  }
+  if (type == "llama") window = 0;
+  if (window == 0) return 0;
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    return j["layer_types"][static_cast<size_t>(layer)] == "sliding_attention" ? window : 0;
+  }
+  if (type == "mistral") return window;
+  return layer >= number("max_window_layers", 28) ? window : 0;
+}
+
 }  // namespace
 
 Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& tokens) {
@@ -161,8 +189,10 @@ Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& to
   const auto inv_freq = InvFreq(c);
   auto ids = torch::tensor(tokens, torch::kInt64);
   Tensor x = get("model.embed_tokens.weight").index_select(0, ids);  // [n, d]
+  const nlohmann::json hf = c.ToJson();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
+    const int64_t window = HfLayerWindow(hf, l);
     auto h = Rms(x, get(p + ".input_layernorm.weight"), c.rms_norm_eps);
     auto q = linear(h, p + ".self_attn.q_proj");
     auto k = linear(h, p + ".self_attn.k_proj");
@@ -182,7 +212,7 @@ Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& to
       auto out = torch::zeros({n, hd}, torch::kFloat64);
       for (int64_t i = 0; i < n; ++i) {
         int64_t first = 0;
-        if (c.sliding_window) first = std::max<int64_t>(0, i - *c.sliding_window + 1);
+        if (window > 0) first = std::max<int64_t>(0, i - window + 1);
         auto keys = kb.slice(0, first, i + 1);
         auto scores = torch::matmul(keys, qa[i]) / std::sqrt(static_cast<double>(hd));
         auto probs = torch::exp(scores - scores.max());

@@ -225,6 +225,47 @@ TEST(Sampler, LongPromptPrefillIsExact) {
   }
 }
 
+// A model with sliding-window layers (Mistral: all of them; Qwen2: from max_window_layers on,
+// here layer 1 of 2; window 5): the sampler's log-probabilities of its own tokens equal
+// TokenLogprobs (what ComputeLogprobs and the trainer use) of prompt + completion, in
+// float64, with completions of 12 tokens past prompts of 3, 9 and 600 (a prefill over two
+// chunks): the prefill's mask and each decoding step see only the window, and the cache
+// keeps only what the window needs. (The sampler ignored the window: up to 6.95 nats apart.)
+TEST(Sampler, SlidingWindowLogprobsEqualTheTrainers) {
+  for (const char* family : {"mistral_window", "qwen2_window"}) {
+    auto config = TinyConfig(family);
+    ASSERT_EQ(*config.sliding_window, 5);
+    auto model = RandomModel(config, 6, torch::kFloat64);
+    auto seqs = RandomSequences({3, 9, 600}, config.vocab_size, 4);
+    std::vector<std::vector<int64_t>> prompts{seqs[0].tokens, seqs[1].tokens, seqs[2].tokens};
+    SampleOptions options;
+    options.n = 2;
+    options.max_tokens = 12;
+    options.seed = 7;
+    const auto samples = SampleCompletions(model, prompts, options);
+    ASSERT_EQ(samples.size(), 6u);
+    std::vector<Sequence> full;
+    for (const auto& c : samples) {
+      ASSERT_EQ(c.tokens.size(), 12u) << family;
+      Sequence seq;
+      seq.tokens = prompts[c.prompt_index];
+      seq.tokens.insert(seq.tokens.end(), c.tokens.begin(), c.tokens.end());
+      seq.loss_mask.assign(seq.tokens.size(), 1);
+      full.push_back(seq);
+    }
+    auto logprobs = TokenLogprobs(model, MakeBatch(full, Layout::kRightPad));
+    double worst = 0;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const int64_t plen = static_cast<int64_t>(prompts[samples[i].prompt_index].size());
+      for (size_t t = 0; t < samples[i].tokens.size(); ++t) {
+        const double want = logprobs[static_cast<int64_t>(i)][plen - 1 + static_cast<int64_t>(t)].item<double>();
+        worst = std::max(worst, std::abs(samples[i].logprobs[t] - want));
+      }
+    }
+    EXPECT_LE(worst, 1e-10) << family << ": sampled log-probs differ from the trainer's";
+  }
+}
+
 // Peak tracked bytes on a sequence long enough to matter, measured in the same run.
 class EngineMemory : public ::testing::Test {
  protected:

@@ -37,8 +37,9 @@ TEST(Decoder, LogitsMatchReferenceInEveryLayout) {
       const int64_t T = batch.length();
       auto x = model->embed(batch.input_ids);
       auto rope = model->rotary().tables(batch.position_ids, x);
-      auto mask = AttentionMask(batch, 0, T, T, config.sliding_window.value_or(0));
-      for (auto& layer : model->layer_list) x = layer->forward(x, rope, mask);
+      for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+        x = model->layer_list[l]->forward(x, rope, AttentionMask(batch, 0, T, T, config.window(l)));
+      }
       auto logits = model->logits(x);
       for (size_t i = 0; i < seqs.size(); ++i) {
         auto where = (batch.sequence_ids == static_cast<int64_t>(i)).nonzero();
@@ -146,6 +147,9 @@ TEST(Config, ParsesEveryFamilyAndRoundTrips) {
   EXPECT_EQ(testing::TinyConfig("llama").head_dim, 8);
   EXPECT_EQ(testing::TinyConfig("llama_bias").rope_scaling.type, "llama3");
   EXPECT_EQ(*testing::TinyConfig("mistral_window").sliding_window, 5);
+  EXPECT_EQ(testing::TinyConfig("mistral_window").window(0), 5);
+  EXPECT_EQ(testing::TinyConfig("qwen2_window").window(0), 0);
+  EXPECT_EQ(testing::TinyConfig("qwen2_window").window(1), 5);
   auto tiny = PresetConfig("tiny");
   EXPECT_EQ(tiny.num_hidden_layers, 2);
   EXPECT_EQ(tiny.hidden_size, 64);
@@ -181,6 +185,46 @@ TEST(Config, ErrorsNameTheProblem) {
   EXPECT_NE(with([](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2}}; }).find("'yarn'"),
             std::string::npos);
   EXPECT_NE(with([](json& j) { j.erase("architectures"); }).find("architectures"), std::string::npos);
+}
+
+// Which layers slide follows HF's configuration classes: Qwen2/Qwen3 only with
+// use_sliding_window, from max_window_layers on (default 28), or by an explicit layer_types;
+// Mistral on every layer; an unknown layer type or a window switched on without its size is
+// refused by name.
+TEST(Config, SlidingWindowLayersFollowHuggingFace) {
+  auto qwen = testing::TinyConfig("qwen2").ToJson();
+  qwen["num_hidden_layers"] = 4;
+  auto windows = [](const json& j) {
+    auto c = ModelConfig::FromJson(j);
+    std::vector<int64_t> w;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) w.push_back(c.window(l));
+    EXPECT_EQ(ModelConfig::FromJson(c.ToJson()).ToJson(), c.ToJson());
+    return w;
+  };
+  qwen["sliding_window"] = 7;
+  qwen["use_sliding_window"] = false;
+  EXPECT_EQ(windows(qwen), (std::vector<int64_t>{0, 0, 0, 0}));
+  qwen["use_sliding_window"] = true;
+  qwen["max_window_layers"] = 2;
+  EXPECT_EQ(windows(qwen), (std::vector<int64_t>{0, 0, 7, 7}));
+  qwen.erase("max_window_layers");
+  EXPECT_EQ(windows(qwen), (std::vector<int64_t>{0, 0, 0, 0}));  // HF's default 28 > 4 layers
+  qwen["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  EXPECT_EQ(windows(qwen), (std::vector<int64_t>{7, 0, 7, 0}));
+  qwen["architectures"] = {"Qwen3ForCausalLM"};
+  EXPECT_EQ(windows(qwen), (std::vector<int64_t>{7, 0, 7, 0}));
+  qwen["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention", "full_attention"};
+  EXPECT_NE(ErrorOf([&] { ModelConfig::FromJson(qwen); }).find("chunked_attention"), std::string::npos);
+  qwen["layer_types"] = {"sliding_attention"};
+  EXPECT_NE(ErrorOf([&] { ModelConfig::FromJson(qwen); }).find("one type per layer"), std::string::npos);
+  qwen.erase("layer_types");
+  qwen["sliding_window"] = nullptr;
+  EXPECT_NE(ErrorOf([&] { ModelConfig::FromJson(qwen); }).find("sliding_window is not set"), std::string::npos);
+  auto mistral = testing::TinyConfig("mistral_window").ToJson();
+  EXPECT_EQ(windows(mistral), (std::vector<int64_t>{5, 5}));
+  mistral["sliding_window"] = nullptr;
+  mistral.erase("layer_types");
+  EXPECT_EQ(windows(mistral), (std::vector<int64_t>{0, 0}));
 }
 
 TEST(ModelFiles, SaveAndLoadRoundTripEveryFamily) {

@@ -39,7 +39,14 @@ struct ModelConfig {
   bool mlp_bias = false;        ///< gate/up/down have a bias (Llama's mlp_bias)
   bool qk_norm = false;         ///< RMSNorm over head_dim on q and k before RoPE (Qwen3)
   bool tie_word_embeddings = false;  ///< lm_head shares the embedding matrix
-  std::optional<int64_t> sliding_window;  ///< Mistral: a query sees keys with i - j < window
+  /// The attention window W of the sliding layers: a query at i sees keys j with i - j < W.
+  /// Which layers slide: `layer_types` ("sliding_attention" / "full_attention" per layer, as
+  /// HF names them; empty = every layer full). Mistral: every layer when sliding_window is
+  /// set; Qwen2/Qwen3: with use_sliding_window, the layers from max_window_layers on — or
+  /// config.json's own layer_types.
+  std::optional<int64_t> sliding_window;
+  std::vector<std::string> layer_types;
+  int64_t max_window_layers = 0;  ///< Qwen2/Qwen3 (written back as read)
   std::string torch_dtype = "float32";    ///< dtype recorded in the file (informational)
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;  ///< the first of eos_token_ids
@@ -58,6 +65,13 @@ struct ModelConfig {
   void Validate() const;
 
   int64_t num_kv_groups() const { return num_attention_heads / num_key_value_heads; }
+  /// The attention window of layer `layer` (0 = global attention).
+  int64_t window(int64_t layer) const {
+    return sliding_window && layer < static_cast<int64_t>(layer_types.size()) &&
+                   layer_types[static_cast<size_t>(layer)] == "sliding_attention"
+               ? *sliding_window
+               : 0;
+  }
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 };

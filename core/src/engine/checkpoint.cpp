@@ -3,6 +3,8 @@
 // materialized (T x T scores, as PyTorch eager computes it) or, with tiled attention,
 // visited in query blocks x key tiles with an online softmax (the role FlashAttention plays
 // under torch.utils.checkpoint on GPUs): the strongest checkpointing baseline.
+#include <map>
+
 #include "engine_common.h"
 
 namespace streambp::engine {
@@ -12,12 +14,22 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
                                      const GradsReady& ready, const Progress& progress) {
   objective.begin(batch);
   const int64_t T = batch.length();
-  const int64_t window = model.config().sliding_window.value_or(0);
   std::vector<torch::Tensor> inputs;
   torch::Tensor h_last;
   Rope rope;
-  const AttentionPattern mask = tiled_attention ? AttentionPattern::Causal(batch, 0, T, T, window)
-                                                : AttentionPattern(AttentionMask(batch, 0, T, T, window));
+  // One attention structure per window the layers use (global, and the sliding one).
+  std::map<int64_t, AttentionPattern> masks;
+  auto mask = [&](int64_t layer) -> const AttentionPattern& {
+    const int64_t window = model.config().window(layer);
+    auto it = masks.find(window);
+    if (it == masks.end()) {
+      it = masks
+               .emplace(window, tiled_attention ? AttentionPattern::Causal(batch, 0, T, T, window)
+                                                : AttentionPattern(AttentionMask(batch, 0, T, T, window)))
+               .first;
+    }
+    return it->second;
+  };
   const AttentionTiling tiling = tiled_attention ? AttentionTiling{chunks.key_chunk, chunks.chunk} : AttentionTiling{};
   {
     torch::NoGradGuard no_grad;
@@ -27,7 +39,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
     for (int64_t i = 0; i < layers; ++i) {
       Report(progress, EngineProgress::Phase::kForward, i, layers);
       inputs.push_back(i > 0 ? x : torch::Tensor());  // layer 0's: the embedding, looked up again
-      x = model.layer_list[i]->forward(x, rope, mask, tiling);
+      x = model.layer_list[i]->forward(x, rope, mask(i), tiling);
     }
     h_last = x;
   }
@@ -40,7 +52,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
     torch::AutoGradMode grad_mode(true);
     auto x = (i > 0 ? inputs[i] : model.embed(batch.input_ids)).detach().requires_grad_(true);
     inputs[i] = torch::Tensor();
-    auto y = model.layer_list[i]->forward(x, rope, mask, tiling);
+    auto y = model.layer_list[i]->forward(x, rope, mask(i), tiling);
     torch::autograd::backward({y}, {grad});
     y = torch::Tensor();
     grad = x.grad();

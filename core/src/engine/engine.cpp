@@ -116,9 +116,9 @@ torch::Tensor HiddenStates(CausalLMImpl& m, const Batch& batch) {
   const auto chunks = ResolveChunks({EngineKind::kStream, 0, -1}, batch.length());
   auto x = m.embed(batch.input_ids);
   auto rope = m.rotary().tables(batch.position_ids, x);
-  const int64_t window = m.config().sliding_window.value_or(0);
-  for (auto& layer : m.layer_list) {
-    x = engine::StreamLayerForward(*layer, x, rope, batch, chunks.chunk, chunks.key_chunk, window);
+  for (size_t i = 0; i < m.layer_list.size(); ++i) {
+    x = engine::StreamLayerForward(*m.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk,
+                                   m.config().window(static_cast<int64_t>(i)));
   }
   return x;
 }

@@ -11,11 +11,13 @@ StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objectiv
   const int64_t T = batch.length();
   auto x = model.embed(batch.input_ids);
   auto rope = model.rotary().tables(batch.position_ids, x);
-  auto mask = AttentionMask(batch, 0, T, T, model.config().sliding_window.value_or(0));
+  const auto& config = model.config();
+  auto global = AttentionMask(batch, 0, T, T, 0);
+  auto windowed = config.sliding_window ? AttentionMask(batch, 0, T, T, *config.sliding_window) : torch::Tensor();
   const int64_t layers = static_cast<int64_t>(model.layer_list.size());
   for (int64_t i = 0; i < layers; ++i) {
     Report(progress, EngineProgress::Phase::kForward, i, layers);
-    x = model.layer_list[i]->forward(x, rope, mask);
+    x = model.layer_list[i]->forward(x, rope, config.window(i) > 0 ? windowed : global);
   }
   Report(progress, EngineProgress::Phase::kHead, layers, layers);
   auto logits = model.logits(x);

@@ -161,7 +161,7 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
                                  const ResolvedChunks& chunks, const EngineOptions& options,
                                  const GradsReady& ready, const Progress& progress) {
   objective.begin(batch);
-  const int64_t window = model.config().sliding_window.value_or(0);
+  const auto& config = model.config();
   const int64_t layers = static_cast<int64_t>(model.layer_list.size());
   const int64_t T = batch.length();
   // Slots 0..L-1: the layer inputs; slot L: the final hidden states.
@@ -178,7 +178,7 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
     for (int64_t i = 0; i < layers; ++i) {
       Report(progress, EngineProgress::Phase::kForward, i, layers);
       store->put(i, x);  // copied out (second tier) while the layer computes; layer 0's: nothing
-      x = StreamLayerForward(*model.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk, window);
+      x = StreamLayerForward(*model.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk, config.window(i));
     }
     store->put(layers, std::move(x));
   }
@@ -190,6 +190,7 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
   auto grad = std::move(head.grad_h);
   for (int64_t i = layers - 1; i >= 0; --i) {
     auto& layer = *model.layer_list[i];
+    const int64_t window = config.window(i);
     if (options.recompute_kv_per_chunk) {
       Report(progress, EngineProgress::Phase::kBackward, i, layers);
       grad = PrefixRecomputeLayerBackward(layer, store->read(i, 0, T), grad, rope, batch, chunks, window);

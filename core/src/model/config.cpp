@@ -1,5 +1,6 @@
 #include "streambp/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -127,6 +128,46 @@ void ParseRope(const json& j, ModelConfig& c) {
                         "' is not supported (supported: default, linear, llama3)");
 }
 
+// Sliding windows as HF's configs define them. Mistral: sliding_window (null = none) on every
+// layer. Qwen2/Qwen3: only with use_sliding_window, on the layers i >= max_window_layers
+// (default 28). Either: an explicit layer_types list decides which layers slide.
+void ParseWindows(const json& j, ModelConfig& c) {
+  std::optional<int64_t> window;
+  if (c.model_type == "mistral" || ((c.model_type == "qwen2" || c.model_type == "qwen3") &&
+                                    OptionalBool(j, "use_sliding_window", false))) {
+    const int64_t w = OptionalInt(j, "sliding_window", 0);
+    if (w < 0) throw InvalidArgument("config.json: sliding_window must be > 0, got " + std::to_string(w));
+    if (w == 0 && c.model_type != "mistral") {
+      throw InvalidArgument("config.json: use_sliding_window is true but sliding_window is not set (> 0)");
+    }
+    if (w > 0) window = w;
+  }
+  c.max_window_layers = OptionalInt(j, "max_window_layers", 28);
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || static_cast<int64_t>(it->size()) != c.num_hidden_layers) {
+      throw InvalidArgument("config.json: layer_types must list one type per layer (" +
+                            std::to_string(c.num_hidden_layers) + "), got " + it->dump().substr(0, 200));
+    }
+    for (const auto& t : *it) {
+      if (!t.is_string() || (t != "full_attention" && t != "sliding_attention")) {
+        throw InvalidArgument("config.json: layer_types entry " + t.dump() +
+                              " is not supported (full_attention or sliding_attention)");
+      }
+      c.layer_types.push_back(t.get<std::string>());
+    }
+  } else if (window) {
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      const bool slides = c.model_type == "mistral" || i >= c.max_window_layers;
+      c.layer_types.push_back(slides ? "sliding_attention" : "full_attention");
+    }
+  }
+  if (window && std::find(c.layer_types.begin(), c.layer_types.end(), "sliding_attention") != c.layer_types.end()) {
+    c.sliding_window = window;
+  } else {
+    c.layer_types.clear();  // no layer slides: every layer global
+  }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::FromJson(const json& j) {
@@ -174,16 +215,7 @@ ModelConfig ModelConfig::FromJson(const json& j) {
     c.o_proj_bias = c.attention_bias;
     c.qk_norm = true;
   }
-  if (c.model_type == "qwen2" || c.model_type == "qwen3") {
-    if (OptionalBool(j, "use_sliding_window", false)) {
-      throw InvalidArgument("config.json: use_sliding_window=true is not supported for " +
-                            c.architecture);
-    }
-  }
-  if (c.model_type == "mistral") {
-    int64_t w = OptionalInt(j, "sliding_window", 0);
-    if (w > 0) c.sliding_window = w;
-  }
+  ParseWindows(j, c);
   if (auto d = j.find("torch_dtype"); d != j.end() && d->is_string()) c.torch_dtype = d->get<std::string>();
   c.bos_token_id = OptionalTokenId(j, "bos_token_id");
   c.eos_token_id = OptionalTokenId(j, "eos_token_id");
@@ -230,6 +262,11 @@ void ModelConfig::Validate() const {
   }
   if (!(rms_norm_eps > 0)) fail("rms_norm_eps must be > 0");
   if (!(rope_theta > 0)) fail("rope_theta must be > 0");
+  if (!layer_types.empty() && static_cast<int64_t>(layer_types.size()) != num_hidden_layers) {
+    fail("layer_types lists " + std::to_string(layer_types.size()) + " layers, the model has " +
+         std::to_string(num_hidden_layers));
+  }
+  if (sliding_window && *sliding_window <= 0) fail("sliding_window must be > 0");
 }
 
 json ModelConfig::ToJson() const {
@@ -261,9 +298,13 @@ json ModelConfig::ToJson() const {
   j["tie_word_embeddings"] = tie_word_embeddings;
   if (model_type == "llama" || model_type == "qwen3") j["attention_bias"] = attention_bias;
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
-  if (model_type == "qwen2" || model_type == "qwen3") j["use_sliding_window"] = false;
-  if (model_type == "mistral") {
+  if (model_type == "qwen2" || model_type == "qwen3") {
+    j["use_sliding_window"] = sliding_window.has_value();
+    j["max_window_layers"] = max_window_layers;
+  }
+  if (model_type == "qwen2" || model_type == "qwen3" || model_type == "mistral") {
     j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
+    if (sliding_window) j["layer_types"] = layer_types;
   }
   j["torch_dtype"] = torch_dtype;
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;

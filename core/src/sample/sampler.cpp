@@ -98,28 +98,35 @@ bool SampleRun::step(int64_t decode_steps) {
     valid = valid.to(device);
     // Prefill, chunk by chunk over the queries and tile by tile over the keys (as
     // StreamBP's forward), so a long prompt never materializes L x L scores: causal over
-    // real tokens, a padding query sees only itself.
+    // real tokens and, in a sliding layer, within its window (rows are left-padded, so
+    // index differences are position differences); a padding query sees only itself.
     auto opts = torch::TensorOptions().dtype(torch::kInt64).device(device);
-    auto chunk_mask = [&](int64_t s, int64_t e) {  // [P, e - s, e]
+    auto chunk_mask = [&](int64_t s, int64_t e, int64_t window) {  // [P, e - s, e]
       auto qi = torch::arange(s, e, opts).view({-1, 1});
       auto kj = torch::arange(0, e, opts).view({1, -1});
-      auto allowed = (kj <= qi).unsqueeze(0) & valid.slice(1, 0, e).unsqueeze(1);
+      auto causal = kj <= qi;
+      if (window > 0) causal = causal & (qi - kj < window);
+      auto allowed = causal.unsqueeze(0) & valid.slice(1, 0, e).unsqueeze(1);
       auto self = (kj == qi).unsqueeze(0) & valid.slice(1, s, e).logical_not().unsqueeze(2);
       return allowed | self;
     };
     auto x = m.embed(ids);
     auto rope = m.rotary().tables(pos, x);
-    for (auto& layer : m.layer_list) {
+    for (size_t l = 0; l < m.layer_list.size(); ++l) {
+      auto& layer = m.layer_list[l];
+      const int64_t window = m.config().window(static_cast<int64_t>(l));
       auto kv = layer->keys_values(x, rope);
       auto y = torch::empty_like(x);
       for (int64_t s = 0; s < L; s += kDefaultChunk) {
         const int64_t e = std::min(L, s + kDefaultChunk);
         Rope rope_q{rope.cos.slice(1, s, e), rope.sin.slice(1, s, e)};
         KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
-        y.slice(1, s, e).copy_(
-            layer->forward_queries(x.slice(1, s, e), rope_q, prefix, chunk_mask(s, e), {kDefaultKeyChunk}));
+        y.slice(1, s, e).copy_(layer->forward_queries(x.slice(1, s, e), rope_q, prefix, chunk_mask(s, e, window),
+                                                      {kDefaultKeyChunk}));
       }
       x = y;
+      // A sliding layer's next queries see only the last `window` keys: the cache keeps those.
+      if (window > 0 && L > window) kv = KeysValues{kv.k.slice(2, L - window).clone(), kv.v.slice(2, L - window).clone()};
       st.cache.push_back(kv);
     }
     st.logits = m.logits(x.slice(1, L - 1, L)).squeeze(1);  // [P, V]
@@ -186,13 +193,23 @@ bool SampleRun::step(int64_t decode_steps) {
     auto xt = m.embed(tokens.view({B, 1}).to(device));
     auto rope_t = m.rotary().tables(new_pos, xt);
     st.valid = torch::cat({st.valid, torch::ones({B, 1}, st.valid.options())}, 1);
-    auto step_mask = st.valid.unsqueeze(1);  // [B, 1, keys]
+    const int64_t keys = st.valid.size(1);
     for (size_t l = 0; l < m.layer_list.size(); ++l) {
       auto& layer = m.layer_list[l];
+      const int64_t window = m.config().window(static_cast<int64_t>(l));
       auto kv_new = layer->keys_values(xt, rope_t);
-      st.cache[l].k = torch::cat({st.cache[l].k, kv_new.k}, 2);
-      st.cache[l].v = torch::cat({st.cache[l].v, kv_new.v}, 2);
-      xt = layer->forward_queries(xt, rope_t, st.cache[l], step_mask);
+      auto& cache = st.cache[l];
+      const int64_t kept = cache.k.size(2);
+      if (window > 0 && kept + 1 > window) {  // the oldest key leaves the window
+        cache.k = torch::cat({cache.k.slice(2, kept + 1 - window), kv_new.k}, 2);
+        cache.v = torch::cat({cache.v.slice(2, kept + 1 - window), kv_new.v}, 2);
+      } else {
+        cache.k = torch::cat({cache.k, kv_new.k}, 2);
+        cache.v = torch::cat({cache.v, kv_new.v}, 2);
+      }
+      // The cache holds the last cache.k.size(2) keys: their padding flags are the last ones.
+      auto step_mask = st.valid.slice(1, keys - cache.k.size(2), keys).unsqueeze(1);  // [B, 1, cached keys]
+      xt = layer->forward_queries(xt, rope_t, cache, step_mask);
     }
     st.logits = m.logits(xt).squeeze(1);
   }
