@@ -1,6 +1,6 @@
 #pragma once
 // streambp-bench internals: the engines side by side on one model and one batch — peak
-// memory, step time, FLOPs, max sequence length under a budget (DESIGN §9, issue 6).
+// memory, step time, FLOPs, max sequence length under a budget (docs/architecture.md: Measuring, issue 6).
 #include <cstdint>
 #include <functional>
 #include <map>

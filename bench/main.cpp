@@ -1,4 +1,4 @@
-// streambp-bench: the engines side by side on the same model and data (issue 6, DESIGN §9).
+// streambp-bench: the engines side by side on the same model and data (issue 6, docs/architecture.md: Measuring).
 #include <unistd.h>
 
 #include <algorithm>

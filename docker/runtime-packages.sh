@@ -22,7 +22,7 @@ while read -r lib path; do
   [ -n "$owner" ] || { echo "runtime-packages: no Debian package owns $real ($lib)" >&2; exit 1; }
   pkgs["$owner"]="${pkgs[$owner]:-}${pkgs[$owner]:+ }$lib"
 done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
-# libblas.so.3 comes from whichever package the alternatives system points to; DESIGN §2:
+# libblas.so.3 comes from whichever package the alternatives system points to; docs/architecture.md: Build and runtime:
 # without OpenBLAS LibTorch runs on the reference BLAS, ~15x slower.
 # (Only for Debian's LibTorch; an unpacked LibTorch brings its own BLAS.)
 if printf '%s\n' "${!pkgs[@]}" | grep -q '^libtorch[0-9]'; then

@@ -1,5 +1,5 @@
 #pragma once
-// Bearer-token authorization of calls (DESIGN §7 Auth): full-access (admin) tokens,
+// Bearer-token authorization of calls (docs/architecture.md: Errors, admission and durability Auth): full-access (admin) tokens,
 // read-only tokens, and tokens scoped to some sessions (tenants), compared in constant time.
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
 #pragma once
-// Text at the edge (DESIGN §3 "Text"): the text forms of a request (strings, chat messages)
+// Text at the edge (docs/architecture.md: Models "Text"): the text forms of a request (strings, chat messages)
 // become ids with the model's tokenizer and chat format before the ids are validated as
 // always. One function per request type; Tokenize(batch) shows a client exactly what a step
 // would train on, because it is the same function.

@@ -1,5 +1,5 @@
 #pragma once
-// Admission (DESIGN §7): every request's cost is bounded before it is queued. Chunk sizes
+// Admission (docs/architecture.md: Errors, admission and durability): every request's cost is bounded before it is queued. Chunk sizes
 // have floors; a step's, a Sample's and a ComputeLogprobs' peak memory is estimated with
 // the same analytic model (streambp/estimate.h) and refused when it does not fit the
 // budget; Sample is bounded in rows, sampled tokens and K/V-cache bytes. Refusals name the

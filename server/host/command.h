@@ -1,5 +1,5 @@
 #pragma once
-// Everything that changes a model is a typed Command (DESIGN §1): rank 0 runs it through
+// Everything that changes a model is a typed Command (docs/architecture.md: Layers): rank 0 runs it through
 // its Executor, which first sends it to the other ranks (encoded here, in one place), and
 // every rank applies it with the same function, Apply(). Replication therefore cannot
 // drift from what rank 0 runs.

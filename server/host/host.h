@@ -1,12 +1,12 @@
 #pragma once
-/// The TrainingHost: everything the server does, in core types, without gRPC (DESIGN §1).
+/// The TrainingHost: everything the server does, in core types, without gRPC (docs/architecture.md: Layers).
 /// It owns the base model and the sessions' trainers (through its Executor: one process,
 /// or rank 0 of many), the device worker that runs jobs one at a time (round-robin across
 /// sessions), the request-id cache, each session's rollout queue and policy hub, and
 /// admission. The gRPC edge converts a request, calls one method here and finishes the call
 /// when `done` runs.
 ///
-/// Sessions (DESIGN §6): with sessions.enabled the base is frozen and shared; a session is
+/// Sessions (docs/architecture.md: API semantics): with sessions.enabled the base is frozen and shared; a session is
 /// a LoRA adapter (or a full copy, where allowed) with its own optimizer, step, version,
 /// rollout queue, watchers and checkpoints. At most sessions.max_resident_sessions are held
 /// in device memory; the least recently used idle one is written to its state folder and

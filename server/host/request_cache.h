@@ -1,6 +1,6 @@
 #pragma once
 // Answers of mutating requests by request id, so that a retried request returns the first
-// answer and is applied once (DESIGN §7). A reused id with a different request body is
+// answer and is applied once (docs/architecture.md: Errors, admission and durability). A reused id with a different request body is
 // refused, never answered with the first result. Bounded by entries and by bytes: the
 // oldest finished answers are forgotten first.
 #include <cstdint>

@@ -1,8 +1,8 @@
 #pragma once
-// The rollout queue of the RL loop (DESIGN §6 PushRollouts): accepted GRPO groups wait
+// The rollout queue of the RL loop (docs/architecture.md: API semantics PushRollouts): accepted GRPO groups wait
 // here until groups_per_step of them are ready for a server-side step.
 //
-// Durability (DESIGN §7), with a rollout log: a group is acknowledged only after its record
+// Durability (docs/architecture.md: Errors, admission and durability), with a rollout log: a group is acknowledged only after its record
 // is appended and fsynced (RecordLog: a failed append leaves nothing behind). A step writes
 // a "consumed" record with the policy version it will produce *before* that version is
 // applied; if the record cannot be written the step is not applied. A restarted server

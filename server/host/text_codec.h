@@ -1,5 +1,5 @@
 #pragma once
-/// The model folder's tokenizer and chat format as the server uses them (DESIGN §3 "Text"):
+/// The model folder's tokenizer and chat format as the server uses them (docs/architecture.md: Models "Text"):
 /// text and conversations in requests become ids here, with errors that name the request's
 /// field. Immutable after creation; shared by the gRPC threads.
 #include <cstdint>

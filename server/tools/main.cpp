@@ -35,7 +35,7 @@ void AddEngineFlags(CLI::App* cmd, streambp::tools::EngineFlags& f) {
       ->check(CLI::NonNegativeNumber);
 }
 
-// `--version`: what was built and what it runs on (DESIGN §2: speed depends on the BLAS).
+// `--version`: what was built and what it runs on (docs/architecture.md: Build and runtime: speed depends on the BLAS).
 std::string BuildInfo() {
   const auto rt = streambp::GetRuntimeInfo();
 #if defined(STREAMBP_WITH_CUDA)

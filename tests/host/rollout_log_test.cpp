@@ -1,5 +1,5 @@
 // The rollout log under crashes and full disks: an acknowledged group is never lost or
-// trained twice (DESIGN §7).
+// trained twice (docs/architecture.md: Errors, admission and durability).
 #include <fcntl.h>
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fault matrix of the RL loop's durability (DESIGN §7), against the real server binary:
+"""The fault matrix of the RL loop's durability (docs/architecture.md: Errors, admission and durability), against the real server binary:
 
   disk_full_append    the rollout log's disk fills up: pushes answer "retry" with the reason,
                       nothing torn is left, the next acknowledged group survives a restart

@@ -1,5 +1,5 @@
 #pragma once
-// A small tmpfs for disk-full tests (DESIGN §7: disk full is an error that names it, never a
+// A small tmpfs for disk-full tests (docs/architecture.md: Errors, admission and durability: disk full is an error that names it, never a
 // lost or repeated record). Mounting needs root (CAP_SYS_ADMIN); tests run as root in CI
 // and skip with the reason elsewhere.
 #include <cstddef>

@@ -1,4 +1,4 @@
-// The three engines give the same loss and gradients (DESIGN §4), and StreamBP uses less
+// The three engines give the same loss and gradients (docs/architecture.md: Engines), and StreamBP uses less
 // memory than checkpointing, which uses less than plain autograd.
 #include <gtest/gtest.h>
 

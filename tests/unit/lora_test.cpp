@@ -1,4 +1,4 @@
-// LoRA adapters (DESIGN §3): exact adapter gradients through every engine, checked against
+// LoRA adapters (docs/architecture.md: Models): exact adapter gradients through every engine, checked against
 // an independent computation (the gradient of the merged weight W + s B A by plain autograd
 // on a model without any adapter code, turned into dA = s B^T G and dB = s G A^T), a
 // frozen base, PEFT files, merged export, reference from the base, checkpoints.

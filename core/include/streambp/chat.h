@@ -1,5 +1,5 @@
 #pragma once
-/// Chat formats (DESIGN §3 "Text"): explicit renderers per model family that turn a
+/// Chat formats (docs/architecture.md: Models "Text"): explicit renderers per model family that turn a
 /// conversation into the text the model's own `chat_template` renders (under transformers'
 /// `apply_chat_template`), its token ids, and a loss mask selecting the assistant turns.
 ///

@@ -1,7 +1,7 @@
 #pragma once
 /// ModelConfig: the architecture of a causal LM, read from a Hugging Face `config.json`.
 /// One decoder implementation covers every supported family; the families differ only in
-/// the switches below (see DESIGN §3).
+/// the switches below (see docs/architecture.md: Models).
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-/// JSONL data files, one example per line (DESIGN §3, used by every tool):
+/// JSONL data files, one example per line (docs/architecture.md: Models, used by every tool):
 ///   {"tokens":[...], "loss_mask":[0|1,...]}   loss_mask optional (default all ones)
 ///   {"prompt":[...], "completion":[...]}      loss on the completion tokens only
 /// Blank lines are skipped. A line that does not parse or has a bad field throws

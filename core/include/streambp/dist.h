@@ -1,5 +1,5 @@
 #pragma once
-/// Data parallelism over PyTorch's own distributed engine, c10d (DESIGN §1 dist): Gloo on
+/// Data parallelism over PyTorch's own distributed engine, c10d (docs/architecture.md: Layers dist): Gloo on
 /// the CPU (NCCL in CUDA builds). Launch like the rest of the PyTorch world: RANK,
 /// WORLD_SIZE, MASTER_ADDR, MASTER_PORT (LOCAL_RANK picks the GPU). Rank 0 hosts the
 /// TCPStore rendezvous; a peer that never arrives is an error after the timeout.

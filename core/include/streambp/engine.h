@@ -1,5 +1,5 @@
 #pragma once
-/// Backward engines: the same loss and gradients, different memory and time (DESIGN §4).
+/// Backward engines: the same loss and gradients, different memory and time (docs/architecture.md: Engines).
 ///  - full:       plain autograd through the whole model and the whole logits.
 ///  - checkpoint: forward without a graph keeping each layer's input; backward recomputes
 ///                one layer at a time. Logits materialized (logits_chunk = 0) or chunked;

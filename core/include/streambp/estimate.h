@@ -1,5 +1,5 @@
 #pragma once
-/// Predicted peak memory of a training step (DESIGN §4, §6), from the model's shape, the
+/// Predicted peak memory of a training step (docs/architecture.md: Engines, API semantics), from the model's shape, the
 /// sequence length and the engine's chunk sizes. The server uses it to refuse, before
 /// starting, a step that cannot fit its memory budget, and to pick chunk sizes; the
 /// benchmark prints it next to the measured peak.

@@ -1,5 +1,5 @@
 #pragma once
-/// LoRA adapters (DESIGN §3 Adapters), as PEFT defines them: an adapted linear layer
+/// LoRA adapters (docs/architecture.md: Models Adapters), as PEFT defines them: an adapted linear layer
 /// computes y = W x (+ b) + s · B (A x) with A: [r, in], B: [out, r] and s = alpha / r
 /// (alpha / sqrt(r) with rsLoRA). The base weights W stay frozen; only A and B train.
 ///

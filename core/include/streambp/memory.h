@@ -1,5 +1,5 @@
 #pragma once
-/// Allocation tracking for CPU tensors (DESIGN §9): a c10 CPU allocator that counts live
+/// Allocation tracking for CPU tensors (docs/architecture.md: Measuring): a c10 CPU allocator that counts live
 /// and peak bytes of every tensor allocation, with an optional budget past which an
 /// allocation fails with c10::OutOfMemoryError, as a GPU out-of-memory would.
 /// Thread-safe. Install it once, before the tensors to be measured are allocated

@@ -1,5 +1,5 @@
 #pragma once
-/// Optimizers and learning-rate schedules of the Trainer (DESIGN §6). The state is plain
+/// Optimizers and learning-rate schedules of the Trainer (docs/architecture.md: API semantics). The state is plain
 /// tensors keyed by Hugging Face parameter name, so that it serializes as safetensors and
 /// can be sharded by name.
 ///

@@ -1,6 +1,6 @@
 #pragma once
 /// What the process runs on: LibTorch version, BLAS library, threads. Everything that
-/// reports speed reports this too (DESIGN §2).
+/// reports speed reports this too (docs/architecture.md: Build and runtime).
 #include <string>
 
 namespace streambp {

@@ -1,7 +1,9 @@
 #pragma once
-/// Sampling completions from a causal LM with a KV cache (the RL loop's rollouts, DESIGN
-/// §6 Sample). Prompts are prefilled once (left-padded, batched) and their caches repeated
-/// for the n completions of each; each new token is one batched decode step.
+/// Sampling completions from a causal LM with a KV cache (the RL loop's rollouts;
+/// docs/architecture.md: API semantics). Prompts are prefilled once (left-padded, batched)
+/// and their caches repeated for the n completions of each; each new token is one batched
+/// decode step. A sliding-window layer sees only its window, in the prefill and in every
+/// step, and caches only that.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
 #pragma once
-/// A Hugging Face tokenizer read from a model folder's `tokenizer.json` (DESIGN §3 "Text"):
+/// A Hugging Face tokenizer read from a model folder's `tokenizer.json` (docs/architecture.md: Models "Text"):
 /// byte-level BPE as Qwen2/Qwen3 and Llama 3 use it, giving the ids HF tokenizers gives.
 ///
 /// Supported pipeline, as `tokenizer.json` describes it:

@@ -3,7 +3,7 @@
 #error "this layer must not use the Trainer (the gRPC edge goes through the TrainingHost)"
 #endif
 /// The Trainer: a model, its optimizer state, its learning-rate schedule and (optionally) a
-/// frozen reference model, driven one step at a time (DESIGN §5-§7):
+/// frozen reference model, driven one step at a time (docs/architecture.md: Objectives, API semantics, Errors):
 ///   forward_backward(sequences, objective)   accumulate gradients (any number of calls)
 ///   optim_step()                             clip, schedule, update; policy version += 1
 ///   train_step(sequences, objective)         both
@@ -138,7 +138,7 @@ class Trainer {
   /// so that a checkpoint folder is a model folder transformers / vLLM load with its tokenizer.
   void set_side_files(std::vector<std::pair<std::string, std::string>> files) { side_files_ = std::move(files); }
 
-  /// Data parallelism (DESIGN §1 dist). With a communicator of N ranks every rank holds
+  /// Data parallelism (docs/architecture.md: Layers dist). With a communicator of N ranks every rank holds
   /// the whole model and is given the whole step by every call (the same sequences on
   /// every rank); each computes the groups of its shard, normalized as the whole step, and
   /// the gradients are summed once per step in optim_step (buckets, one all-reduce —

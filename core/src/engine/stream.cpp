@@ -1,4 +1,4 @@
-// stream: StreamBP (DESIGN §4). Per layer, given the stored input x and g = dL/dy:
+// stream: StreamBP (docs/architecture.md: Engines). Per layer, given the stored input x and g = dL/dy:
 //  1. K/V for the whole sequence from x, without a graph: the leaves K^, V^.
 //  2. For each query chunk [s, e): recompute y[s:e] from x[s:e], K^[:e], V^[:e] with a
 //     graph (queries never meet later keys; keys are visited tile by tile with an online

@@ -1,5 +1,5 @@
 // A CPU allocator that counts live and peak bytes of every tensor allocation and can
-// enforce a budget (DESIGN §9). Inside a step (ScopedCache) freed blocks are kept by size
+// enforce a budget (docs/architecture.md: Measuring). Inside a step (ScopedCache) freed blocks are kept by size
 // and handed to the next allocation of the same size: the engines allocate the same shapes
 // chunk after chunk and layer after layer, and a fresh block from the OS costs a page fault
 // per 4 KiB on its first touch (about a million per step at T=4096 on the small preset).

@@ -1,4 +1,4 @@
-// The decoder layers and the causal LM (DESIGN §3): one implementation, switched by config.
+// The decoder layers and the causal LM (docs/architecture.md: Models): one implementation, switched by config.
 #include <cmath>
 #include <limits>
 

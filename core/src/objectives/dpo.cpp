@@ -1,4 +1,4 @@
-// dpo: Direct Preference Optimization over (chosen, rejected) pairs (DESIGN §5).
+// dpo: Direct Preference Optimization over (chosen, rejected) pairs (docs/architecture.md: Objectives).
 #include <cmath>
 #include <map>
 

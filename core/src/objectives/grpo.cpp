@@ -1,5 +1,5 @@
 // grpo: group-relative policy optimization and its variants (DAPO, Dr. GRPO, GSPO),
-// with PPO clipping, k3 KL to a reference and truncated importance sampling (DESIGN §5).
+// with PPO clipping, k3 KL to a reference and truncated importance sampling (docs/architecture.md: Objectives).
 #include <cmath>
 #include <map>
 

@@ -1,5 +1,5 @@
 // weighted_logprobs: a loss linear in the per-token log-probs, L = sum_t w_t log p(token_t),
-// with the weights given by the client (DESIGN §5). A client that differentiates its own loss
+// with the weights given by the client (docs/architecture.md: Objectives). A client that differentiates its own loss
 // of the log-probs sends w = dL/dlogp; the gradient of L is then the gradient of its loss.
 #include <cmath>
 
