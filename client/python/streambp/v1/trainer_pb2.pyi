@@ -575,13 +575,14 @@ class RolloutGroup(_message.Message):
     def __init__(self, prompt: _Optional[_Iterable[int]] = ..., prompt_text: _Optional[_Union[Text, _Mapping]] = ..., completions: _Optional[_Iterable[_Union[GrpoCompletion, _Mapping]]] = ..., policy_version: _Optional[int] = ..., group_id: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
 
 class RolloutStats(_message.Message):
-    __slots__ = ["accepted", "consumed", "dropped_stale", "duplicates", "groups_per_step", "invalid", "last_step_seconds", "max_staleness", "policy_version", "queue_depth", "steps_run"]
+    __slots__ = ["accepted", "consumed", "dropped_stale", "duplicates", "groups_per_step", "in_step", "invalid", "last_step_seconds", "max_staleness", "policy_version", "queue_depth", "steps_run"]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_STALE_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
     GROUPS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
     INVALID_FIELD_NUMBER: _ClassVar[int]
+    IN_STEP_FIELD_NUMBER: _ClassVar[int]
     LAST_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_STALENESS_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -592,13 +593,14 @@ class RolloutStats(_message.Message):
     dropped_stale: int
     duplicates: int
     groups_per_step: int
+    in_step: int
     invalid: int
     last_step_seconds: float
     max_staleness: int
     policy_version: int
     queue_depth: int
     steps_run: int
-    def __init__(self, queue_depth: _Optional[int] = ..., accepted: _Optional[int] = ..., consumed: _Optional[int] = ..., dropped_stale: _Optional[int] = ..., duplicates: _Optional[int] = ..., invalid: _Optional[int] = ..., steps_run: _Optional[int] = ..., last_step_seconds: _Optional[float] = ..., groups_per_step: _Optional[int] = ..., max_staleness: _Optional[int] = ..., policy_version: _Optional[int] = ...) -> None: ...
+    def __init__(self, queue_depth: _Optional[int] = ..., accepted: _Optional[int] = ..., consumed: _Optional[int] = ..., dropped_stale: _Optional[int] = ..., duplicates: _Optional[int] = ..., invalid: _Optional[int] = ..., steps_run: _Optional[int] = ..., last_step_seconds: _Optional[float] = ..., groups_per_step: _Optional[int] = ..., max_staleness: _Optional[int] = ..., policy_version: _Optional[int] = ..., in_step: _Optional[int] = ...) -> None: ...
 
 class SampleRequest(_message.Message):
     __slots__ = ["ignore_eos", "max_tokens", "n", "prompts", "seed", "session", "stop_tokens", "temperature", "text_prompts", "top_p"]
