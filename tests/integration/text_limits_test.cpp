@@ -1,7 +1,8 @@
 // Text within bounds (issue 30): a request's text is counted over the whole request (each
 // chat message at a cost of its own) before any of it is processed; Detokenize's output is
 // bounded before decoding; text work runs off the gRPC threads, within a memory budget, and
-// stops at the client's deadline; Health answers meanwhile. The model is the tiny preset
+// stops at the client's deadline; Health answers meanwhile; streamed rollout groups are
+// tokenized on the pool and acknowledged in order. The model is the tiny preset
 // around the real Qwen3 tokenizer (tests/text/reference/setup.sh).
 #include <sys/resource.h>
 
@@ -184,6 +185,60 @@ TEST_F(TextLimits, HealthAnswersWhileTextIsTokenizedAndADeadlineStopsTheWork) {
   const double before = CpuSeconds();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_LT(CpuSeconds() - before, 0.5) << "text work went on after every client had given up";
+  s.server->Shutdown();
+}
+
+// PushRolloutsStream tokenizes a group's text on the host's CPU pool, not on the stream's
+// reactor: groups with text, with tokens only and a malformed one (empty text), interleaved,
+// are acknowledged in the order they were sent, each with its own status; the text groups'
+// ids are what the tokenizer gives, so the queue holds what a unary push would have queued.
+TEST_F(TextLimits, StreamedGroupsWithTextAreTokenizedOffTheReactorAndAckedInOrder) {
+  auto config = LimitsConfig();
+  config.rollouts.groups_per_step = 1000;  // nothing is trained: the queue is read back
+  auto s = testing::StartServer(config);
+  auto stub = v1::Trainer::NewStub(grpc::CreateChannel(s.target, grpc::InsecureChannelCredentials()));
+  auto ctx = Ctx();
+  auto stream = stub->PushRolloutsStream(ctx.get());
+  const int kGroups = 12;
+  for (int i = 0; i < kGroups; ++i) {
+    v1::RolloutGroup g;
+    g.set_group_id("g" + std::to_string(i));
+    if (i % 3 == 0) {
+      g.mutable_prompt_text()->set_text("Question " + std::to_string(i) + ": " + std::string(2000, 'x'));
+      for (int c = 0; c < 2; ++c) g.add_completions()->set_text("answer " + std::to_string(c));
+    } else if (i % 3 == 1) {
+      for (int t = 0; t < 4; ++t) g.add_prompt(100 + t);
+      for (int c = 0; c < 2; ++c) g.add_completions()->add_tokens(200 + c);
+    } else {
+      g.mutable_prompt_text()->set_text("");  // empty: invalid, named
+      g.add_completions()->set_text("a");
+    }
+    for (int c = 0; c < g.completions_size(); ++c) g.mutable_completions(c)->set_reward(c);
+    ASSERT_TRUE(stream->Write(g)) << i;
+  }
+  stream->WritesDone();
+  std::vector<v1::RolloutAck> acks;
+  v1::RolloutAck ack;
+  while (stream->Read(&ack)) acks.push_back(ack);
+  const auto status = stream->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(static_cast<int>(acks.size()), kGroups);
+  for (int i = 0; i < kGroups; ++i) {
+    EXPECT_EQ(acks[static_cast<size_t>(i)].index(), i);
+    if (i % 3 == 2) {
+      EXPECT_EQ(acks[static_cast<size_t>(i)].status(), "invalid") << i;
+      EXPECT_NE(acks[static_cast<size_t>(i)].message().find("prompt_text"), std::string::npos)
+          << acks[static_cast<size_t>(i)].message();
+    } else {
+      EXPECT_EQ(acks[static_cast<size_t>(i)].status(), "accepted") << i << " " << acks[static_cast<size_t>(i)].message();
+      EXPECT_EQ(acks[static_cast<size_t>(i)].group_id(), "g" + std::to_string(i));
+    }
+  }
+  v1::GetRolloutStatsRequest req;
+  v1::RolloutStats stats;
+  ASSERT_TRUE(stub->GetRolloutStats(Ctx().get(), req, &stats).ok());
+  EXPECT_EQ(stats.accepted(), 8);
+  EXPECT_EQ(stats.queue_depth(), 8);
   s.server->Shutdown();
 }
 
