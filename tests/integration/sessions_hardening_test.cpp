@@ -67,6 +67,20 @@ struct Stub {
     for (int t = 0; t < 16; ++t) ex->add_tokens((t * 7 + 3) % 256);
     return stub->TrainStep(ctx().get(), req, out);
   }
+  /// A push of one small group (4 prompt tokens, 2 completions of 4 tokens varying with k).
+  static v1::PushRolloutsRequest Push(const std::string& session, int k, const std::string& group_id = "") {
+    v1::PushRolloutsRequest req;
+    req.set_session(session);
+    auto* g = req.add_groups();
+    g->set_group_id(group_id);
+    for (int p = 0; p < 4; ++p) g->add_prompt(p + 1);
+    for (int c = 0; c < 2; ++c) {
+      auto* comp = g->add_completions();
+      for (int q = 0; q < 4; ++q) comp->add_tokens((k + c + q) % 200 + 1);
+      comp->set_reward(c);
+    }
+    return req;
+  }
   int64_t version(const std::string& session) const {
     v1::GetSessionRequest r;
     r.set_name(session);
@@ -141,15 +155,7 @@ TEST(SessionsHardening, DeleteRacingPushesAndStatsReadersKeepsTheServerUp) {
       threads.emplace_back([&, t] {
         Stub own(s.target);
         for (int k = 0; !stop; ++k) {
-          v1::PushRolloutsRequest req;
-          req.set_session(t == 0 ? "doomed" : "steady");
-          auto* g = req.add_groups();
-          for (int p = 0; p < 4; ++p) g->add_prompt(p + 1);
-          for (int c = 0; c < 2; ++c) {
-            auto* comp = g->add_completions();
-            for (int q = 0; q < 4; ++q) comp->add_tokens((k + c + q) % 200 + 1);
-            comp->set_reward(c);
-          }
+          const auto req = Stub::Push(t == 0 ? "doomed" : "steady", k);
           v1::PushRolloutsResponse resp;
           const auto st = own.stub->PushRollouts(Stub::ctx().get(), req, &resp);
           if (t == 1 && st.ok() && resp.acks(0).status() == "accepted") ++steady_accepted;
@@ -217,16 +223,7 @@ TEST(SessionsHardening, ConcurrentClientsTrainEveryAcknowledgedGroupExactlyOnce)
       const std::string session = t < 2 ? steady[static_cast<size_t>(t)] : "doomed";
       for (int k = 0; !stop && k < 40; ++k) {  // a bounded backlog: the queue drains in seconds
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        v1::PushRolloutsRequest req;
-        req.set_session(session);
-        auto* g = req.add_groups();
-        g->set_group_id(session + "-" + std::to_string(k));
-        for (int p = 0; p < 4; ++p) g->add_prompt(p + 1);
-        for (int c = 0; c < 2; ++c) {
-          auto* comp = g->add_completions();
-          for (int q = 0; q < 4; ++q) comp->add_tokens((k + c + q) % 200 + 1);
-          comp->set_reward(c);
-        }
+        const auto req = Stub::Push(session, k, session + "-" + std::to_string(k));
         v1::PushRolloutsResponse resp;
         const auto st = own.stub->PushRollouts(Stub::ctx().get(), req, &resp);
         if (t == 2 || !st.ok()) continue;

@@ -193,6 +193,34 @@ TEST(EngineInputs, BadBatchIsRejectedBeforeAnythingRuns) {
   EXPECT_THROW(ForwardBackward(model, empty, *objective, {EngineKind::kFull}), InvalidArgument);
 }
 
+// Samples completions and returns the largest difference between the sampler's
+// log-probabilities of its own tokens and TokenLogprobs (what ComputeLogprobs and the trainer
+// use) of prompt + completion; `samples` gets the completions.
+double WorstSampledLogprobError(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                const SampleOptions& options, std::vector<SampledCompletion>* samples) {
+  *samples = SampleCompletions(model, prompts, options);
+  std::vector<Sequence> full;
+  for (const auto& c : *samples) {
+    Sequence seq;
+    seq.tokens = prompts[c.prompt_index];
+    seq.tokens.insert(seq.tokens.end(), c.tokens.begin(), c.tokens.end());
+    seq.loss_mask.assign(seq.tokens.size(), 1);
+    full.push_back(seq);
+  }
+  auto logprobs = TokenLogprobs(model, MakeBatch(full, Layout::kRightPad));
+  double worst = 0;
+  for (size_t i = 0; i < samples->size(); ++i) {
+    const auto& c = (*samples)[i];
+    EXPECT_EQ(c.logprobs.size(), c.tokens.size());
+    const int64_t plen = static_cast<int64_t>(prompts[c.prompt_index].size());
+    for (size_t t = 0; t < c.tokens.size() && t < c.logprobs.size(); ++t) {
+      const double want = logprobs[static_cast<int64_t>(i)][plen - 1 + static_cast<int64_t>(t)].item<double>();
+      worst = std::max(worst, std::abs(c.logprobs[t] - want));
+    }
+  }
+  return worst;
+}
+
 // Sampling with a prompt longer than a chunk: the prefill runs chunk by chunk with key
 // tiles (prompts of 1300 and 700 tokens: three chunks, the last one tiled), and the
 // sampled tokens' log-probabilities equal TokenLogprobs of prompt + completion (float64).
@@ -200,69 +228,37 @@ TEST(Sampler, LongPromptPrefillIsExact) {
   auto config = TinyConfig("qwen3");
   auto model = RandomModel(config, 5, torch::kFloat64);
   auto seqs = RandomSequences({1300, 700}, config.vocab_size, 8);
-  std::vector<std::vector<int64_t>> prompts{seqs[0].tokens, seqs[1].tokens};
   SampleOptions options;
   options.n = 2;
   options.max_tokens = 4;
   options.seed = 3;
-  const auto samples = SampleCompletions(model, prompts, options);
-  ASSERT_EQ(samples.size(), 4u);
-  std::vector<Sequence> full;
-  for (const auto& c : samples) {
-    Sequence s;
-    s.tokens = prompts[c.prompt_index];
-    s.tokens.insert(s.tokens.end(), c.tokens.begin(), c.tokens.end());
-    s.loss_mask.assign(s.tokens.size(), 1);
-    full.push_back(s);
-  }
-  auto logprobs = TokenLogprobs(model, MakeBatch(full, Layout::kRightPad));
-  for (size_t i = 0; i < samples.size(); ++i) {
-    const int64_t plen = static_cast<int64_t>(prompts[samples[i].prompt_index].size());
-    ASSERT_EQ(samples[i].logprobs.size(), samples[i].tokens.size());
-    for (size_t t = 0; t < samples[i].tokens.size(); ++t) {
-      EXPECT_NEAR(samples[i].logprobs[t], logprobs[i][plen - 1 + t].item<double>(), 1e-9) << i << " " << t;
-    }
-  }
+  std::vector<SampledCompletion> samples;
+  EXPECT_LE(WorstSampledLogprobError(model, {seqs[0].tokens, seqs[1].tokens}, options, &samples), 1e-9);
+  EXPECT_EQ(samples.size(), 4u);
 }
 
 // A model with sliding-window layers (Mistral: all of them; Qwen2: from max_window_layers on,
 // here layer 1 of 2; window 5): the sampler's log-probabilities of its own tokens equal
-// TokenLogprobs (what ComputeLogprobs and the trainer use) of prompt + completion, in
-// float64, with completions of 12 tokens past prompts of 3, 9 and 600 (a prefill over two
-// chunks): the prefill's mask and each decoding step see only the window, and the cache
-// keeps only what the window needs. (The sampler ignored the window: up to 6.95 nats apart.)
+// TokenLogprobs of prompt + completion, in float64, with completions of 12 tokens past
+// prompts of 3, 9 and 600 (a prefill over two chunks): the prefill's mask and each decoding
+// step see only the window, and the cache keeps only what the window needs. (The sampler
+// ignored the window: 2.47 nats apart on Mistral, 1.57 on Qwen2, in this test.)
 TEST(Sampler, SlidingWindowLogprobsEqualTheTrainers) {
   for (const char* family : {"mistral_window", "qwen2_window"}) {
     auto config = TinyConfig(family);
     ASSERT_EQ(*config.sliding_window, 5);
     auto model = RandomModel(config, 6, torch::kFloat64);
     auto seqs = RandomSequences({3, 9, 600}, config.vocab_size, 4);
-    std::vector<std::vector<int64_t>> prompts{seqs[0].tokens, seqs[1].tokens, seqs[2].tokens};
     SampleOptions options;
     options.n = 2;
     options.max_tokens = 12;
     options.seed = 7;
-    const auto samples = SampleCompletions(model, prompts, options);
-    ASSERT_EQ(samples.size(), 6u);
-    std::vector<Sequence> full;
-    for (const auto& c : samples) {
-      ASSERT_EQ(c.tokens.size(), 12u) << family;
-      Sequence seq;
-      seq.tokens = prompts[c.prompt_index];
-      seq.tokens.insert(seq.tokens.end(), c.tokens.begin(), c.tokens.end());
-      seq.loss_mask.assign(seq.tokens.size(), 1);
-      full.push_back(seq);
-    }
-    auto logprobs = TokenLogprobs(model, MakeBatch(full, Layout::kRightPad));
-    double worst = 0;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      const int64_t plen = static_cast<int64_t>(prompts[samples[i].prompt_index].size());
-      for (size_t t = 0; t < samples[i].tokens.size(); ++t) {
-        const double want = logprobs[static_cast<int64_t>(i)][plen - 1 + static_cast<int64_t>(t)].item<double>();
-        worst = std::max(worst, std::abs(samples[i].logprobs[t] - want));
-      }
-    }
+    std::vector<SampledCompletion> samples;
+    const double worst =
+        WorstSampledLogprobError(model, {seqs[0].tokens, seqs[1].tokens, seqs[2].tokens}, options, &samples);
     EXPECT_LE(worst, 1e-10) << family << ": sampled log-probs differ from the trainer's";
+    ASSERT_EQ(samples.size(), 6u);
+    for (const auto& c : samples) EXPECT_EQ(c.tokens.size(), 12u) << family;
   }
 }
 
