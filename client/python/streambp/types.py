@@ -330,6 +330,7 @@ class RolloutStats:
     groups_per_step: int
     max_staleness: int
     policy_version: int
+    in_step: int  # taken by the running rollout step (neither consumed nor queued yet)
 
 
 @dataclass(frozen=True)
