@@ -160,7 +160,7 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       auto shared = std::make_shared<Pending>(std::move(p));
       CallContext c;
       c.method = "PushRolloutsStream";
-      c.cancelled = [ctx = ctx_] { return ctx->IsCancelled(); };
+      c.cancelled = [self] { return self->gone(); };
       auto failed = [self](std::exception_ptr error) {
         {
           std::lock_guard<std::mutex> lock(self->mutex_);
@@ -198,6 +198,14 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     }
   }
 
+  // Whether the group's work can stop: the stream ended (a failure finished it, or the call
+  // is done and its context gone) or the client cancelled. Safe from any thread at any time:
+  // the context is asked only while OnDone has not run (it waits for mutex_).
+  bool gone() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return finished_ || done_ || ctx_->IsCancelled();
+  }
+
   PushItem convert(const Pending& p) {
     PushItem item;
     if (!p.parse_error.empty()) {
@@ -220,7 +228,7 @@ class PushStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   void submit(const std::shared_ptr<PushStream>& self, PushItem item) {
     CallContext c;
     c.method = "PushRolloutsStream";
-    c.cancelled = [ctx = ctx_] { return ctx->IsCancelled(); };
+    c.cancelled = [self] { return self->gone(); };
     std::vector<PushItem> items;
     items.push_back(std::move(item));
     host_->push_rollouts(c, std::move(items), [self](const Outcome<std::vector<RolloutAck>>& o) { self->on_acks(o); });
