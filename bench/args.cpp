@@ -10,7 +10,11 @@ namespace streambp::bench {
 
 void AddOptions(CLI::App& app, Args& a) {
   app.add_option("--model", a.model_dir, "Hugging Face model folder (default: the embedded preset)");
-  app.add_option("--preset", a.preset, "embedded model")->check(CLI::IsMember({"tiny", "small"}));
+  app.add_option("--preset", a.preset, "embedded model: tiny | small | qwen3-8b")
+      ->check(CLI::IsMember(PresetNames()));
+  app.add_option("--device", a.device,
+                 "cpu | cuda | cuda:N (CUDA builds): memory from the caching allocator's device statistics, "
+                 "budgets as its memory fraction, timings synchronized");
   app.add_option("--seed", a.seed, "seed of the embedded model");
   app.add_option("--dtype", a.dtype, "float32 | float64 | bfloat16");
   app.add_option("--objective", a.objective, "sft | dpo | grpo")->check(CLI::IsMember({"sft", "dpo", "grpo"}));
@@ -20,7 +24,8 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_option("--seq-lens", a.seq_lens, "sequence lengths of the sweep, comma separated")->delimiter(',');
   app.add_option("--batch", a.batch, "sft: sequences; dpo: pairs; grpo: completions of one group")
       ->check(CLI::PositiveNumber);
-  app.add_option("--budget", a.budget, "activation budget of the max-length search (e.g. 1GiB)");
+  app.add_option("--budget", a.budget,
+                 "activation budget of the max-length search (e.g. 1GiB; device: the whole GPU past the statics)");
   app.add_option("--repeat", a.repeat, "timed steps per point (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", a.warmup, "untimed steps per point before the timed ones")->check(CLI::NonNegativeNumber);
   app.add_option("--chunk", a.chunk,

@@ -104,12 +104,45 @@ int64_t ResidentBytes();
 int64_t PeakResidentBytes();
 void ResetPeakRss();
 
-/// Measured throughput of an n x n x n GEMM in `dtype` (best of a few), GFLOP/s.
-double MeasureGemmGflops(torch::Dtype dtype, int64_t n);
+struct DeviceMemory;
+/// Measured throughput of an n x n x n GEMM in `dtype` on the device (best of a few), GFLOP/s.
+double MeasureGemmGflops(torch::Dtype dtype, int64_t n, const DeviceMemory& device);
 
 /// Everything the runner needs; the model is owned by the caller.
+/// Memory of the device the measurements run on (docs/architecture.md: Measuring): the CPU's
+/// tracking allocator (live and peak bytes, a budget past which an allocation fails), or on
+/// a CUDA device (CUDA builds) the caching allocator's allocated bytes, current and peak, with
+/// the budget as its memory fraction. Out of memory is c10::OutOfMemoryError on both.
+struct DeviceMemory {
+  torch::Device device{torch::kCPU};
+  int64_t live() const;
+  int64_t peak() const;
+  void reset_peak() const;    ///< peak := live
+  int64_t total() const;      ///< the device's memory (CUDA); 0 on the CPU (no fixed size)
+  std::string describe() const;  ///< "cpu", or the GPU's name, memory and CUDA versions
+  void synchronize() const;   ///< waits for the device's queued work (CUDA), before a clock is read
+  void release_cached() const;  ///< CUDA: the caching allocator's free blocks back to the driver
+
+  /// A budget for a scope (bytes in all, statics included; 0 = none), restored on exit.
+  class Budget {
+   public:
+    Budget(const DeviceMemory& memory, int64_t bytes);
+    ~Budget();
+    Budget(const Budget&) = delete;
+    Budget& operator=(const Budget&) = delete;
+
+   private:
+    const DeviceMemory& memory_;
+    int64_t previous_ = 0;
+  };
+};
+
+/// An out-of-memory error: c10::OutOfMemoryError, or a CUDA library's failed allocation.
+bool IsOutOfMemory(const std::exception& e);
+
 struct Context {
   CausalLM model{nullptr};
+  DeviceMemory memory;  ///< the model's device
   ModelConfig config;
   torch::Dtype dtype = torch::kFloat32;
   std::string optimizer = "adamw";

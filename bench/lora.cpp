@@ -18,8 +18,8 @@ nlohmann::json RunLoraComparison(Context& ctx, const LoraPlan& plan) {
               ctx.optimizer.c_str(), HumanBytes(plan.total_budget).c_str());
   std::printf("%-10s %10s %10s %10s %10s %10s | %8s %12s %12s %9s\n", "mode", "weights", "adapter", "grads",
               "optimizer", "statics", "T", "activation", "predicted", "step s");
-  const auto adapter = LoraAdapter::Create(ctx.config, plan.lora, ctx.dtype == torch::kFloat64 ? torch::kFloat64
-                                                                                               : torch::kFloat32);
+  const auto adapter = LoraAdapter::Create(
+      ctx.config, plan.lora, ctx.dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32, ctx.memory.device);
   int64_t max_len[2] = {0, 0};
   for (int mode = 0; mode < 2; ++mode) {
     ctx.adapter = mode == 1 ? adapter : nullptr;

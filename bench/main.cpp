@@ -163,28 +163,51 @@ int main(int argc, char** argv) {
     RegisterBuiltinObjectives();
     Context ctx;
     ctx.dtype = ParseDtype(a.dtype);
-    CheckDtypeOnDevice(ctx.dtype, torch::kCPU);
-    ctx.model = a.model_dir.empty() ? InitModel(PresetConfig(a.preset), a.seed, ctx.dtype)
-                                    : LoadModel(a.model_dir, ctx.dtype);
+    {
+      ModelSource source;  // the same checks of device and dtype as the server's
+      source.device = a.device;
+      source.dtype = a.dtype;
+      source.preset = a.preset;
+      CheckModelSource(source);
+    }
+    ctx.memory.device = torch::Device(a.device);
+    if (ctx.memory.device.is_cuda() && (!a.world_sizes.empty() || a.sample_prompts > 0 || !a.tokenizer.empty())) {
+      throw InvalidArgument("--device cuda measures the engines' steps (the sweep, the search, --lora-rank); the "
+                            "data-parallel, sample and text modes run on the CPU");
+    }
+    if (ctx.memory.device.is_cuda() && a.profile) {
+      // RecordFunction times the host side of one thread; on a GPU the kernels run later.
+      throw InvalidArgument("--profile times CPU steps only; on a GPU use Nsight Systems or torch.profiler");
+    }
+    ctx.model = a.model_dir.empty() ? InitModel(PresetConfig(a.preset), a.seed, ctx.dtype, ctx.memory.device)
+                                    : LoadModel(a.model_dir, ctx.dtype, ctx.memory.device);
     ctx.config = ctx.model->config();
     ctx.optimizer = a.optimizer;
     ctx.threads = torch::get_num_threads();
     ctx.workload = {a.objective, a.batch, 1};
     ctx.profile = a.profile;
     PrepareStatics(ctx);
-    const int64_t budget = a.no_search ? 0 : ParseBytes(a.budget);
     const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
-    ctx.mem_limit = a.mem_limit == "auto" ? std::max<int64_t>(0, MemAvailable() * 8 / 10 - statics)
-                                          : ParseBytes(a.mem_limit);
+    // --budget device: the whole GPU past the statics (the search then runs to the real OOM).
+    if (a.budget == "device" && ctx.memory.device.is_cpu()) {
+      throw InvalidArgument("--budget device needs --device cuda (on the CPU give bytes, e.g. --budget 4GiB)");
+    }
+    const int64_t budget = a.no_search          ? 0
+                           : a.budget == "device" ? std::max<int64_t>(0, ctx.memory.total() - statics)
+                                                  : ParseBytes(a.budget);
+    // auto: 80% of the available RAM on the CPU; on a GPU the whole device (a point past it
+    // fails with the allocator's out-of-memory error, the real limit).
+    const int64_t machine = ctx.memory.device.is_cpu() ? MemAvailable() * 8 / 10 : ctx.memory.total();
+    ctx.mem_limit = a.mem_limit == "auto" ? std::max<int64_t>(0, machine - statics) : ParseBytes(a.mem_limit);
 
     // The machine, and the GEMM throughput that makes GFLOP/s comparable across machines.
     const auto runtime = GetRuntimeInfo();
-    const double gemm = MeasureGemmGflops(ctx.dtype, a.gemm_n);
+    const double gemm = MeasureGemmGflops(ctx.dtype, a.gemm_n, ctx.memory);
     std::ostringstream machine_line;
     machine_line << CpuModel() << ", " << std::thread::hardware_concurrency() << " cores, "
                  << HumanBytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE)) << " RAM; "
-                 << runtime.describe() << "; GEMM " << a.gemm_n << "^3 " << a.dtype << ": "
-                 << static_cast<int>(std::lround(gemm)) << " GFLOP/s";
+                 << runtime.describe() << "; device " << ctx.memory.describe() << "; GEMM " << a.gemm_n << "^3 "
+                 << a.dtype << ": " << static_cast<int>(std::lround(gemm)) << " GFLOP/s";
     std::printf("machine:   %s\n", machine_line.str().c_str());
     const auto& c = ctx.config;
     int64_t params = 0;
@@ -206,6 +229,8 @@ int main(int argc, char** argv) {
                          {"torch", runtime.torch_version},
                          {"blas", runtime.blas},
                          {"threads", runtime.threads},
+                         {"device", ctx.memory.describe()},
+                         {"device_memory_bytes", ctx.memory.total()},
                          {"gemm_n", a.gemm_n},
                          {"gemm_gflops", gemm}};
     report["model"] = {{"source", a.model_dir.empty() ? "preset:" + a.preset : a.model_dir},
@@ -429,7 +454,7 @@ int main(int argc, char** argv) {
 
     // GEMM again at the end: the reference is the better of the two (a busy machine at the
     // start must not make every GFLOP/s look better than it is).
-    const double gemm_end = MeasureGemmGflops(ctx.dtype, a.gemm_n);
+    const double gemm_end = MeasureGemmGflops(ctx.dtype, a.gemm_n, ctx.memory);
     report["machine"]["gemm_gflops_start"] = gemm;
     report["machine"]["gemm_gflops_end"] = gemm_end;
     const double gemm_ref = std::max(gemm, gemm_end);
@@ -562,7 +587,7 @@ int main(int argc, char** argv) {
 
     write_json();
     if (!a.plot_path.empty()) {
-      WritePlot(a.plot_path, runs, a.no_search ? 0 : ParseBytes(a.budget),
+      WritePlot(a.plot_path, runs, budget,
                 "streambp-bench: " + a.objective + ", " + (a.model_dir.empty() ? a.preset : a.model_dir) + ", " + a.dtype,
                 machine_line.str());
       std::printf("plot: %s\n", a.plot_path.c_str());

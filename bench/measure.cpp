@@ -168,16 +168,19 @@ StepFlops AnalyticFlops(const ModelConfig& c, int64_t B, int64_t T, const Varian
   return f;
 }
 
-double MeasureGemmGflops(torch::Dtype dtype, int64_t n) {
+double MeasureGemmGflops(torch::Dtype dtype, int64_t n, const DeviceMemory& device) {
   torch::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
-  auto a = at::randn({n, n}, gen, torch::TensorOptions().dtype(torch::kFloat32)).to(dtype);
-  auto b = at::randn({n, n}, gen, torch::TensorOptions().dtype(torch::kFloat32)).to(dtype);
+  const auto on = torch::TensorOptions().dtype(dtype).device(device.device);
+  auto a = at::randn({n, n}, gen, torch::TensorOptions().dtype(torch::kFloat32)).to(on);
+  auto b = at::randn({n, n}, gen, torch::TensorOptions().dtype(torch::kFloat32)).to(on);
   auto c = torch::mm(a, b);
+  device.synchronize();
   double best = 1e30;
   for (int i = 0; i < 5; ++i) {
     const auto t0 = Clock::now();
     torch::mm_out(c, a, b);
+    device.synchronize();
     best = std::min(best, Seconds(t0));
   }
   return 2.0 * n * n * n / best / 1e9;
@@ -199,22 +202,22 @@ void PrepareStatics(Context& ctx) {
   if (ctx.adapter) {
     for (const auto& [name, p] : trained) ctx.statics.weights += p.numel() * p.element_size();
   }
-  const int64_t before = memory::LiveBytes();
+  const int64_t before = ctx.memory.live();
   for (const auto& [name, p] : trained) {
     auto t = p;
     t.requires_grad_(true);
     t.mutable_grad() = torch::zeros_like(t);
   }
-  ctx.statics.grads = memory::LiveBytes() - before;
+  ctx.statics.grads = ctx.memory.live() - before;
   if (ctx.optimizer != "none") {
     // The optimizer's state exists from its first step on: make one with lr 0 (no change).
     OptimizerOptions o;
     o.name = ctx.optimizer;
     if (o.name == "sgd") o.momentum = 0.9;
-    const int64_t live = memory::LiveBytes();
+    const int64_t live = ctx.memory.live();
     optimizer = std::make_unique<Optimizer>(o, trained);
     optimizer->step(0.0);
-    ctx.statics.optimizer = memory::LiveBytes() - live;
+    ctx.statics.optimizer = ctx.memory.live() - live;
   }
 }
 
@@ -257,9 +260,9 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
   for (int64_t i = 0; i < warmup + repeat; ++i) {
     ZeroGradients(ctx);
     auto objective = CreateObjective(ctx.workload.objective, nlohmann::json::object());
-    memory::ResetPeak();
+    ctx.memory.reset_peak();
     try {
-      memory::ScopedBudget scoped(budget > 0 ? statics + budget : 0);
+      DeviceMemory::Budget scoped(ctx.memory, budget > 0 ? statics + budget : 0);
       // Each step runs on a fresh thread: after a backward fails (out of memory), LibTorch's
       // autograd engine keeps the failed graph's pending gradient buffers in its
       // thread-local ready queue until a later backward on that thread drains it; a thread
@@ -270,10 +273,12 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
       std::thread worker([&] {
         try {
           torch::set_num_threads(ctx.threads);
+          ctx.memory.synchronize();
           const auto t0 = Clock::now();
           TerminalProgress line(v.label() + " T=" + std::to_string(T));
           result = ForwardBackward(ctx.model, batch, *objective, line.wrap(v.options));
           objective->finish();
+          ctx.memory.synchronize();
           secs = Seconds(t0);
         } catch (...) {
           error = std::current_exception();
@@ -284,16 +289,18 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
       r.loss = result.loss;
       r.offloaded_bytes = result.offloaded_bytes;
       if (i >= warmup) r.samples.push_back(secs);
-    } catch (const c10::OutOfMemoryError& e) {
+    } catch (const c10::Error& e) {
+      if (!IsOutOfMemory(e)) throw;
       r.oom = true;
       r.oom_message = e.what_without_backtrace();
+      ctx.memory.release_cached();
       break;
     } catch (const std::bad_alloc&) {
       r.oom = true;
       r.oom_message = "std::bad_alloc";
       break;
     }
-    peak = std::max(peak, memory::PeakBytes());
+    peak = std::max(peak, ctx.memory.peak());
   }
   if (ctx.profile && !r.oom) {
     ZeroGradients(ctx);

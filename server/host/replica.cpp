@@ -101,7 +101,7 @@ void Replica::restore_session(const SessionSpec& spec, const std::string& dir) {
   auto options = options_of(spec);
   std::unique_ptr<Trainer> trainer;
   if (spec.full) {
-    trainer = Trainer::LoadCheckpoint(dir, &options);
+    trainer = Trainer::LoadCheckpoint(dir, &options, base_);  // a full checkpoint takes only its device
   } else {
     options.reference.dir.clear();
     trainer = Trainer::LoadCheckpoint(dir, &options, base_);
@@ -121,7 +121,7 @@ void Replica::load(const std::string& session, const std::string& dir) {
   auto& current = trainer(session);
   TrainerOptions options = current.options();
   const bool adapter = static_cast<bool>(current.adapter());
-  auto loaded = adapter ? Trainer::LoadCheckpoint(dir, &options, base_) : Trainer::LoadCheckpoint(dir, &options);
+  auto loaded = Trainer::LoadCheckpoint(dir, &options, base_);  // full: base_ gives the device only
   auto shape = [](const ModelConfig& c) {
     auto j = c.ToJson();
     j.erase("torch_dtype");

@@ -18,11 +18,12 @@ namespace {
 void AddModelFlags(CLI::App* cmd, streambp::ModelSource& m) {
   cmd->add_option("--model", m.dir, "Hugging Face model folder (config.json + safetensors); "
                                     "default: the embedded preset");
-  cmd->add_option("--preset", m.preset, "embedded model when --model is not given")
-      ->check(CLI::IsMember({"tiny", "small"}));
+  cmd->add_option("--preset", m.preset, "embedded model when --model is not given: tiny | small | qwen3-8b")
+      ->check(CLI::IsMember(streambp::PresetNames()));
   cmd->add_option("--seed", m.seed, "seed of the embedded model");
   cmd->add_option("--dtype", m.dtype, "float32 | float64 | bfloat16 | float16")
       ->check(CLI::IsMember({"float32", "float64", "bfloat16", "float16"}));
+  cmd->add_option("--device", m.device, "cpu | cuda | cuda:N (the batches follow the model there)");
 }
 
 void AddEngineFlags(CLI::App* cmd, streambp::tools::EngineFlags& f) {
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
 
   streambp::tools::InitModelArgs init;
   auto* init_cmd = app.add_subcommand("init-model", "write a deterministic random-init model in HF format");
-  init_cmd->add_option("--preset", init.preset, "tiny | small")->check(CLI::IsMember({"tiny", "small"}));
+  init_cmd->add_option("--preset", init.preset, "tiny | small | qwen3-8b")->check(CLI::IsMember(streambp::PresetNames()));
   init_cmd->add_option("--seed", init.seed, "random seed");
   init_cmd->add_option("--dtype", init.dtype, "dtype of the written weights")
       ->check(CLI::IsMember({"float32", "float64", "bfloat16", "float16"}));
@@ -172,7 +173,8 @@ int main(int argc, char** argv) {
   auto* serve_cmd = app.add_subcommand("serve", "start the gRPC training service (Ctrl-C or SIGTERM drains and stops)");
   serve_cmd->add_option("--config", serve.config_file, "JSON config file; the flags below override it");
   serve_cmd->add_option("--model", serve.model_dir, "Hugging Face model folder (default: the embedded preset)");
-  serve_cmd->add_option("--preset", serve.preset, "embedded model when --model is not given: tiny | small");
+  serve_cmd->add_option("--preset", serve.preset, "embedded model when --model is not given: tiny | small | qwen3-8b")
+      ->check(CLI::IsMember(streambp::PresetNames()));
   serve_cmd->add_option("--seed", serve.seed, "seed of the embedded model");
   serve_cmd->add_option("--dtype", serve.dtype, "float32 | float64 | bfloat16");
   serve_cmd->add_option("--device", serve.device, "cpu | cuda | cuda:N");

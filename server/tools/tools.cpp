@@ -48,7 +48,8 @@ LoadedModel Load(const ModelSource& src, const std::string& adapter_dir = "") {
   m.description = src.describe();
   if (!adapter_dir.empty()) {
     const auto dtype = ParseDtype(src.dtype);
-    m.adapter = LoraAdapter::Load(adapter_dir, m.model->config(), dtype == torch::kFloat64 ? dtype : torch::kFloat32);
+    m.adapter = LoraAdapter::Load(adapter_dir, m.model->config(), dtype == torch::kFloat64 ? dtype : torch::kFloat32,
+                                  torch::Device(src.device));
     for (auto& p : m.model->parameters()) p.requires_grad_(false);
     for (auto& [name, t] : m.adapter->named_parameters()) t.requires_grad_(true);
     m.model->set_adapter(m.adapter);

@@ -71,7 +71,7 @@ int Train(const TrainArgs& args) {
   const auto adapter_dtype = ParseDtype(args.model.dtype) == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   if (!args.adapter.empty()) {
     if (args.lora_rank > 0) throw InvalidArgument("give --adapter (start from an adapter) or --lora-rank, not both");
-    adapter = LoraAdapter::Load(args.adapter, model->config(), adapter_dtype);
+    adapter = LoraAdapter::Load(args.adapter, model->config(), adapter_dtype, torch::Device(args.model.device));
   } else if (args.lora_rank > 0) {
     LoraConfig lora;
     lora.r = args.lora_rank;
@@ -80,7 +80,7 @@ int Train(const TrainArgs& args) {
     lora.use_rslora = args.use_rslora;
     lora.seed = args.model.seed;
     lora.base_model_name_or_path = args.model.dir;
-    adapter = LoraAdapter::Create(model->config(), lora, adapter_dtype);
+    adapter = LoraAdapter::Create(model->config(), lora, adapter_dtype, torch::Device(args.model.device));
   }
   if (!adapter && (!args.save_adapter.empty() || !args.save_merged.empty())) {
     throw InvalidArgument("--save-adapter and --save-merged need an adapter (--lora-rank R or --adapter DIR)");

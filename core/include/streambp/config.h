@@ -79,6 +79,11 @@ struct ModelConfig {
 /// Deterministic presets of the project's own Qwen3-architecture model.
 /// tiny (tests): 2 layers, hidden 64, 4/2 heads, head_dim 16, intermediate 128, vocab 256.
 /// small (benchmarks): 8 layers, hidden 512, 8/4 heads, head_dim 64, intermediate 1536, vocab 32000.
+/// qwen3-8b (GPU benchmarks): Qwen3-8B's shapes (36 layers, hidden 4096, 32/8 heads, head_dim
+/// 128, intermediate 12288, vocab 151936; 8.19e9 parameters) with random weights, and
+/// max_position_embeddings raised to 1M so that long-sequence probes are not refused.
 ModelConfig PresetConfig(const std::string& name);
+/// The names PresetConfig knows, in order of size.
+std::vector<std::string> PresetNames();
 
 }  // namespace streambp

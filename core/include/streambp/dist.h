@@ -12,10 +12,25 @@
 #include <vector>
 
 #include <torch/types.h>
+#include <torch/version.h>
 
+// The object that runs the collectives: c10d::ProcessGroup up to LibTorch 1.13; from 2.0 on
+// ProcessGroupGloo / ProcessGroupNCCL derive from c10d::Backend (the ProcessGroup wraps them).
 namespace c10d {
+#if TORCH_VERSION_MAJOR >= 2
+class Backend;
+#else
 class ProcessGroup;
-}
+#endif
+}  // namespace c10d
+
+namespace streambp {
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveGroup = c10d::Backend;
+#else
+using CollectiveGroup = c10d::ProcessGroup;
+#endif
+}  // namespace streambp
 
 namespace streambp {
 
@@ -137,14 +152,14 @@ class Communicator {
 
  private:
   friend class BucketedSum;
-  Communicator(const DistOptions& options, std::shared_ptr<c10d::ProcessGroup> group);
+  Communicator(const DistOptions& options, std::shared_ptr<CollectiveGroup> group);
   void wait(const std::string& what, const std::function<void()>& op, int64_t bytes);
   void count(const std::string& op, int64_t bytes, double seconds, int64_t calls);
   [[noreturn]] void fail(const std::string& what, const std::exception& e) const;
 
   DistOptions options_;
   torch::Device device_{torch::kCPU};
-  std::shared_ptr<c10d::ProcessGroup> group_;
+  std::shared_ptr<CollectiveGroup> group_;
   CommStats stats_;
 };
 

@@ -191,8 +191,14 @@ std::string DtypeName(torch::Dtype dtype);
 void CheckDtypeOnDevice(torch::Dtype dtype, const torch::Device& device);
 
 /// A model built from a config with deterministic random weights (normal(0, 0.02) for
-/// matrices, 1 for norms, 0 for biases) from `seed`, independent of global RNG state.
-CausalLM InitModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype);
+/// matrices, 1 for norms, 0 for biases) from `seed`, independent of global RNG state, on
+/// `device`. Models up to kHostDrawParameters draw on the CPU: the same values in every dtype,
+/// on every machine and device. Larger ones (the qwen3-8b preset) draw on a CUDA `device`
+/// with its own generator (a CPU draw of 8e9 values takes minutes): deterministic per seed
+/// on that kind of device, not equal to the CPU's values.
+CausalLM InitModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype,
+                   const torch::Device& device = torch::kCPU);
+inline constexpr int64_t kHostDrawParameters = int64_t{1} << 30;
 
 /// Loads a Hugging Face model folder (config.json + safetensors) in `dtype` on `device`.
 CausalLM LoadModel(const std::string& dir, torch::Dtype dtype,

@@ -77,7 +77,8 @@ class Trainer {
   /// A checkpoint of an adapter run holds the adapter (PEFT files), its optimizer state and
   /// the identity of its base (config + BaseIdentity), not the base weights: it is loaded
   /// onto `base`, which must be that very model (InvalidArgument "... a different base ..."
-  /// otherwise, nothing changed); `base` is required for it and ignored otherwise.
+  /// otherwise, nothing changed); `base` is required for it. A full checkpoint takes only
+  /// its device from `base` (the CPU when it is null).
   static std::unique_ptr<Trainer> LoadCheckpoint(const std::string& dir,
                                                  const TrainerOptions* override = nullptr,
                                                  CausalLM base = nullptr);

@@ -10,7 +10,9 @@
 #include <functional>
 #include <map>
 
+#if !defined(STREAMBP_NO_GLOO)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #if defined(STREAMBP_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -24,6 +26,15 @@ namespace streambp {
 namespace {
 
 constexpr int64_t kBucketBytes = 32 << 20;
+
+// The intrusive_ptr c10d hands out, owned by a shared_ptr (its reference given back when the
+// last owner goes).
+template <typename Group>
+std::shared_ptr<CollectiveGroup> ShareGroup(c10::intrusive_ptr<Group> pg) {
+  return std::shared_ptr<CollectiveGroup>(pg.release(), [](CollectiveGroup* p) {
+    c10::intrusive_ptr<CollectiveGroup>::reclaim(p);
+  });
+}
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -114,12 +125,10 @@ std::shared_ptr<Communicator> Communicator::Create(const DistOptions& o) {
     // NCCL: one GPU per rank (cuda:LOCAL_RANK), the same TCPStore rendezvous.
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = timeout;
-    std::shared_ptr<c10d::ProcessGroup> group;
+    std::shared_ptr<CollectiveGroup> group;
     try {
       auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.rank, o.world_size, nccl_options);
-      group = std::shared_ptr<c10d::ProcessGroup>(pg.release(), [](c10d::ProcessGroup* p) {
-        c10::intrusive_ptr<c10d::ProcessGroup>::reclaim(p);
-      });
+      group = ShareGroup(std::move(pg));
     } catch (const std::exception& e) {
       throw Error(ErrorCode::kInternal, std::string("creating the NCCL process group failed: ") + e.what());
     }
@@ -128,6 +137,10 @@ std::shared_ptr<Communicator> Communicator::Create(const DistOptions& o) {
     return comm;
 #endif
   }
+#if defined(STREAMBP_NO_GLOO)
+  throw InvalidArgument("this build has no Gloo (built with -DSTREAMBP_WITH_GLOO=OFF, for a LibTorch without gloo "
+                        "headers): data parallelism needs STREAMBP_DIST_BACKEND=nccl on CUDA devices");
+#else
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   // On one machine the ranks talk over loopback; across machines each binds to its own
   // hostname's address (Gloo's default device).
@@ -135,19 +148,18 @@ std::shared_ptr<Communicator> Communicator::Create(const DistOptions& o) {
   options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                       : c10d::ProcessGroupGloo::createDefaultDevice());
   options->threads = 2;
-  std::shared_ptr<c10d::ProcessGroup> group;
+  std::shared_ptr<CollectiveGroup> group;
   try {
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, options);
-    group = std::shared_ptr<c10d::ProcessGroup>(pg.release(), [](c10d::ProcessGroup* p) {
-      c10::intrusive_ptr<c10d::ProcessGroup>::reclaim(p);
-    });
+    group = ShareGroup(std::move(pg));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kInternal, std::string("creating the Gloo process group failed: ") + e.what());
   }
   return std::shared_ptr<Communicator>(new Communicator(o, std::move(group)));
+#endif
 }
 
-Communicator::Communicator(const DistOptions& options, std::shared_ptr<c10d::ProcessGroup> group)
+Communicator::Communicator(const DistOptions& options, std::shared_ptr<CollectiveGroup> group)
     : options_(options), group_(std::move(group)) {}
 
 Communicator::~Communicator() = default;

@@ -74,6 +74,13 @@ void ReleaseFailedBackward() noexcept {
   }
 }
 
+// The batch on the model's device. Batches are built on the CPU (and validated there); the
+// engines combine their tensors with the parameters', so they move once, here.
+Batch OnModelDevice(const CausalLMImpl& model, const Batch& batch) {
+  const auto device = model.embed_tokens->weight.device();
+  return batch.input_ids.device() == device ? batch : batch.to(device);
+}
+
 StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objective, const EngineOptions& options,
                      const ResolvedChunks& chunks) {
   switch (options.kind) {
@@ -100,7 +107,7 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
   }
   try {
     memory::ScopedCache cache;  // the step's freed blocks are reused within it, then freed
-    return RunEngine(*model, batch, objective, options, chunks);
+    return RunEngine(*model, OnModelDevice(*model, batch), objective, options, chunks);
   } catch (...) {
     ReleaseFailedBackward();
     throw;
@@ -125,8 +132,9 @@ torch::Tensor HiddenStates(CausalLMImpl& m, const Batch& batch) {
 
 }  // namespace
 
-StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective, int64_t logits_chunk) {
-  engine::ValidateBatch(*model, batch);
+StepResult ForwardOnly(CausalLM& model, const Batch& cpu_batch, Objective& objective, int64_t logits_chunk) {
+  engine::ValidateBatch(*model, cpu_batch);
+  const Batch batch = OnModelDevice(*model, cpu_batch);
   torch::NoGradGuard no_grad;
   objective.begin(batch);
   auto h = HiddenStates(*model, batch);
@@ -135,8 +143,9 @@ StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective
   return engine::MakeResult(objective, batch, head.loss);
 }
 
-torch::Tensor TokenLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk, double temperature) {
-  engine::ValidateBatch(*model, batch);
+torch::Tensor TokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t logits_chunk, double temperature) {
+  engine::ValidateBatch(*model, cpu_batch);
+  const Batch batch = OnModelDevice(*model, cpu_batch);
   if (!(temperature > 0)) throw InvalidArgument("temperature must be > 0");
   torch::NoGradGuard no_grad;
   auto h = HiddenStates(*model, batch);

@@ -268,8 +268,13 @@ class PinnedHostStore final : public LayerStore {
     if (pending_) return;
     auto out = torch::empty({shape_[0], e - s, shape_[2]}, options_);
     auto done = std::make_shared<at::cuda::CUDAEvent>();
+    // `out` comes from the compute stream's pool: its memory may still be read by kernels
+    // queued there, so the side stream waits for them before it writes.
+    at::cuda::CUDAEvent allocated;
+    allocated.record(c10::cuda::getCurrentCUDAStream(out.device().index()));
     {
       c10::cuda::CUDAStreamGuard guard(side_);
+      allocated.block(side_);
       written_.at(static_cast<size_t>(i)).block(side_);
       out.copy_(host_.at(static_cast<size_t>(i)).slice(1, s, e), /*non_blocking=*/true);
       out.record_stream(side_);

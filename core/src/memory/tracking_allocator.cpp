@@ -15,6 +15,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 #include "streambp/memory.h"
 
@@ -99,7 +100,12 @@ std::string Mib(int64_t bytes) {
 
 class TrackingAllocator final : public c10::Allocator {
  public:
+  // LibTorch 2.x: allocate() is no longer const, and copy_data() is pure virtual.
+#if TORCH_VERSION_MAJOR >= 2
+  c10::DataPtr allocate(size_t n) override {
+#else
   c10::DataPtr allocate(size_t n) const override {
+#endif
     const auto bytes = static_cast<int64_t>(n);
     const int64_t live = g_live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     const int64_t budget = g_budget.load(std::memory_order_relaxed);
@@ -125,6 +131,9 @@ class TrackingAllocator final : public c10::Allocator {
     return {data, data, &Release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &Release; }
+#if TORCH_VERSION_MAJOR >= 2
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#endif
 };
 
 TrackingAllocator& Instance() {

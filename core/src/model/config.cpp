@@ -334,10 +334,17 @@ ModelConfig PresetConfig(const std::string& name) {
     j.update({{"num_hidden_layers", 8}, {"hidden_size", 512}, {"num_attention_heads", 8},
               {"num_key_value_heads", 4}, {"head_dim", 64}, {"intermediate_size", 1536},
               {"vocab_size", 32000}});
+  } else if (name == "qwen3-8b") {
+    j.update({{"num_hidden_layers", 36}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+              {"num_key_value_heads", 8}, {"head_dim", 128}, {"intermediate_size", 12288},
+              {"vocab_size", 151936}, {"max_position_embeddings", 1 << 20}, {"bos_token_id", 151643},
+              {"eos_token_id", 151645}});
   } else {
-    throw InvalidArgument("unknown model preset '" + name + "' (known: tiny, small)");
+    throw InvalidArgument("unknown model preset '" + name + "' (known: tiny, small, qwen3-8b)");
   }
   return ModelConfig::FromJson(j);
 }
+
+std::vector<std::string> PresetNames() { return {"tiny", "small", "qwen3-8b"}; }
 
 }  // namespace streambp

@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#if defined(STREAMBP_WITH_CUDA)
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
 
 #include "streambp/error.h"
 #include "streambp/model.h"
@@ -116,24 +119,44 @@ void CheckDtypeOnDevice(torch::Dtype dtype, const torch::Device& device) {
   }
 }
 
-CausalLM InitModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype) {
-  CheckDtypeOnDevice(dtype, torch::kCPU);
+CausalLM InitModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype, const torch::Device& device) {
+  CheckDtypeOnDevice(dtype, device);
   CausalLM model(config);
+  torch::NoGradGuard no_grad;
+  int64_t count = 0;
+  for (const auto& p : model->parameters()) count += p.numel();
+#if defined(STREAMBP_WITH_CUDA)
+  const bool on_device = device.is_cuda() && count > kHostDrawParameters;
+#else
+  const bool on_device = false;  // no CUDA generator in this build: the CPU draws
+#endif
+  if (on_device || dtype == torch::kFloat16) {
+    model->to(device);  // float16 lives on the accelerator only
+    model->to(dtype);
+  } else {
+    model->to(dtype);
+  }
   // Values are drawn in float64 from a private generator, in the fixed order of the HF
   // table, so the same seed gives the same model in every dtype and on every machine.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  torch::NoGradGuard no_grad;
-  model->to(dtype);
+#if defined(STREAMBP_WITH_CUDA)
+  if (on_device) {
+    gen = at::make_generator<at::CUDAGeneratorImpl>(device.has_index() ? device.index() : c10::DeviceIndex{0});
+    gen.set_current_seed(seed);
+  }
+#endif
   for (auto& [name, p] : model->named_hf_parameters()) {
     if (name.ends_with("norm.weight")) {
       p.fill_(1.0);
     } else if (name.ends_with(".bias")) {
       p.zero_();
+    } else if (on_device) {
+      p.copy_(at::normal(0.0, 0.02, p.sizes(), gen, p.options().dtype(torch::kFloat32)));
     } else {
-      auto values = at::normal(0.0, 0.02, p.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat64));
-      p.copy_(values);
+      p.copy_(at::normal(0.0, 0.02, p.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat64)));
     }
   }
+  model->to(device);
   return model;
 }
 
@@ -268,9 +291,7 @@ CausalLM LoadOrInitModel(const ModelSource& source, const torch::Device* device)
   const auto dtype = ParseDtype(source.dtype);
   torch::Device target = device ? *device : torch::Device(source.device);
   if (!source.dir.empty()) return LoadModel(source.dir, dtype, target);
-  CausalLM model = InitModel(PresetConfig(source.preset), source.seed, dtype);
-  model->to(target);
-  return model;
+  return InitModel(PresetConfig(source.preset), source.seed, dtype, target);
 }
 
 }  // namespace streambp

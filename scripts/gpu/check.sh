@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# The GPU checks (docs/gpu.md) on a machine with an NVIDIA GPU, CUDA and a PyTorch 2.x wheel
+# (its LibTorch) but no apt: Debian's -dev packages travel as .deb files (scripts/gpu/fetch-debs.sh)
+# and are unpacked into a private prefix. Run from the repository root:
+#   bash scripts/gpu/check.sh STEPS [OUT]
+# STEPS, comma separated, in order: build, exact, serve, bench, lora, offload, pack. OUT (default
+# $OUT or ./gpu-out) receives logs and results. GPU_DEADLINE (epoch seconds): no step starts after
+# it, and long steps are cut to it. GPU_BIN: a folder with streambp-server, streambp-bench and
+# streambp built earlier on such a machine (then `build` only checks they run).
+set -uo pipefail
+STEPS=${1:?steps}; ROOT=$PWD; OUT=${2:-${OUT:-$ROOT/gpu-out}}; mkdir -p "$OUT"
+DEBS=${GPU_DEBS:-$ROOT/.gpu/debs}; P=${TMPDIR:-/tmp}/streambp-debroot; B=$ROOT/build-gpu
+DEV=${GPU_DEVICE:-cuda}  # cpu: a dry run of the steps on a CPU build
+DEADLINE=${GPU_DEADLINE:-$(( $(date +%s) + 3600 ))}; T0=$(date +%s)
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/steps.log"; }
+left() { echo $(( DEADLINE - $(date +%s) )); }
+# timeout of at most N seconds and never past the deadline
+cap() { local n=$1 l; l=$(left); (( l < n )) && n=$l; (( n < 1 )) && n=1; echo "$n"; }
+
+setup() {
+  if [ ! -f "$P/.done" ]; then
+    mkdir -p "$P"
+    for f in "$DEBS"/*.deb; do case "$f" in *libgloo-dev_*) continue;; esac; dpkg -x "$f" "$P"; done
+    for pc in "$P"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$P"/usr/share/pkgconfig/*.pc; do
+      [ -f "$pc" ] && sed -i -e "s|=/usr|=$P/usr|g" -e "s| -I/usr| -I$P/usr|g" "$pc"
+    done
+    find "$P" -type l -lname '/*' | while read -r l; do ln -sfn "$P$(readlink "$l")" "$l"; done
+    touch "$P/.done"
+  fi
+  export STREAMBP_DEB_PREFIX=$P
+  export PATH="$P/usr/bin:$PATH"
+  export LD_LIBRARY_PATH="$P/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PKG_CONFIG_PATH="$P/usr/lib/x86_64-linux-gnu/pkgconfig:$P/usr/share/pkgconfig"
+  TORCH_DIR=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+  TORCH_INC=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "include"))' 2>/dev/null)
+  # PyTorch wheels install no gloo headers: build without Gloo (one GPU needs no data
+  # parallelism; several use NCCL). GPU_GLOO=debian tries Debian's headers instead.
+  GLOO_FLAG=
+  if [ -n "$TORCH_INC" ] && [ ! -d "$TORCH_INC/gloo" ]; then
+    if [ "${GPU_GLOO:-off}" = debian ]; then dpkg -x "$DEBS"/libgloo-dev_*.deb "$P"; else GLOO_FLAG=-DSTREAMBP_WITH_GLOO=OFF; fi
+  fi
+  if [ -n "${GPU_BIN:-}" ]; then SERVER=$GPU_BIN/streambp-server; BENCH=$GPU_BIN/streambp-bench; CLIENT=$GPU_BIN/streambp
+  else SERVER=$B/server/streambp-server; BENCH=$B/bench/streambp-bench; CLIENT=$B/client/streambp; fi
+}
+
+probe() {
+  { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    python3 -c 'import torch, os; inc = os.path.join(os.path.dirname(torch.__file__), "include")
+print("torch", torch.__version__, "cuda", torch.version.cuda, "cxx11abi", torch.compiled_with_cxx11_abi())
+print("wheel include:", {d: os.path.isdir(os.path.join(inc, d)) for d in ["gloo", "fmt", "google", "nvtx3"]})'
+    for t in g++ cmake ninja nvcc; do echo "$t: $(command -v $t) $($t --version 2>&1 | head -1)"; done
+    nproc; free -g | head -2; } > "$OUT/probe.txt" 2>&1
+  cat "$OUT/probe.txt"
+}
+
+build() {
+  if [ -n "${GPU_BIN:-}" ]; then "$SERVER" --version | tee "$OUT/version.txt"; return; fi
+  log "configure"
+  cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTREAMBP_WITH_CUDA=ON -DSTREAMBP_BUILD_TESTS=OFF \
+    -DCMAKE_PREFIX_PATH="$TORCH_DIR;$P/usr" -DCMAKE_PROJECT_INCLUDE="$ROOT/scripts/gpu/overrides.cmake" \
+    -DTORCH_CUDA_ARCH_LIST=9.0 $GLOO_FLAG ${STREAMBP_EXTRA_CMAKE:-} > "$OUT/configure.log" 2>&1 \
+    || { tail -40 "$OUT/configure.log"; log "configure FAILED"; exit 1; }
+  log "build"
+  timeout "$(cap 420)" cmake --build "$B" -j "$(nproc)" --target streambp-server streambp-bench streambp -- -k 0 \
+    > "$OUT/build.log" 2>&1
+  local rc=$?
+  grep -E -A3 'error:|FAILED:' "$OUT/build.log" | head -120 > "$OUT/build_errors.txt"
+  if [ $rc != 0 ]; then cat "$OUT/build_errors.txt" | head -80; log "build FAILED ($rc)"; exit 1; fi
+  "$SERVER" --version | tee "$OUT/version.txt"
+  log "built"
+}
+
+# Every engine on CUDA against the CPU's float64 gradients, and against each other on CUDA.
+exact() {
+  python3 - <<'PY'
+import json, random
+r = random.Random(1)
+for vocab, name in ((256, "tiny"), (32000, "small")):
+    with open(f"/tmp/{name}.jsonl", "w") as f:
+        for n in (384, 301):
+            f.write(json.dumps({"tokens": [r.randrange(vocab) for _ in range(n)]}) + "\n")
+PY
+  local cmp="python3 $ROOT/scripts/gpu/compare_grads.py" fail=0 G=/tmp/grads; mkdir -p $G
+  : > "$OUT/exactness.jsonl"
+  for args in "--dtype float64" "--dtype float64 --layout packed" "--dtype float64 --objective dpo" \
+              "--dtype float64 --objective grpo" "--dtype float32" "--dtype bfloat16"; do
+    log "verify tiny cuda $args"
+    timeout "$(cap 60)" "$SERVER" verify --preset tiny --device $DEV $args >> "$OUT/verify.log" 2>&1 || { fail=1; log "  FAILED"; }
+    tail -1 "$OUT/verify.log"
+  done
+  for pr in tiny small; do
+    timeout "$(cap 120)" "$SERVER" grad --preset $pr --dtype float64 --device cpu --engine full --data /tmp/$pr.jsonl \
+      --out $G/${pr}_cpu64.safetensors >> "$OUT/grad.log" 2>&1 || { fail=1; log "grad $pr cpu FAILED"; continue; }
+    local others=()
+    for e in full checkpoint stream; do
+      timeout "$(cap 60)" "$SERVER" grad --preset $pr --dtype float64 --device $DEV --engine $e --data /tmp/$pr.jsonl \
+        --out $G/${pr}_${DEV}64_$e.safetensors >> "$OUT/grad.log" 2>&1 && others+=($G/${pr}_${DEV}64_$e.safetensors) \
+        || { fail=1; log "grad $pr cuda $e FAILED"; }
+    done
+    $cmp "$pr float64 cuda vs cpu" 1e-10 $G/${pr}_cpu64.safetensors "${others[@]}" >> "$OUT/exactness.jsonl" || fail=1
+    for dt in float32 bfloat16; do
+      local tol=1e-4; [ $dt = bfloat16 ] && tol=5e-2
+      timeout "$(cap 60)" "$SERVER" grad --preset $pr --dtype $dt --device $DEV --engine stream --data /tmp/$pr.jsonl \
+        --out $G/${pr}_${DEV}_$dt.safetensors >> "$OUT/grad.log" 2>&1 \
+        && $cmp "$pr $dt cuda stream vs cpu float64" $tol $G/${pr}_cpu64.safetensors $G/${pr}_${DEV}_$dt.safetensors \
+             >> "$OUT/exactness.jsonl" || fail=1
+    done
+  done
+  # LoRA: an adapter trained one step on the CPU (B no longer zero), its gradients on both.
+  log "lora"
+  timeout "$(cap 60)" "$SERVER" train --preset tiny --dtype float64 --data /tmp/tiny.jsonl --steps 1 --lora-rank 4 \
+    --lr 1e-2 --save-adapter /tmp/adapter >> "$OUT/grad.log" 2>&1 || { fail=1; log "lora train FAILED"; }
+  timeout "$(cap 60)" "$SERVER" grad --preset tiny --dtype float64 --device cpu --engine full --adapter /tmp/adapter \
+    --data /tmp/tiny.jsonl --out $G/lora_cpu64.safetensors >> "$OUT/grad.log" 2>&1 || fail=1
+  local lora=()
+  for e in full checkpoint stream; do
+    timeout "$(cap 60)" "$SERVER" grad --preset tiny --dtype float64 --device $DEV --engine $e --adapter /tmp/adapter \
+      --data /tmp/tiny.jsonl --out $G/lora_${DEV}64_$e.safetensors >> "$OUT/grad.log" 2>&1 \
+      && lora+=($G/lora_${DEV}64_$e.safetensors) || { fail=1; log "lora grad cuda $e FAILED"; }
+  done
+  $cmp "lora float64 cuda vs cpu" 1e-10 $G/lora_cpu64.safetensors "${lora[@]}" >> "$OUT/exactness.jsonl" || fail=1
+  python3 -c 'import json,sys
+rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+for r in rows: print(("PASS" if r["pass"] else "FAIL"), r["check"], r["file"].split("/")[-1], "rel %.2e worst %.2e" % (r["global_rel"], r["worst_rel"]), *r["problems"])' "$OUT/exactness.jsonl"
+  log "exact done: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+}
+
+# The server on the GPU through the real gRPC client: train, sample, log-probs, export.
+serve() {
+  local M=/tmp/gpu-model port=50077 C="$CLIENT --server 127.0.0.1:50077"
+  rm -rf $M /tmp/gpu-export /tmp/gpu-ckpt
+  "$SERVER" init-model --preset tiny --tokenizer "$ROOT/.gpu/tokenizer" --out $M > "$OUT/serve.log" 2>&1 || { log "init-model FAILED"; return; }
+  "$SERVER" serve --model $M --device $DEV --dtype bfloat16 --lr 1e-3 --listen 127.0.0.1:$port \
+    --checkpoint-dir /tmp/gpu-ckpt >> "$OUT/serve.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 60); do "$SERVER" health --server 127.0.0.1:$port > /dev/null 2>&1 && break; sleep 0.5; done
+  python3 -c 'import json
+for t in ["The quick brown fox jumps over the lazy dog.", "StreamBP trains long sequences exactly.", "Hello, GPU."]:
+    print(json.dumps({"text": t * 8}))' > /tmp/sft.jsonl
+  { echo "== info"; timeout 30 $C info
+    echo "== train"; timeout 60 $C train --objective sft --data /tmp/sft.jsonl --steps 4
+    echo "== sample"; timeout 30 $C sample --prompt "The quick brown" -n 2 --max-tokens 16 --seed 1 --json
+    echo "== logprobs"; timeout 30 $C logprobs --data /tmp/sft.jsonl | head -c 300; echo
+    echo "== save"; timeout 30 $C save --name gpu
+    echo "== export"; timeout 60 $C export --out /tmp/gpu-export && ls -la /tmp/gpu-export
+  } > "$OUT/serve_session.log" 2>&1
+  local rc=$?
+  kill -TERM $pid; wait $pid
+  cat "$OUT/serve_session.log" | cut -c1-200 | tail -40
+  log "serve done (client rc $rc)"
+}
+
+# The Qwen3-8B shape in bf16: step time, memory and MFU of the engines.
+bench() {
+  log "bench sweep"
+  timeout "$(cap ${BENCH_SECONDS:-300})" "$BENCH" --device $DEV --preset qwen3-8b --dtype bfloat16 --optimizer none \
+    --engines ${BENCH_ENGINES:-stream,checkpoint:tiled,checkpoint} --seq-lens ${BENCH_LENS:-4096,16384,32768} \
+    --warmup ${BENCH_WARMUP:-1} --repeat 1 --no-search --ablation-seq-len 0 --gemm-n 8192 \
+    --json "$OUT/gpu_sweep.json" > "$OUT/bench.log" 2>&1
+  log "bench rc $?"; tail -30 "$OUT/bench.log"
+}
+
+search() {
+  log "max-length search: ${SEARCH_ENGINES:-checkpoint:tiled}"
+  timeout "$(cap ${SEARCH_SECONDS:-300})" "$BENCH" --device $DEV --preset qwen3-8b --dtype bfloat16 --optimizer none \
+    --engines ${SEARCH_ENGINES:-checkpoint:tiled} --no-sweep --budget device --search-start ${SEARCH_START:-16384} \
+    --search-tol ${SEARCH_TOL:-0.05} --search-align 1024 --ablation-seq-len 0 --gemm-n 8192 \
+    --json "$OUT/gpu_search.json" > "$OUT/search.log" 2>&1
+  log "search rc $?"; tail -25 "$OUT/search.log"
+}
+
+pack() {
+  [ -x "$B/server/streambp-server" ] || return
+  tar -C "$B" -cf - server/streambp-server bench/streambp-bench client/streambp | xz -T0 -3 > "$OUT/bin.tar.xz"
+  log "packed $(du -h "$OUT/bin.tar.xz" | cut -f1)"
+}
+
+setup
+for step in ${STEPS//,/ }; do
+  if (( $(left) < 10 )); then log "deadline: $step and later steps not run"; break; fi
+  case $step in probe|build|exact|serve|bench|search|pack) $step ;; *) echo "unknown step $step"; exit 2 ;; esac
+done
+log "done"
