@@ -27,6 +27,9 @@ endforeach()
 # Debian's headers before the wheel's: spdlog 1.10 needs Debian's fmt 9, the generated
 # *.pb.h need protobuf 3.21 (a wheel may carry its own copies in torch/include).
 if(DEFINED ENV{STREAMBP_DEB_PREFIX})
-  include_directories(BEFORE SYSTEM "$ENV{STREAMBP_DEB_PREFIX}/usr/include")
+  # (and the multiarch folder, which Debian's compiler searches only under /usr: OpenSSL's
+  # configuration.h lives there)
+  include_directories(BEFORE SYSTEM "$ENV{STREAMBP_DEB_PREFIX}/usr/include"
+                                    "$ENV{STREAMBP_DEB_PREFIX}/usr/include/x86_64-linux-gnu")
   message(STATUS "gpu overrides: $ENV{STREAMBP_DEB_PREFIX}/usr/include first")
 endif()
