@@ -98,11 +98,14 @@ PY
         || { fail=1; log "grad $pr cuda $e FAILED"; }
     done
     $cmp "$pr float64 cuda vs cpu" 1e-10 $G/${pr}_cpu64.safetensors "${others[@]}" >> "$OUT/exactness.jsonl" || fail=1
-    for dt in float32 bfloat16; do
-      local tol=1e-4; [ $dt = bfloat16 ] && tol=5e-2
-      timeout "$(cap 60)" "$SERVER" grad --preset $pr --dtype $dt --device $DEV --engine stream --data /tmp/$pr.jsonl \
-        --out $G/${pr}_${DEV}_$dt.safetensors >> "$OUT/grad.log" 2>&1 \
-        && $cmp "$pr $dt cuda stream vs cpu float64" $tol $G/${pr}_cpu64.safetensors $G/${pr}_${DEV}_$dt.safetensors \
+    # Lower precisions, small chunks and tiles (every path tiles): float32 (tiled kernel), bfloat16
+    # with the fused flash kernel (the default on CUDA) and with the tiled one.
+    for run in "float32 auto" "bfloat16 auto" "bfloat16 tiled"; do
+      set -- $run; local dt=$1 attn=$2 tol=1e-4; [ $dt = bfloat16 ] && tol=5e-2
+      local f=$G/${pr}_${DEV}_${dt}_$attn.safetensors
+      STREAMBP_ATTENTION=$attn timeout "$(cap 60)" "$SERVER" grad --preset $pr --dtype $dt --device $DEV --engine stream \
+        --chunk 64 --key-chunk 64 --data /tmp/$pr.jsonl --out $f >> "$OUT/grad.log" 2>&1 \
+        && $cmp "$pr $dt cuda stream (attention $attn) vs cpu float64" $tol $G/${pr}_cpu64.safetensors $f \
              >> "$OUT/exactness.jsonl" || fail=1
     done
   done
@@ -127,7 +130,8 @@ for r in rows: print(("PASS" if r["pass"] else "FAIL"), r["check"], r["file"].sp
 
 # The server on the GPU through the real gRPC client: train, sample, log-probs, export.
 serve() {
-  local M=/tmp/gpu-model port=50077 C="$CLIENT --server 127.0.0.1:50077"
+  local M=/tmp/gpu-model port=50077
+  cl() { local sub=$1; shift; timeout 60 "$CLIENT" "$sub" --server 127.0.0.1:$port "$@"; }
   rm -rf $M /tmp/gpu-export /tmp/gpu-ckpt
   "$SERVER" init-model --preset tiny --tokenizer "$ROOT/.gpu/tokenizer" --out $M > "$OUT/serve.log" 2>&1 || { log "init-model FAILED"; return; }
   "$SERVER" serve --model $M --device $DEV --dtype bfloat16 --lr 1e-3 --listen 127.0.0.1:$port \
@@ -137,12 +141,13 @@ serve() {
   python3 -c 'import json
 for t in ["The quick brown fox jumps over the lazy dog.", "StreamBP trains long sequences exactly.", "Hello, GPU."]:
     print(json.dumps({"text": t * 8}))' > /tmp/sft.jsonl
-  { echo "== info"; timeout 30 $C info
-    echo "== train"; timeout 60 $C train --objective sft --data /tmp/sft.jsonl --steps 4
-    echo "== sample"; timeout 30 $C sample --prompt "The quick brown" -n 2 --max-tokens 16 --seed 1 --json
-    echo "== logprobs"; timeout 30 $C logprobs --data /tmp/sft.jsonl | head -c 300; echo
-    echo "== save"; timeout 30 $C save --name gpu
-    echo "== export"; timeout 60 $C export --out /tmp/gpu-export && ls -la /tmp/gpu-export
+  { set -e
+    echo "== info"; cl info
+    echo "== train"; cl train --objective sft --data /tmp/sft.jsonl --steps 4
+    echo "== sample"; cl sample --prompt "The quick brown" -n 2 --max-tokens 16 --seed 1 --json
+    echo "== logprobs"; cl logprobs --data /tmp/sft.jsonl --out /tmp/gpu-logprobs.jsonl; head -c 300 /tmp/gpu-logprobs.jsonl; echo
+    echo "== save"; cl save --name gpu
+    echo "== export"; cl export --out /tmp/gpu-export; ls -la /tmp/gpu-export
   } > "$OUT/serve_session.log" 2>&1
   local rc=$?
   kill -TERM $pid; wait $pid
@@ -150,14 +155,36 @@ for t in ["The quick brown fox jumps over the lazy dog.", "StreamBP trains long 
   log "serve done (client rc $rc)"
 }
 
-# The Qwen3-8B shape in bf16: step time, memory and MFU of the engines.
+# The Qwen3-8B shape in bf16: memory, step time and MFU of the engines, and the lengths the
+# estimate predicts for the whole GPU (--predict-only: the search's steps take minutes each).
 bench() {
   log "bench sweep"
-  timeout "$(cap ${BENCH_SECONDS:-300})" "$BENCH" --device $DEV --preset qwen3-8b --dtype bfloat16 --optimizer none \
-    --engines ${BENCH_ENGINES:-stream,checkpoint:tiled,checkpoint} --seq-lens ${BENCH_LENS:-4096,16384,32768} \
-    --warmup ${BENCH_WARMUP:-1} --repeat 1 --no-search --ablation-seq-len 0 --gemm-n 8192 \
-    --json "$OUT/gpu_sweep.json" > "$OUT/bench.log" 2>&1
-  log "bench rc $?"; tail -30 "$OUT/bench.log"
+  timeout "$(cap ${BENCH_SECONDS:-300})" "$BENCH" --device $DEV --preset ${BENCH_PRESET:-qwen3-8b} --dtype bfloat16 \
+    --optimizer none --engines ${BENCH_ENGINES:-stream,checkpoint:tiled,checkpoint:materialized} \
+    --seq-lens ${BENCH_LENS:-4096,16384,32768} --warmup ${BENCH_WARMUP:-1} --repeat 1 --budget device --predict-only \
+    --ablation-seq-len 0 --gemm-n 8192 --json "$OUT/gpu_sweep.json" > "$OUT/bench.log" 2>&1
+  log "bench rc $?"; tail -40 "$OUT/bench.log"
+}
+
+# The attention kernels side by side on the small preset (attention dominates at long T):
+# stream with the fused flash kernel (default) and with the tiled one.
+attn_ab() {
+  for attn in auto tiled; do
+    log "attention $attn"
+    STREAMBP_ATTENTION=$attn timeout "$(cap 120)" "$BENCH" --device $DEV --preset small --dtype bfloat16 --optimizer none \
+      --engines stream,checkpoint:tiled --seq-lens ${AB_LENS:-16384,65536} --warmup 1 --repeat 2 --no-search \
+      --ablation-seq-len 0 --gemm-n 8192 --json "$OUT/gpu_attention_$attn.json" > "$OUT/attention_$attn.log" 2>&1
+    log "attention $attn rc $?"; grep -E "^(stream|checkpoint)" "$OUT/attention_$attn.log" | tail -4
+  done
+}
+
+# One step at each of PROBE_LENS per engine of PROBE_ENGINES (no bisection): fits or OOM.
+probe_len() {
+  log "length probes: ${PROBE_ENGINES:-stream} at ${PROBE_LENS:?}"
+  timeout "$(cap ${PROBE_SECONDS:-300})" "$BENCH" --device $DEV --preset qwen3-8b --dtype bfloat16 --optimizer none \
+    --engines ${PROBE_ENGINES:-stream} --seq-lens "$PROBE_LENS" --warmup 0 --repeat 1 --no-search --ablation-seq-len 0 \
+    --gemm-n 8192 --json "$OUT/gpu_probe.json" > "$OUT/probe_len.log" 2>&1
+  log "probe_len rc $?"; tail -12 "$OUT/probe_len.log"
 }
 
 search() {
@@ -178,6 +205,6 @@ pack() {
 setup
 for step in ${STEPS//,/ }; do
   if (( $(left) < 10 )); then log "deadline: $step and later steps not run"; break; fi
-  case $step in probe|build|exact|serve|bench|search|pack) $step ;; *) echo "unknown step $step"; exit 2 ;; esac
+  case $step in probe|build|exact|serve|bench|attn_ab|probe_len|search|pack) $step ;; *) echo "unknown step $step"; exit 2 ;; esac
 done
 log "done"

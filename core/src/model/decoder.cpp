@@ -8,6 +8,7 @@
 #include "streambp/error.h"
 #include "streambp/lora.h"
 #include "streambp/model.h"
+#include "fused_attention.h"
 #include "tiled_attention.h"
 
 namespace streambp {
@@ -156,7 +157,8 @@ torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const 
   torch::Tensor attn;  // [B, KVH, C*G, hd]
   if (tiled) {
     RECORD_USER_SCOPE("streambp::attention");
-    attn = TiledAttention(qg, kv.k, kv.v, mask, groups, scale_, tiling);
+    attn = FusedAttention(qg, kv.k, kv.v, mask, groups, scale_, tiling);  // CUDA only, where exact
+    if (!attn.defined()) attn = TiledAttention(qg, kv.k, kv.v, mask, groups, scale_, tiling);
   } else {
     RECORD_USER_SCOPE("streambp::attention");
     auto scores = torch::matmul(qg, kv.k.transpose(-1, -2));  // [B, KVH, C*G, L]

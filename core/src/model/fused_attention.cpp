@@ -1,0 +1,137 @@
+// FlashAttention for the stream engine's query chunks and checkpoint:tiled's blocks on CUDA
+// (docs/gpu.md: Attention on CUDA). LibTorch's private flash ops change between versions,
+// so they are called here only, behind the version guard; everything else uses TiledAttention.
+#include "fused_attention.h"
+
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#if defined(STREAMBP_WITH_CUDA) && TORCH_VERSION_MAJOR >= 2
+#define STREAMBP_FLASH 1
+#endif
+
+namespace streambp {
+
+#if defined(STREAMBP_FLASH)
+namespace {
+
+bool TurnedOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("STREAMBP_ATTENTION");
+    return v == nullptr || std::string(v) != "tiled";
+  }();
+  return on;
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+template <typename T>
+int64_t AsInt(const T& v) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<int64_t>(v);
+  } else {
+    return v.expect_int();
+  }
+}
+
+// One causal flash call on [B, H, C, hd] queries against [B, H, L, hd] keys and values
+// (L >= C, bottom-right aligned). With a sink, dK and dV (summed over each kv head's
+// `groups` query heads) are added into sink->k / sink->v[:, :, :L] and not returned.
+struct FlashFunction : public torch::autograd::Function<FlashFunction> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, int64_t groups, int64_t sink) {
+    auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, /*return_debug_mask=*/false,
+                                                     scale);
+    auto out = std::get<0>(r);
+    ctx->save_for_backward({q, k, v});
+    ctx->saved_data["out"] = out;
+    ctx->saved_data["lse"] = std::get<1>(r);
+    ctx->saved_data["max_q"] = AsInt(std::get<4>(r));
+    ctx->saved_data["max_k"] = AsInt(std::get<5>(r));
+    ctx->saved_data["seed"] = std::get<6>(r);
+    ctx->saved_data["offset"] = std::get<7>(r);
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["groups"] = groups;
+    ctx->saved_data["sink"] = sink;
+    return {out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2];
+    auto g = grad[0].contiguous();
+    auto r = at::_scaled_dot_product_flash_attention_backward(
+        g, q, k, v, ctx->saved_data["out"].toTensor(), ctx->saved_data["lse"].toTensor(), torch::Tensor(),
+        torch::Tensor(), ctx->saved_data["max_q"].toInt(), ctx->saved_data["max_k"].toInt(), 0.0,
+        /*is_causal=*/true, ctx->saved_data["seed"].toTensor(), ctx->saved_data["offset"].toTensor(),
+        ctx->saved_data["scale"].toDouble());
+    auto dq = std::get<0>(r), dk = std::get<1>(r), dv = std::get<2>(r);
+    const int64_t groups = ctx->saved_data["groups"].toInt();
+    const auto* sink = reinterpret_cast<const KeysValues*>(ctx->saved_data["sink"].toInt());
+    if (sink == nullptr) return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const int64_t B = k.size(0), H = k.size(1), L = k.size(2), hd = k.size(3);
+    auto fold = [&](const torch::Tensor& d) {  // summed in the sink's precision
+      return d.to(sink->k.scalar_type()).view({B, H / groups, groups, L, hd}).sum(2);
+    };
+    torch::NoGradGuard no_grad;
+    sink->k.slice(2, 0, L).add_(fold(dk));
+    sink->v.slice(2, 0, L).add_(fold(dv));
+    return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// Every row one sequence from position 0 over the keys, padding (-1) only after it.
+bool WholeRowsCausal(const AttentionPattern& p) {
+  auto seq = p.sequence_ids.slice(1, 0, p.k_end);
+  auto first = seq.select(1, 0).unsqueeze(1);
+  auto ok = ((seq == first) | (seq < 0)).all() & (first >= 0).all();
+  // Padding only at the end: once a position is padding, the rest are too.
+  auto pad = (seq < 0).to(torch::kInt32);
+  auto trailing = (pad.slice(1, 1) >= pad.slice(1, 0, -1)).all();
+  return (ok & trailing).item<bool>();
+}
+
+}  // namespace
+
+bool FusedAttentionAvailable() { return TurnedOn(); }
+
+torch::Tensor FusedAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const AttentionPattern& mask, int64_t groups, double scale,
+                             const AttentionTiling& tiling) {
+  const auto dtype = q.scalar_type();
+  const int64_t hd = q.size(-1);
+  if (!TurnedOn() || !q.is_cuda() || (dtype != torch::kBFloat16 && dtype != torch::kFloat16) || hd % 8 != 0 ||
+      hd > 256 || mask.mask.defined() || mask.window > 0 || k.size(2) != mask.k_end || mask.q_end != mask.k_end) {
+    return {};
+  }
+  if (!WholeRowsCausal(mask)) return {};
+  const int64_t B = q.size(0), KVH = q.size(1), C = q.size(2) / groups, L = k.size(2);
+  // [B, KVH, C*G, hd] (row c*G + g) -> [B, H, C, hd], query head h = kv head * G + g as in HF.
+  auto qh = q.reshape({B, KVH, C, groups, hd}).permute({0, 1, 3, 2, 4}).reshape({B, KVH * groups, C, hd});
+  // K/V repeated per query head (the flash op's own GQA support differs between versions).
+  auto expand = [&](const torch::Tensor& t) {
+    return groups == 1 ? t : t.unsqueeze(2).expand({B, KVH, groups, L, hd}).reshape({B, KVH * groups, L, hd});
+  };
+  const auto sink = reinterpret_cast<int64_t>(tiling.grad_sink);
+  auto out = FlashFunction::apply(qh, expand(k), expand(v), scale, groups, sink)[0];
+  // back to [B, KVH, C*G, hd]
+  return out.reshape({B, KVH, groups, C, hd}).permute({0, 1, 3, 2, 4}).reshape({B, KVH, C * groups, hd});
+}
+
+#else
+
+bool FusedAttentionAvailable() { return false; }
+
+torch::Tensor FusedAttention(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                             const AttentionPattern&, int64_t, double, const AttentionTiling&) {
+  return {};
+}
+
+#endif
+
+}  // namespace streambp
