@@ -141,14 +141,14 @@ serve() {
   python3 -c 'import json
 for t in ["The quick brown fox jumps over the lazy dog.", "StreamBP trains long sequences exactly.", "Hello, GPU."]:
     print(json.dumps({"text": t * 8}))' > /tmp/sft.jsonl
-  { set -e
+  ( set -e
     echo "== info"; cl info
     echo "== train"; cl train --objective sft --data /tmp/sft.jsonl --steps 4
     echo "== sample"; cl sample --prompt "The quick brown" -n 2 --max-tokens 16 --seed 1 --json
     echo "== logprobs"; cl logprobs --data /tmp/sft.jsonl --out /tmp/gpu-logprobs.jsonl; head -c 300 /tmp/gpu-logprobs.jsonl; echo
     echo "== save"; cl save --name gpu
     echo "== export"; cl export --out /tmp/gpu-export; ls -la /tmp/gpu-export
-  } > "$OUT/serve_session.log" 2>&1
+  ) > "$OUT/serve_session.log" 2>&1
   local rc=$?
   kill -TERM $pid; wait $pid
   cat "$OUT/serve_session.log" | cut -c1-200 | tail -40

@@ -48,8 +48,9 @@ struct FlashFunction : public torch::autograd::Function<FlashFunction> {
     auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, /*return_debug_mask=*/false,
                                                      scale);
     auto out = std::get<0>(r);
-    ctx->save_for_backward({q, k, v});
-    ctx->saved_data["out"] = out;
+    // The output through save_for_backward, which knows it is this node's output: held in
+    // saved_data it would hold its own grad_fn, a cycle that never frees the chunk.
+    ctx->save_for_backward({q, k, v, out});
     ctx->saved_data["lse"] = std::get<1>(r);
     ctx->saved_data["max_q"] = AsInt(std::get<4>(r));
     ctx->saved_data["max_k"] = AsInt(std::get<5>(r));
@@ -63,10 +64,10 @@ struct FlashFunction : public torch::autograd::Function<FlashFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3];
     auto g = grad[0].contiguous();
     auto r = at::_scaled_dot_product_flash_attention_backward(
-        g, q, k, v, ctx->saved_data["out"].toTensor(), ctx->saved_data["lse"].toTensor(), torch::Tensor(),
+        g, q, k, v, out, ctx->saved_data["lse"].toTensor(), torch::Tensor(),
         torch::Tensor(), ctx->saved_data["max_q"].toInt(), ctx->saved_data["max_k"].toInt(), 0.0,
         /*is_causal=*/true, ctx->saved_data["seed"].toTensor(), ctx->saved_data["offset"].toTensor(),
         ctx->saved_data["scale"].toDouble());
