@@ -60,6 +60,12 @@ expect_error "does not exist" "$server" verify --model "$dir/nope"
 expect_error "unknown objective 'dpx'" \
   "$server" grad --model "$dir/model" --data "$dir/data.jsonl" --objective dpx --out "$dir/x.safetensors"
 expect_error "float16 is not supported on the CPU" "$server" verify --dtype float16
+# --device (docs/gpu.md): a CUDA device on this CPU build is refused before anything loads.
+if ! "$server" --version | grep -q "device available"; then
+  expect_error "no CUDA device to use" "$server" grad --device cuda --data "$dir/data.jsonl" --out "$dir/x.safetensors"
+  expect_error "no CUDA device to use" "$server" verify --device cuda:0
+fi
+expect_error "is not a device" "$server" verify --device tpu
 head -c 100 "$dir/model/model.safetensors" > "$dir/model2/model.safetensors"
 expect_error "model.safetensors" "$server" verify --model "$dir/model2"
 [ ! -e "$dir/x.safetensors" ] || fail "a failed grad left an output file"

@@ -1,4 +1,5 @@
 // The decoder against an independent reference, configs, and HF-format loading/saving.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -185,6 +186,33 @@ TEST(Config, ErrorsNameTheProblem) {
   EXPECT_NE(with([](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2}}; }).find("'yarn'"),
             std::string::npos);
   EXPECT_NE(with([](json& j) { j.erase("architectures"); }).find("architectures"), std::string::npos);
+}
+
+// The qwen3-8b preset (docs/gpu.md) has Qwen3-8B's shapes: its parameter count, from the
+// config by HF's layout, is Qwen3-8B's (8,190,735,360: the 16,381,470,720 bytes of its bf16
+// safetensors index), and it is listed, without building 8e9 parameters here.
+TEST(Config, Qwen3_8bPresetHasTheRealShapes) {
+  const auto c = PresetConfig("qwen3-8b");
+  EXPECT_EQ(c.num_hidden_layers, 36);
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.intermediate_size, 12288);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  const int64_t d = c.hidden_size, f = c.intermediate_size;
+  const int64_t layer = d * c.q_dim() + 2 * d * c.kv_dim() + c.q_dim() * d + 3 * d * f + 2 * d + 2 * c.head_dim;
+  EXPECT_EQ(c.num_hidden_layers * layer + 2 * c.vocab_size * d + d, int64_t{8190735360});
+  const auto names = PresetNames();
+  EXPECT_NE(std::find(names.begin(), names.end(), "qwen3-8b"), names.end());
+  try {
+    PresetConfig("qwen3-9b");
+    FAIL() << "an unknown preset was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("known: tiny, small, qwen3-8b"), std::string::npos) << e.what();
+  }
 }
 
 // Which layers slide follows HF's configuration classes: Qwen2/Qwen3 only with

@@ -264,7 +264,7 @@ void CheckModelSource(const ModelSource& source) {
     if (!torch::cuda::is_available()) {
       throw InvalidArgument("model.device is " + source.device +
                             " but this build of LibTorch has no CUDA device to use (a CPU-only build, or no GPU "
-                            "visible); use --device cpu, or a CUDA build (docs/development.md)");
+                            "visible); use --device cpu, or a CUDA build (docs/gpu.md)");
     }
     if (device->has_index() && device->index() >= static_cast<int64_t>(torch::cuda::device_count())) {
       throw InvalidArgument("model.device is " + source.device + " but only " +
@@ -288,6 +288,13 @@ void CheckModelSource(const ModelSource& source) {
 }
 
 CausalLM LoadOrInitModel(const ModelSource& source, const torch::Device* device) {
+  {
+    // The device, dtype and folder first, with errors that say what to do (a CUDA device on a
+    // CPU build would otherwise fail deep inside LibTorch).
+    ModelSource checked = source;
+    if (device != nullptr) checked.device = device->str();
+    CheckModelSource(checked);
+  }
   const auto dtype = ParseDtype(source.dtype);
   torch::Device target = device ? *device : torch::Device(source.device);
   if (!source.dir.empty()) return LoadModel(source.dir, dtype, target);
