@@ -189,14 +189,19 @@ int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir, bool 
 }
 
 int Sample(const ConnectionFlags& conn, const SampleArgs& args) {
-  if (args.prompt.empty() && args.user.empty()) {
-    throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT, "--prompt or --user is required");
+  if (args.prompt.empty() && args.user.empty() && args.prompt_ids.empty()) {
+    throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT,
+                              "--prompt: give the prompt as text (--prompt TEXT), token ids (--prompt-ids 1,5,9) or a "
+                              "user message (--user TEXT)");
   }
   v1::SampleRequest request;
-  auto* text = request.add_text_prompts();
-  if (!args.prompt.empty()) {
-    text->set_text(args.prompt);
+  if (!args.prompt_ids.empty()) {
+    auto* ids = request.add_prompts();
+    for (const int32_t t : args.prompt_ids) ids->add_tokens(t);
+  } else if (!args.prompt.empty()) {
+    request.add_text_prompts()->set_text(args.prompt);
   } else {
+    auto* text = request.add_text_prompts();
     if (!args.system.empty()) {
       auto* m = text->add_messages();
       m->set_role("system");
@@ -224,7 +229,13 @@ int Sample(const ConnectionFlags& conn, const SampleArgs& args) {
                              {"policy_version", r.policy_version()}};
       std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
-      std::printf("%s\n", c.text().c_str());
+      if (c.text().empty() && c.tokens_size() > 0) {  // a model without a tokenizer: the ids
+        std::string ids;
+        for (const int32_t t : c.tokens()) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+        std::printf("%s\n", ids.c_str());
+      } else {
+        std::printf("%s\n", c.text().c_str());
+      }
       if (r.completions_size() > 1) std::printf("---\n");
     }
   }
@@ -270,8 +281,24 @@ void PrintSession(const v1::SessionInfo& s) {
 
 }  // namespace
 
+void AddSessionName(CLI::App* cmd, std::string& name) {
+  cmd->add_option("name", name, "session name ([A-Za-z0-9._-], at most 64)");
+  cmd->add_option("--name", name, "the same, as an option");
+}
+
+namespace {
+
+void RequireName(const std::string& name, const std::string& command) {
+  if (name.empty()) {
+    throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT,
+                              "--name: give the session's name: streambp session " + command + " NAME (or --name NAME)");
+  }
+}
+
+}  // namespace
+
 int SessionCreate(const ConnectionFlags& conn, const SessionArgs& a) {
-  if (a.name.empty()) throw client::ClientError(grpc::StatusCode::INVALID_ARGUMENT, "--name is required");
+  RequireName(a.name, "create");
   v1::CreateSessionRequest request;
   request.set_name(a.name);
   if (a.full) {
@@ -301,7 +328,15 @@ int SessionCreate(const ConnectionFlags& conn, const SessionArgs& a) {
   if (a.weight_decay >= 0) o->set_weight_decay(a.weight_decay);
   if (a.groups_per_step > 0) request.mutable_rollouts()->set_groups_per_step(a.groups_per_step);
   auto client = Connect(conn);
-  const auto s = Check(client->CreateSession(request));
+  auto created = client->CreateSession(request);
+  if (!created.ok() && a.exist_ok && created.status().error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+    // get-or-create: the session stays as it is (its settings are not compared with these)
+    const auto s = Check(client->GetSession(a.name));
+    std::fprintf(stderr, "session %s exists already: used as it is (step %lld)\n", s.name().c_str(), (long long)s.step());
+    std::printf("%s\n", s.name().c_str());
+    return 0;
+  }
+  const auto s = Check(std::move(created));
   std::printf("%s\n", s.name().c_str());
   return 0;
 }
@@ -310,18 +345,27 @@ int SessionList(const ConnectionFlags& conn) {
   auto client = Connect(conn);
   const auto list = Check(client->ListSessions());
   for (const auto& s : list.sessions()) PrintSession(s);
-  std::fprintf(stderr, "%d sessions (at most %lld, %lld resident)\n", list.sessions_size(),
-               (long long)list.max_sessions(), (long long)list.max_resident_sessions());
+  if (list.sessions_size() == 0) {
+    std::fprintf(stderr, "no sessions yet (this server holds up to %lld, %lld resident at once); create one with "
+                         "`streambp session create NAME`\n",
+                 (long long)list.max_sessions(), (long long)list.max_resident_sessions());
+  } else {
+    std::fprintf(stderr, "%d session%s (the server holds up to %lld, %lld resident at once)\n", list.sessions_size(),
+                 list.sessions_size() == 1 ? "" : "s", (long long)list.max_sessions(),
+                 (long long)list.max_resident_sessions());
+  }
   return 0;
 }
 
 int SessionGet(const ConnectionFlags& conn, const std::string& name) {
+  RequireName(name, "get");
   auto client = Connect(conn);
   PrintSession(Check(client->GetSession(name)));
   return 0;
 }
 
 int SessionDelete(const ConnectionFlags& conn, const std::string& name) {
+  RequireName(name, "delete");
   auto client = Connect(conn);
   std::printf("deleted %s\n", Check(client->DeleteSession(name)).name().c_str());
   return 0;

@@ -28,6 +28,7 @@ void AddConnectionFlags(CLI::App* cmd, ConnectionFlags& f) {
   cmd->add_option("--key", f.key, "PEM private key of --cert");
   cmd->add_option("--server-name", f.server_name, "name to check in the server's certificate (implies --tls)");
   cmd->add_option("--timeout", f.timeout, "deadline of each call in seconds (default 600 for steps, 30 for info)")
+      ->default_str("")  // 0 stands for those defaults: no "=0" beside them
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--session", f.session, "the session the calls are for (servers with sessions)")
       ->envname("STREAMBP_SESSION");
@@ -133,6 +134,27 @@ std::string Duration(double seconds) {
     std::snprintf(buf, sizeof buf, "%.1fs", seconds);
   }
   return buf;
+}
+
+std::string CommandLineHint(const std::string& message) {
+  // The request fields and RPC names the server's messages use, and their flags here.
+  static const std::pair<const char*, const char*> kHints[] = {
+      {"session is empty", "give --session NAME; `streambp session list` shows them, `streambp session create NAME` "
+                           "makes one"},
+      {"lora.r ", "--lora-rank"},
+      {"lora.alpha", "--lora-alpha"},
+      {"target_modules", "--lora-targets"},
+      {"lora.seed", "--seed"},
+      {"optimizer.lr", "--lr"},
+      {"optimizer.name", "--optimizer"},
+      {"optimizer.weight_decay", "--weight-decay"},
+      {"groups_per_step", "--groups-per-step"},
+  };
+  std::string out;
+  for (const auto& [needle, hint] : kHints) {
+    if (message.find(needle) != std::string::npos) out += (out.empty() ? "" : "; ") + std::string(hint);
+  }
+  return out.empty() || out.rfind("give", 0) == 0 ? out : "on this command line: " + out;
 }
 
 }  // namespace streambp::cli

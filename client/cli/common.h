@@ -88,6 +88,7 @@ int Train(const ConnectionFlags& conn, const TrainArgs& args);
 
 struct SessionArgs {
   std::string name;
+  bool exist_ok = false;  ///< a session of that name already there is used as it is
   int64_t lora_rank = 16;
   double lora_alpha = 0;  ///< 0 = 2 x rank
   std::vector<std::string> lora_targets;
@@ -100,6 +101,12 @@ struct SessionArgs {
   double weight_decay = -1;
   int64_t groups_per_step = 0;
 };
+/// What a server message that speaks of its API (RPC names, request fields) means on this
+/// command line: "lora.r must be >= 1" -> "--lora-rank"; "" when nothing applies.
+std::string CommandLineHint(const std::string& server_message);
+
+/// The session name of `session create|get|delete`: positional or --name, the same for all three.
+void AddSessionName(CLI::App* cmd, std::string& name);
 int SessionCreate(const ConnectionFlags& conn, const SessionArgs& args);
 int SessionList(const ConnectionFlags& conn);
 int SessionGet(const ConnectionFlags& conn, const std::string& name);
@@ -108,6 +115,7 @@ int SessionDelete(const ConnectionFlags& conn, const std::string& name);
 /// streambp sample: completions of a text prompt (or a user message) from the policy.
 struct SampleArgs {
   std::string prompt;        ///< plain text
+  std::vector<int32_t> prompt_ids;  ///< or token ids (a model without a tokenizer)
   std::string user;          ///< a user message (rendered with the chat format)
   std::string system;        ///< an optional system message before it
   int32_t n = 1;

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common.h"
+#include "streambp/command_hint.h"
 
 int main(int argc, char** argv) {
   using namespace streambp::cli;
@@ -54,8 +55,13 @@ int main(int argc, char** argv) {
   auto* sample_cmd = app.add_subcommand("sample", "completions of a text prompt or a user message, from the policy");
   AddConnectionFlags(sample_cmd, conn);
   auto* prompt_opt = sample_cmd->add_option("--prompt", sample.prompt, "the prompt as plain text");
+  auto* ids_opt = sample_cmd->add_option("--prompt-ids", sample.prompt_ids,
+                                         "the prompt as token ids, e.g. 1,5,9 (models without a tokenizer)")
+                      ->delimiter(',')
+                      ->excludes(prompt_opt);
   sample_cmd->add_option("--user", sample.user, "a user message, rendered with the model's chat format")
-      ->excludes(prompt_opt);
+      ->excludes(prompt_opt)
+      ->excludes(ids_opt);
   sample_cmd->add_option("--system", sample.system, "a system message before --user");
   sample_cmd->add_option("-n", sample.n, "completions")->check(CLI::Range(1, 256));
   sample_cmd->add_option("--max-tokens", sample.max_tokens, "new tokens per completion")->check(CLI::PositiveNumber);
@@ -73,7 +79,7 @@ int main(int argc, char** argv) {
   logprobs_cmd->add_option("--data", logprobs.data, "JSONL file: {\"tokens\":[...]} or {\"prompt\",\"completion\"}")
       ->required();
   logprobs_cmd->add_flag("--reference", logprobs.reference, "under the frozen reference model instead of the policy");
-  logprobs_cmd->add_option("--temperature", logprobs.temperature, "logits / temperature (default 1)")
+  logprobs_cmd->add_option("--temperature", logprobs.temperature, "logits / temperature (default 1)")->default_str("")
       ->check(CLI::PositiveNumber);
   logprobs_cmd->add_option("--out", logprobs.out, "output JSONL file (default: stdout)");
   logprobs_cmd->add_option("--batch-tokens", logprobs.batch_tokens, "tokens per request")->capture_default_str();
@@ -107,9 +113,11 @@ int main(int argc, char** argv) {
   session_cmd->require_subcommand(1);
   auto* create = session_cmd->add_subcommand("create", "a new session (prints its name)");
   AddConnectionFlags(create, conn);
-  create->add_option("--name", session_args.name, "session name ([A-Za-z0-9._-], at most 64)")->required();
+  AddSessionName(create, session_args.name);
+  create->add_flag("--exist-ok", session_args.exist_ok,
+                   "a session of that name already there is used as it is (get-or-create, for scripts run again)");
   create->add_option("--lora-rank", session_args.lora_rank, "adapter rank")->capture_default_str();
-  create->add_option("--lora-alpha", session_args.lora_alpha, "adapter alpha (default 2 x rank)");
+  create->add_option("--lora-alpha", session_args.lora_alpha, "adapter alpha (default 2 x rank)")->default_str("");
   create->add_option("--lora-targets", session_args.lora_targets, "modules to adapt (default the seven projections)")
       ->delimiter(',');
   create->add_flag("--use-rslora", session_args.use_rslora, "scale alpha / sqrt(rank)");
@@ -117,20 +125,22 @@ int main(int argc, char** argv) {
   create->add_option("--adapter", session_args.adapter, "start from this PEFT adapter folder");
   create->add_flag("--full", session_args.full, "full fine-tuning of a copy of the base (where allowed)");
   create->add_option("--optimizer", session_args.optimizer, "adamw | sgd (default: the server's)");
-  create->add_option("--lr", session_args.lr, "learning rate (default: the server's)");
+  create->add_option("--lr", session_args.lr, "learning rate (default: the server's)")->default_str("");
   create->add_option("--weight-decay", session_args.weight_decay, "weight decay (default: the server's)");
-  create->add_option("--groups-per-step", session_args.groups_per_step, "rollout groups per server-side step");
+  create->add_option("--groups-per-step", session_args.groups_per_step,
+                     "rollout groups per server-side step (default: the server's)")
+      ->default_str("");
   create->callback([&] { run = [&] { return SessionCreate(conn, session_args); }; });
   auto* list = session_cmd->add_subcommand("list", "the sessions this token may see");
   AddConnectionFlags(list, conn);
   list->callback([&] { run = [&] { return SessionList(conn); }; });
   auto* get = session_cmd->add_subcommand("get", "one session");
   AddConnectionFlags(get, conn);
-  get->add_option("name", session_name, "session name")->required();
+  AddSessionName(get, session_name);
   get->callback([&] { run = [&] { return SessionGet(conn, session_name); }; });
   auto* del = session_cmd->add_subcommand("delete", "delete a session (its checkpoints stay)");
   AddConnectionFlags(del, conn);
-  del->add_option("name", session_name, "session name")->required();
+  AddSessionName(del, session_name);
   del->callback([&] { run = [&] { return SessionDelete(conn, session_name); }; });
 
   EstimateArgs estimate;
@@ -141,6 +151,10 @@ int main(int argc, char** argv) {
   AddEngineFlags(estimate_cmd, estimate.engine);
   estimate_cmd->callback([&] { run = [&] { return Estimate(conn, estimate); }; });
 
+  if (const auto unknown = streambp::UnknownCommand(app, argc, argv); !unknown.empty()) {
+    std::fprintf(stderr, "error: %s\n", unknown.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -161,6 +175,7 @@ int main(int argc, char** argv) {
       return 3;
     }
     std::fprintf(stderr, "error: %s: %s\n", streambp::client::StatusCodeName(e.code()), e.message().c_str());
+    if (const auto hint = CommandLineHint(e.message()); !hint.empty()) std::fprintf(stderr, "  (%s)\n", hint.c_str());
     if (e.code() == grpc::StatusCode::INVALID_ARGUMENT && e.message().rfind("--", 0) == 0) return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -43,12 +43,15 @@ int Train(const ConnectionFlags& conn, const TrainArgs& args) {
   std::printf("server:  %s: %s, %s on %s, policy version %lld, step %lld\n", conn.server.c_str(),
               info.architecture().c_str(), info.dtype().c_str(), info.device().c_str(),
               (long long)info.policy_version(), (long long)info.step());
-  std::printf("data:    %s: %lld examples, %lld tokens; %zu batches per pass (%s); %lld steps, objective %s\n",
-              args.data.c_str(), (long long)client::BatchExamples(data), (long long)client::BatchTokens(data),
-              batches.size(),
-              args.batch_size > 0 ? (std::to_string(args.batch_size) + " examples per step").c_str()
+  auto count = [](int64_t n, const std::string& one, const std::string& many = "") {  // "1 batch", "3 batches"
+    return std::to_string(n) + " " + (n == 1 ? one : many.empty() ? one + "s" : many);
+  };
+  std::printf("data:    %s: %s, %s; %s per pass (%s); %s, objective %s\n", args.data.c_str(),
+              count(client::BatchExamples(data), "example").c_str(), count(client::BatchTokens(data), "token").c_str(),
+              count(static_cast<int64_t>(batches.size()), "batch", "batches").c_str(),
+              args.batch_size > 0 ? (count(args.batch_size, "example") + " per step").c_str()
                                   : ("<= " + std::to_string(args.batch_tokens) + " tokens per step").c_str(),
-              (long long)steps, args.objective.c_str());
+              count(steps, "step").c_str(), args.objective.c_str());
   std::fflush(stdout);
 
   const bool tty = isatty(fileno(stdout));

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
+#include "streambp/command_hint.h"
 #include "streambp/error.h"
 #include "streambp/memory.h"
 #include "streambp/runtime.h"
@@ -210,6 +211,10 @@ int main(int argc, char** argv) {
   health_cmd->add_option("--server-name", health.server_name, "name expected in the server certificate");
   health_cmd->add_option("--timeout", health.timeout_seconds, "seconds")->check(CLI::PositiveNumber);
 
+  if (const auto unknown = streambp::UnknownCommand(app, argc, argv, {"--threads"}); !unknown.empty()) {
+    std::fprintf(stderr, "error: %s\n", unknown.c_str());
+    return static_cast<int>(CLI::ExitCodes::ExtrasError);
+  }
   CLI11_PARSE(app, argc, argv);
   streambp::ConfigureThreads(threads);
   try {

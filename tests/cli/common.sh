@@ -17,3 +17,19 @@ fail() {
   done
   exit 1
 }
+
+# start_server NAME ARGS...: `streambp-server serve` ($server) on a free loopback port, logging
+# to $dir/NAME.log; sets port and server_pid (killed at exit).
+start_server() {
+  local name="$1"; shift
+  rm -f "$dir/$name.port"
+  "$server" serve --listen 127.0.0.1:0 --port-file "$dir/$name.port" "$@" > "$dir/$name.log" 2>&1 &
+  server_pid=$!
+  pids+=("$server_pid")
+  for _ in $(seq 1 300); do
+    [ -s "$dir/$name.port" ] && break
+    kill -0 "$server_pid" 2>/dev/null || fail "server $name did not start"
+    sleep 0.1
+  done
+  port="$(cat "$dir/$name.port")"
+}

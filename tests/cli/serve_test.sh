@@ -8,20 +8,6 @@ server="$1"
 cli="$2"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-start_server() {  # start_server NAME ARGS... ; sets port
-  local name="$1"; shift
-  rm -f "$dir/$name.port"
-  "$server" serve --listen 127.0.0.1:0 --port-file "$dir/$name.port" "$@" > "$dir/$name.log" 2>&1 &
-  server_pid=$!
-  pids+=("$server_pid")
-  for _ in $(seq 1 300); do
-    [ -s "$dir/$name.port" ] && break
-    kill -0 "$server_pid" 2>/dev/null || fail "server $name did not start"
-    sleep 0.1
-  done
-  port="$(cat "$dir/$name.port")"
-}
-
 cat > "$dir/config.json" <<JSON
 {"checkpoint_dir": "$dir/ckpt", "shutdown": {"checkpoint_on_exit": true, "grace_seconds": 120},
  "log": {"format": "json"}, "trainer": {"optimizer": {"name": "adamw", "lr": 0.001}}}
