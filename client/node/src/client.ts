@@ -13,50 +13,50 @@ import type { TrainerDefinition } from './generated/streambp/v1/Trainer';
 /** TLS of the channel. PEM values are the PEM text, a Buffer, or a path to a PEM file. */
 export interface TlsOptions {
   /** Roots that sign the server's certificate; unset = the system's roots. */
-  rootCerts?: string | Buffer;
+  rootCerts?: string | Buffer | undefined;
   /** Client certificate chain and its private key, for mutual TLS (both or neither). */
-  certChain?: string | Buffer;
-  privateKey?: string | Buffer;
+  certChain?: string | Buffer | undefined;
+  privateKey?: string | Buffer | undefined;
   /** Name checked against the server's certificate (grpc.ssl_target_name_override). */
-  serverNameOverride?: string;
+  serverNameOverride?: string | undefined;
 }
 
 /** How to reach the server and how calls behave. */
 export interface ClientOptions {
   /** Bearer token, sent as "authorization: Bearer <token>" on every call. */
-  token?: string;
+  token?: string | undefined;
   /** true = TLS with the system's roots; an object for custom roots or mTLS; unset = plaintext. */
-  tls?: boolean | TlsOptions;
+  tls?: boolean | TlsOptions | undefined;
   /** The session every call names when its request leaves `session` unset ("" = the default session). */
-  session?: string;
+  session?: string | undefined;
   /** Default deadline of steps, log-probs, sampling, checkpoints, weights and session changes (600). */
-  stepDeadlineSeconds?: number;
+  stepDeadlineSeconds?: number | undefined;
   /** Default deadline of GetInfo, EstimateMemory, Tokenize, Detokenize, stats and session queries (30). */
-  infoDeadlineSeconds?: number;
+  infoDeadlineSeconds?: number | undefined;
   /** gRPC's retries of UNAVAILABLE (see RetryPolicy); defaults: 5 attempts, waits capped at 0.2 s doubling to 5 s. */
-  retry?: Partial<RetryPolicy>;
+  retry?: Partial<RetryPolicy> | undefined;
   /** Largest message sent or received (64 MiB). */
-  maxMessageBytes?: number;
+  maxMessageBytes?: number | undefined;
   /** Wait for the channel to connect (up to the deadline) instead of failing fast. */
-  waitForReady?: boolean;
+  waitForReady?: boolean | undefined;
   /** More @grpc/grpc-js client options: channel options (keepalive, proxies, ...), interceptors. */
-  channelOptions?: grpc.ClientOptions;
+  channelOptions?: grpc.ClientOptions | undefined;
 }
 
 /** Per-call options. */
 export interface CallOptions {
   /** Deadline of the whole call, retries included; null = none; unset = the default of its kind. */
-  deadlineSeconds?: number | null;
+  deadlineSeconds?: number | null | undefined;
   /** Cancels the call (it then fails with CANCELLED). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Extra metadata (request headers). */
-  metadata?: Record<string, string>;
+  metadata?: Record<string, string> | undefined;
 }
 
 /** Options of calls that run a step: with onProgress the step runs through its *Progress RPC. */
 export interface StepCallOptions extends CallOptions {
   /** Each progress message before "done": queued (position), started, forward/backward layer by layer, head, optimizer. */
-  onProgress?: (progress: T.StepProgress__Output) => void;
+  onProgress?: ((progress: T.StepProgress__Output) => void) | undefined;
 }
 
 /** A text input: a plain string, a conversation, or a Text message. */
