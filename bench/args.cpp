@@ -98,6 +98,27 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_option("--dist-seq-len", a.dist_seq_len, "internal")->group("");
 }
 
+torch::Device CheckedDevice(const Args& a) {
+  ModelSource source;  // the same checks of device and dtype as the server's
+  source.device = a.device;
+  source.dtype = a.dtype;
+  source.preset = a.preset;
+  CheckModelSource(source);
+  const torch::Device device(a.device);
+  if (a.budget == "device" && device.is_cpu() && !a.no_search) {
+    throw InvalidArgument("--budget device needs --device cuda (on the CPU give bytes, e.g. --budget 4GiB)");
+  }
+  if (device.is_cuda() && (!a.world_sizes.empty() || a.sample_prompts > 0 || !a.tokenizer.empty())) {
+    throw InvalidArgument("--device cuda measures the engines' steps (the sweep, the search, --lora-rank); the "
+                          "data-parallel, sample and text modes run on the CPU");
+  }
+  if (device.is_cuda() && a.profile) {
+    // RecordFunction times the host side of one thread; on a GPU the kernels run later.
+    throw InvalidArgument("--profile times CPU steps only; on a GPU use Nsight Systems or torch.profiler");
+  }
+  return device;
+}
+
 int64_t ParseBytes(const std::string& text) {
   size_t pos = 0;
   double value = std::stod(text, &pos);

@@ -47,6 +47,10 @@ struct Args {
 /// Every option of streambp-bench, bound to `a`.
 void AddOptions(CLI::App& app, Args& a);
 
+/// --device, checked as the server checks it (name, CUDA present, dtype), and against the
+/// modes and flags that measure the CPU only; InvalidArgument before any model is built.
+torch::Device CheckedDevice(const Args& a);
+
 /// "1GiB", "512MiB", "2e9" -> bytes (InvalidArgument otherwise).
 int64_t ParseBytes(const std::string& text);
 /// /proc/meminfo's MemAvailable in bytes (0 if unknown).

@@ -163,22 +163,7 @@ int main(int argc, char** argv) {
     RegisterBuiltinObjectives();
     Context ctx;
     ctx.dtype = ParseDtype(a.dtype);
-    {
-      ModelSource source;  // the same checks of device and dtype as the server's
-      source.device = a.device;
-      source.dtype = a.dtype;
-      source.preset = a.preset;
-      CheckModelSource(source);
-    }
-    ctx.memory.device = torch::Device(a.device);
-    if (ctx.memory.device.is_cuda() && (!a.world_sizes.empty() || a.sample_prompts > 0 || !a.tokenizer.empty())) {
-      throw InvalidArgument("--device cuda measures the engines' steps (the sweep, the search, --lora-rank); the "
-                            "data-parallel, sample and text modes run on the CPU");
-    }
-    if (ctx.memory.device.is_cuda() && a.profile) {
-      // RecordFunction times the host side of one thread; on a GPU the kernels run later.
-      throw InvalidArgument("--profile times CPU steps only; on a GPU use Nsight Systems or torch.profiler");
-    }
+    ctx.memory.device = CheckedDevice(a);
     ctx.model = a.model_dir.empty() ? InitModel(PresetConfig(a.preset), a.seed, ctx.dtype, ctx.memory.device)
                                     : LoadModel(a.model_dir, ctx.dtype, ctx.memory.device);
     ctx.config = ctx.model->config();
@@ -189,9 +174,6 @@ int main(int argc, char** argv) {
     PrepareStatics(ctx);
     const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
     // --budget device: the whole GPU past the statics (the search then runs to the real OOM).
-    if (a.budget == "device" && ctx.memory.device.is_cpu()) {
-      throw InvalidArgument("--budget device needs --device cuda (on the CPU give bytes, e.g. --budget 4GiB)");
-    }
     const int64_t budget = a.no_search          ? 0
                            : a.budget == "device" ? std::max<int64_t>(0, ctx.memory.total() - statics)
                                                   : ParseBytes(a.budget);
