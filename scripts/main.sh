@@ -12,4 +12,10 @@ echo "main: first, the three engines must agree on this machine (float64):"
 echo
 echo "main: starting the server (Ctrl-C drains and stops it); train against it with"
 echo "  build/client/streambp train --server 127.0.0.1:50051 --objective sft --data FILE.jsonl"
-exec "$server" serve --listen "${STREAMBP_LISTEN:-127.0.0.1:50051}" "$@"
+# The embedded demo model learns visibly at lr 1e-3 (the trainer's default, 1e-5, is for real
+# models); a --model, --config or --lr of the caller's decides instead.
+demo=(--lr 1e-3)
+for arg in "$@"; do
+  case "$arg" in --model|--model=*|--config|--config=*|--lr|--lr=*) demo=() ;; esac
+done
+exec "$server" serve --listen "${STREAMBP_LISTEN:-127.0.0.1:50051}" "${demo[@]}" "$@"
