@@ -6,9 +6,11 @@
 #include <c10/util/Exception.h>
 
 #include "streambp/command_hint.h"
+#include "streambp/engine.h"
 #include "streambp/error.h"
 #include "streambp/memory.h"
 #include "streambp/runtime.h"
+#include "config.h"
 #include "tools.h"
 #include "health_tool.h"
 #include "serve_tool.h"
@@ -172,28 +174,43 @@ int main(int argc, char** argv) {
   // --- serve: the gRPC training service (serve_tool.h) ---
   streambp::tools::ServeArgs serve;
   auto* serve_cmd = app.add_subcommand("serve", "start the gRPC training service (Ctrl-C or SIGTERM drains and stops)");
+  // The defaults a flag falls back to are the config's (a --config file may set them instead).
+  const streambp::server::ServerConfig defaults;
+  const auto with_default = [](const std::string& text, const std::string& value) {
+    return text + " (default " + value + ")";
+  };
   serve_cmd->add_option("--config", serve.config_file, "JSON config file; the flags below override it");
   serve_cmd->add_option("--model", serve.model_dir, "Hugging Face model folder (default: the embedded preset)");
-  serve_cmd->add_option("--preset", serve.preset, "embedded model when --model is not given: tiny | small | qwen3-8b")
+  serve_cmd->add_option("--preset", serve.preset,
+                        with_default("embedded model when --model is not given: tiny | small | qwen3-8b",
+                                     defaults.model.preset))
       ->check(CLI::IsMember(streambp::PresetNames()));
-  serve_cmd->add_option("--seed", serve.seed, "seed of the embedded model");
-  serve_cmd->add_option("--dtype", serve.dtype, "float32 | float64 | bfloat16");
-  serve_cmd->add_option("--device", serve.device, "cpu | cuda | cuda:N");
-  serve_cmd->add_option("--listen", serve.listen, "host:port (port 0 picks a free one, logged)");
+  serve_cmd->add_option("--seed", serve.seed, with_default("seed of the embedded model", std::to_string(defaults.model.seed)));
+  serve_cmd->add_option("--dtype", serve.dtype, with_default("float32 | float64 | bfloat16", defaults.model.dtype));
+  serve_cmd->add_option("--device", serve.device, with_default("cpu | cuda | cuda:N", defaults.model.device));
+  serve_cmd->add_option("--listen", serve.listen,
+                        with_default("host:port (port 0 picks a free one, logged)", defaults.listen));
   serve_cmd->add_option("--port-file", serve.port_file, "write the bound port to this file");
-  serve_cmd->add_option("--engine", serve.engine, "default engine: full | checkpoint | stream");
+  serve_cmd->add_option("--engine", serve.engine,
+                        with_default("default engine: full | checkpoint | stream",
+                                     streambp::EngineName(defaults.trainer.engine.kind)));
   serve_cmd->add_option("--chunk", serve.chunk, "default stream chunk (0 = default)");
   serve_cmd->add_option("--logits-chunk", serve.logits_chunk, "default logits chunk (-1 = default, 0 = all)");
   serve_cmd->add_option("--key-chunk", serve.key_chunk, "default stream attention key tile (0 = default)");
-  serve_cmd->add_option("--optimizer", serve.optimizer, "adamw | sgd");
-  serve_cmd->add_option("--lr", serve.lr, "learning rate");
+  serve_cmd->add_option("--optimizer", serve.optimizer, with_default("adamw | sgd", defaults.trainer.optimizer.name));
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%g", defaults.trainer.optimizer.lr);
+  serve_cmd->add_option("--lr", serve.lr, with_default("learning rate", lr));
   serve_cmd->add_option("--micro-batch-tokens", serve.micro_batch_tokens, "padded tokens per micro-batch (0 = whole)");
   serve_cmd->add_option("--checkpoint-dir", serve.checkpoint_dir, "folder of Save/LoadCheckpoint names");
   serve_cmd->add_option("--token", serve.tokens, "bearer token clients must send (repeatable)");
-  serve_cmd->add_option("--queue-depth", serve.queue_depth, "requests that may wait for the device");
-  serve_cmd->add_option("--max-seq-len", serve.max_sequence_length, "longest sequence accepted");
-  serve_cmd->add_option("--memory-budget", serve.memory_budget, "refuse steps estimated above this many bytes");
-  serve_cmd->add_option("--log-format", serve.log_format, "text | json");
+  serve_cmd->add_option("--queue-depth", serve.queue_depth,
+                        with_default("requests that may wait for the device", std::to_string(defaults.limits.queue_depth)));
+  serve_cmd->add_option("--max-seq-len", serve.max_sequence_length,
+                        with_default("longest sequence accepted", std::to_string(defaults.limits.max_sequence_length)));
+  serve_cmd->add_option("--memory-budget", serve.memory_budget,
+                        "refuse steps estimated above this many bytes (default 0: no budget)");
+  serve_cmd->add_option("--log-format", serve.log_format, with_default("text | json", defaults.log.format));
   serve_cmd->add_flag("--check-config", serve.check_config,
                       "validate the config (and the model folder, device and dtype on this machine), print it, and exit");
   serve_cmd

@@ -31,6 +31,12 @@ for cmd in "logprobs" "session create" "info"; do
     || fail "'$cmd --help' shows =0 beside a named default: $(grep -E -- '=0' <<<"$help")"
 done
 
+# serve --help shows the defaults the flags fall back to (the config's).
+help="$("$server" serve --help)"
+for want in "(default 127.0.0.1:50051)" "learning rate (default 1e-05)" "(default stream)" "(default 32768)"; do
+  grep -qF -- "$want" <<<"$help" || fail "serve --help lacks '$want'"
+done
+
 start_server sessions --preset tiny --dtype float32 --checkpoint-dir "$dir/ckpt" --config <(
   echo '{"sessions": {"enabled": true}, "trainer": {"optimizer": {"name": "adamw", "lr": 0.001}}}')
 addr="127.0.0.1:$port"
