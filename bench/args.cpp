@@ -29,11 +29,11 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_option("--repeat", a.repeat, "timed steps per point (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", a.warmup, "untimed steps per point before the timed ones")->check(CLI::NonNegativeNumber);
   app.add_option("--chunk", a.chunk,
-                 "stream: query positions per chunk; checkpoint:tiled: per attention block (0 = default 512)");
-  app.add_option("--logits-chunk", a.logits_chunk, "positions per logits chunk of the chunked-logits variants");
+                 "stream: query positions per chunk; checkpoint:tiled: per attention block (0 = default: chosen from the model and T)");
+  app.add_option("--logits-chunk", a.logits_chunk,
+                 "positions per logits chunk of the chunked-logits variants (-1 = default: chosen from the model and T)");
   app.add_option("--key-chunk", a.key_chunk,
-                 "stream and checkpoint:tiled: keys per attention tile (0 = default " +
-                     std::to_string(kDefaultKeyChunk) + ")")
+                 "stream and checkpoint:tiled: keys per attention tile (0 = default: chosen from the model and T)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--optimizer", a.optimizer, "optimizer whose state is counted: adamw | sgd | none")
       ->check(CLI::IsMember({"adamw", "sgd", "none"}));

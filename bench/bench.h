@@ -94,7 +94,7 @@ struct StepFlops {
   double executed = 0;
   double model = 0;
 };
-StepFlops AnalyticFlops(const ModelConfig& c, int64_t rows, int64_t seq_len, const Variant& v,
+StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t rows, int64_t seq_len, const Variant& v,
                         bool sequence_pass);
 
 /// The process's resident bytes (VmRSS) and peak resident bytes (VmHWM) as the kernel

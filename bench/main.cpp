@@ -239,7 +239,9 @@ int main(int argc, char** argv) {
     if (!a.world_sizes.empty()) {
       const int64_t T = a.seq_lens.front();
       const auto plan = MakeDistPlan(a, T);
-      const auto resolved = ResolveChunks(plan.engine, T);
+      const auto resolved = ResolveChunks(plan.engine, T, plan.model_dir.empty() ? PresetConfig(plan.preset)
+                                                                               : ModelConfig::FromFile(plan.model_dir + "/config.json"),
+                                          ParseDtype(plan.dtype));
       std::printf("== data parallel: %s, stream (chunk %lld, logits chunk %lld, key chunk %lld), T=%lld, global batch %lld, "
                   "micro-batch tokens %lld; train_step (forward, backward, gradient sum, clip, %s); %lld warm-up + %lld "
                   "timed steps; N processes on loopback Gloo, %d threads in all (threads / N per rank)\n",
@@ -338,10 +340,11 @@ int main(int argc, char** argv) {
     const auto variants = MakeVariants(a);
     std::vector<Run> runs;
     if (!a.no_sweep) {
-      std::printf("== sweep: %lld warm-up + %lld timed step(s) per point; stream chunk %lld, logits chunk %lld, key chunk %lld%s\n",
-                  (long long)a.warmup, (long long)a.repeat, (long long)(a.chunk > 0 ? a.chunk : kDefaultChunk),
-                  (long long)a.logits_chunk, (long long)(a.key_chunk > 0 ? a.key_chunk : kDefaultKeyChunk),
-                  a.key_chunk > 0 ? "" : " (default)");
+      auto size = [](int64_t n) { return n > 0 ? std::to_string(n) : std::string("default"); };
+      std::printf("== sweep: %lld warm-up + %lld timed step(s) per point; stream chunk %s, logits chunk %s, key chunk %s "
+                  "(default: chosen from the model and T, docs/architecture.md: Chunk sizes; the columns show them)\n",
+                  (long long)a.warmup, (long long)a.repeat, size(a.chunk).c_str(), size(a.logits_chunk).c_str(),
+                  size(a.key_chunk).c_str());
       PrintRunHeader();
       for (int64_t T : a.seq_lens) {
         for (const auto& v : variants) {

@@ -125,7 +125,8 @@ std::vector<Sequence> SyntheticSequences(const Workload& w, int64_t seq_len, int
   return out;
 }
 
-StepFlops AnalyticFlops(const ModelConfig& c, int64_t B, int64_t T, const Variant& v, bool sequence_pass) {
+StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int64_t T, const Variant& v,
+                        bool sequence_pass) {
   const double d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), F = c.intermediate_size;
   const double V = c.vocab_size, L = c.num_hidden_layers, H = c.num_attention_heads, hd = c.head_dim;
   const double kv_params = 2 * d * kvd;
@@ -141,7 +142,7 @@ StepFlops AnalyticFlops(const ModelConfig& c, int64_t B, int64_t T, const Varian
   const double seq_head = sequence_pass ? head : 0;
   // Query blocks (stream chunks, checkpoint:tiled's attention blocks) attend to the keys
   // up to their last position only.
-  const auto chunks = ResolveChunks(v.options, T);
+  const auto chunks = ResolveChunks(v.options, T, c, dtype);
   double pairs = 0, prefix_rows = 0;
   for (int64_t s = 0; s < T; s += chunks.chunk) {
     const double e = static_cast<double>(std::min<int64_t>(T, s + chunks.chunk));
@@ -221,8 +222,18 @@ void PrepareStatics(Context& ctx) {
   }
 }
 
-Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup, int64_t repeat,
+// checkpoint:chunked with the default logits chunk: the one DefaultChunks picks for this length.
+static Variant AtLength(const Variant& v, const ModelConfig& config, torch::Dtype dtype, int64_t seq_len) {
+  Variant out = v;
+  if (v.engine == "checkpoint" && v.logits_chunked && !v.options.tiled_attention && v.options.logits_chunk < 0) {
+    out.options.logits_chunk = DefaultChunks(config, dtype, seq_len).logits_chunk;
+  }
+  return out;
+}
+
+Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t warmup, int64_t repeat,
                  int64_t activation_budget) {
+  const Variant v = AtLength(variant, ctx.config, ctx.dtype, seq_len);
   const auto sequences = SyntheticSequences(ctx.workload, seq_len, ctx.config.vocab_size);
   const auto batch = MakeBatch(sequences, Layout::kRightPad);
   const int64_t T = batch.length(), rows = batch.rows();
@@ -231,7 +242,7 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
   r.seq_len = T;
   r.batch = rows;
   r.statics = ctx.statics;
-  const auto chunks = ResolveChunks(v.options, T);
+  const auto chunks = ResolveChunks(v.options, T, ctx.config, ctx.dtype);
   r.chunk = chunks.chunk;
   r.logits_chunk = chunks.logits_chunk;
   r.key_chunk = chunks.key_chunk;
@@ -242,7 +253,7 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
   r.predicted_activation_bytes = estimate.activation_bytes;
   r.predicted_peak_bytes = estimate.total();
   auto probe = CreateObjective(ctx.workload.objective, nlohmann::json::object());
-  const auto flops = AnalyticFlops(ctx.config, rows, T, v, probe->needs_sequence_pass());
+  const auto flops = AnalyticFlops(ctx.config, ctx.dtype, rows, T, v, probe->needs_sequence_pass());
   r.flops = flops.executed;
   r.model_flops = flops.model;
   const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;

@@ -396,12 +396,16 @@ void ToProto(const HostInfo& i, v1::GetInfoResponse* out) {
   out->set_dtype(i.dtype);
   out->set_device(i.device);
   out->set_engine(EngineName(i.engine.kind));
-  // The defaults as they resolve for a long sequence (0 = the whole sequence at once).
+  // The defaults as they resolve for the longest sequence the server admits (0 = the whole
+  // sequence at once); a step's own come from its length (docs/architecture.md: Chunk sizes).
   constexpr int64_t kLong = int64_t{1} << 40;
-  const auto defaults = ResolveChunks(i.engine, kLong);
+  const auto defaults = ResolveChunks(i.engine, i.max_sequence_length > 0 ? i.max_sequence_length : kLong, mc,
+                                      ParseDtype(i.dtype));
   const bool stream = i.engine.kind == EngineKind::kStream;
   out->set_chunk(stream ? defaults.chunk : 0);
-  out->set_logits_chunk(defaults.logits_chunk == kLong ? 0 : defaults.logits_chunk);
+  const bool chunked_head = i.engine.kind == EngineKind::kStream || i.engine.tiled_attention;
+  const bool materialized = i.engine.logits_chunk == 0 || (!chunked_head && i.engine.logits_chunk < 0);
+  out->set_logits_chunk(materialized ? 0 : defaults.logits_chunk);
   out->set_key_chunk(stream ? defaults.key_chunk : 0);
   out->set_world_size(i.world_size);
   out->set_optimizer(i.optimizer);

@@ -102,7 +102,7 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
   int64_t longest = 0;
   for (const auto& q : command.sequences) longest = std::max<int64_t>(longest, q.tokens.size());
   st.engine = resolved.kind;
-  st.chunks = ResolveChunks(resolved, longest);
+  st.chunks = ResolveChunks(resolved, longest, executor_->replica().model_config(), executor_->replica().dtype());
   st.peak_memory_bytes = memory::PeakBytes() - live_before;
   st.seconds = Since(start);
   st.queue_seconds = std::chrono::duration<double>(start - ctx.received).count();
@@ -228,8 +228,7 @@ void TrainingHost::compute_logprobs(CallContext ctx, LogprobsRequest request, Do
         memory::ScopedBudget budget(config_.limits.memory_budget_bytes);
         auto& trainer = use(*s);
         auto batch = MakeBatch(req->sequences, Layout::kPacked);
-        const int64_t chunk = config_.trainer.engine.logits_chunk > 0 ? config_.trainer.engine.logits_chunk
-                                                                       : kDefaultLogitsChunk;
+        const int64_t chunk = std::max<int64_t>(config_.trainer.engine.logits_chunk, 0);  // 0: DefaultChunks'
         torch::Tensor logp;
         if (req->reference && !trainer.has_reference() && !trainer.adapter()) {
           throw FailedPrecondition("the server has no reference model (trainer.reference.use_reference_model is false)");

@@ -133,7 +133,7 @@ void FillReferenceFromModel(CausalLM& model, Objective& objective, std::vector<S
   if (!objective.needs_reference(sequences)) return;
   auto batch = MakeBatch(sequences, Layout::kRightPad);
   ScopedAdapter base(*model, nullptr);
-  auto logp = TokenLogprobs(model, batch, kDefaultLogitsChunk, objective.reference_temperature());
+  auto logp = TokenLogprobs(model, batch, 0, objective.reference_temperature());
   for (size_t i = 0; i < sequences.size(); ++i) {
     auto where = (batch.sequence_ids == static_cast<int64_t>(i)).nonzero();
     const int64_t row = where[0][0].item<int64_t>(), start = where[0][1].item<int64_t>();
@@ -251,7 +251,7 @@ int Verify(const VerifyArgs& args) {
   for (auto kind : {EngineKind::kFull, EngineKind::kCheckpoint, EngineKind::kStream}) {
     EngineOptions options{kind, 0, -1};
     if (kind == EngineKind::kStream) options = {kind, stream.chunk, stream.logits_chunk, false, stream.key_chunk};
-    const auto chunks = ResolveChunks(options, T);
+    const auto chunks = ResolveChunks(options, T, config, dtype);
     auto objective = MakeObjective(args.objective, args.objective_options);
     m.zero_gradients();
     memory::ResetPeak();

@@ -317,13 +317,17 @@ TEST(Server, MemoryBudgetRefusesAStepThatCannotFit) {
   testing::ExpectSameTensors(ExportedTensors(*s.client), before);
 }
 
-// limits.auto_chunks: a stream step that sets no chunk sizes gets the largest ones whose
-// estimate fits the budget (smaller than the defaults when the budget is tight).
+// limits.auto_chunks: a stream step that sets no chunk sizes gets the defaults, halved until
+// their estimate fits the budget (smaller than the defaults when the budget is tight).
 TEST(Server, AutoChunksFitTheMemoryBudget) {
   auto config = TestConfig();
   config.model.dtype = "float32";
-  // 24 MiB: the defaults (chunk 512, key tiles of 1024) would need ~37 MiB at T=4096.
-  config.limits.memory_budget_bytes = 24 << 20;
+  const auto tiny = PresetConfig("tiny");
+  const auto defaults = DefaultChunks(tiny, torch::kFloat32, 4096);
+  // One byte less than the defaults need at T=4096.
+  const int64_t budget =
+      EstimateStepMemory(tiny, torch::kFloat32, 1, 4096, EngineOptions{}, config.trainer.optimizer.name).total() - 1;
+  config.limits.memory_budget_bytes = budget;
   config.limits.auto_chunks = true;
   auto s = StartServer(config);
   v1::TrainStepRequest req;
@@ -331,11 +335,12 @@ TEST(Server, AutoChunksFitTheMemoryBudget) {
   for (int i = 0; i < 4096; ++i) e->add_tokens(i % 256);
   auto r = s.client->TrainStep(req);
   ASSERT_TRUE(r.ok()) << r.status().error_message();
-  const auto chosen = ChooseChunks(PresetConfig("tiny"), torch::kFloat32, 1, 4096, 24 << 20);
+  const auto chosen = ChooseChunks(tiny, torch::kFloat32, 1, 4096, budget, config.trainer.optimizer.name);
   EXPECT_EQ(r->stats().chunk(), chosen.chunk);
   EXPECT_EQ(r->stats().key_chunk(), chosen.key_chunk);
-  EXPECT_LT(r->stats().chunk(), kDefaultChunk);
-  EXPECT_LE(r->stats().peak_memory_bytes(), 24 << 20);
+  EXPECT_EQ(r->stats().logits_chunk(), chosen.logits_chunk);
+  EXPECT_LT(r->stats().chunk(), defaults.chunk);
+  EXPECT_LE(r->stats().peak_memory_bytes(), budget);
 }
 
 TEST(Server, RequestIdRetryIsAppliedOnce) {

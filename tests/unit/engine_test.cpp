@@ -357,7 +357,8 @@ TEST_F(EngineMemory, EstimateTracksMeasuredPeak) {
     for (const EngineOptions& options : {EngineOptions{EngineKind::kFull}, EngineOptions{EngineKind::kCheckpoint},
                                          EngineOptions{EngineKind::kCheckpoint, 0, 256}, tiled,
                                          EngineOptions{EngineKind::kStream, 256, 256, false, 256},
-                                         EngineOptions{EngineKind::kStream, 128, 512, false, 1024}}) {
+                                         EngineOptions{EngineKind::kStream, 128, 512, false, 1024},
+                                         EngineOptions{EngineKind::kStream}}) {  // DefaultChunks'
       if (options.kind == EngineKind::kFull && T > 512) continue;
       const auto estimate = EstimateStepMemory(config, torch::kFloat32, 2, T, options, "none");
       const int64_t measured = Peak(model, batch, options) - estimate.gradient_bytes;

@@ -33,13 +33,13 @@ const char* PhaseName(EngineProgress::Phase phase);  ///< forward | head | backw
 
 struct EngineOptions {
   EngineKind kind = EngineKind::kStream;
-  int64_t chunk = 0;         ///< stream: query positions per layer chunk (0 = kDefaultChunk)
-  int64_t logits_chunk = -1;  ///< positions per logits chunk; 0 = all at once;
-                              ///< -1 = default (stream: kDefaultLogitsChunk, checkpoint: 0)
+  int64_t chunk = 0;         ///< stream: query positions per layer chunk (0 = DefaultChunks)
+  int64_t logits_chunk = -1;  ///< positions per logits chunk; 0 = all at once; -1 = default
+                              ///< (stream, tiled checkpoint: DefaultChunks; checkpoint: 0)
   /// When true, K/V are recomputed over the whole prefix for every chunk (the reference
   /// implementation's way) instead of once per layer. For the ablation in streambp-bench.
   bool recompute_kv_per_chunk = false;
-  /// stream: keys per attention tile inside a query chunk (0 = kDefaultKeyChunk). A chunk
+  /// stream: keys per attention tile inside a query chunk (0 = DefaultChunks). A chunk
   /// attending to more keys than this runs tile by tile with an online softmax, so its
   /// scores are chunk x key_chunk instead of chunk x T. full never tiles, checkpoint only
   /// with tiled_attention (the plain baselines as PyTorch eager computes them: T x T scores).
@@ -55,8 +55,8 @@ struct EngineOptions {
   /// progress reports, and for abandoning a step whose caller has gone: it may throw, and
   /// the step then fails as any failed step does (the Trainer clears the gradients).
   std::function<void(const EngineProgress&)> on_progress;
-  /// checkpoint: attention over query blocks of `chunk` positions (0 = kDefaultChunk) and
-  /// key tiles of `key_chunk` (0 = kDefaultKeyChunk) with an online softmax and a
+  /// checkpoint: attention over query blocks of `chunk` positions and key tiles of
+  /// `key_chunk` (0 = DefaultChunks) with an online softmax and a
   /// recomputing backward, as stream's: no T x T scores or mask, only a block x tile at a
   /// time. The memory-efficient attention FlashAttention provides on GPUs, i.e. gradient
   /// checkpointing as users of torch.utils.checkpoint + FlashAttention run it. With a
@@ -76,9 +76,12 @@ struct EngineOptions {
   /// FailedPrecondition, a full one ResourceExhausted, naming the folder.
   std::string scratch_dir;
 };
+/// The largest sizes DefaultChunks picks (and the smallest it goes down to, sequence allowing).
 constexpr int64_t kDefaultChunk = 512;
 constexpr int64_t kDefaultLogitsChunk = 1024;
 constexpr int64_t kDefaultKeyChunk = 1024;
+constexpr int64_t kMinDefaultChunk = 64;
+constexpr int64_t kMinDefaultLogitsChunk = 32;
 
 /// The chunk sizes an engine will actually use for a sequence of length T.
 struct ResolvedChunks {
@@ -87,7 +90,21 @@ struct ResolvedChunks {
   int64_t logits_chunk;  ///< positions per logits chunk (T when materialized)
   int64_t key_chunk;     ///< keys per attention tile (T: scores against all keys at once)
 };
-ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len);
+
+/// The sizes used where a request, the config and the flags leave them unset, from the model's
+/// shapes and the sequence (docs/architecture.md: Chunk sizes). What a step of T positions
+/// must hold anyway is the layer inputs StreamBP stores plus one layer's K/V and their
+/// gradients, S = T (L d + 4 d_kv) bytes per row; a query chunk's working set (its graph with a
+/// key tile of twice its size) and a logits chunk's (logits, log-softmax and their gradients:
+/// 4 x chunk x V floats) are each kept within S / 4, as large as that allows (powers of two,
+/// kMinDefault* .. kDefault*, at most T), so the step's peak stays near S without the many
+/// small GEMMs of tiny chunks. The same rule serves the engines, TokenLogprobs, the memory
+/// estimate, ChooseChunks, the server, the tools and the bench.
+ResolvedChunks DefaultChunks(const ModelConfig& config, torch::Dtype dtype, int64_t seq_len);
+
+/// `options`' sizes with the unset ones from DefaultChunks (or T where the engine does not chunk).
+ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len, const ModelConfig& config,
+                             torch::Dtype dtype);
 
 struct StepResult {
   double loss = 0.0;        ///< sum of the objective's chunk terms
@@ -107,14 +124,14 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
                            const EngineOptions& options);
 
 /// Loss only, no gradients, computed chunk by chunk.
-StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective,
-                       int64_t logits_chunk = kDefaultLogitsChunk);
+StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective, int64_t logits_chunk = 0);
 
 /// Per-token log-probabilities without gradients: [B, T] float64 CPU, where entry (r, t)
 /// is log p(token t+1 | tokens <= t) of the sequence at (r, t), with logits divided by
 /// `temperature`, and 0 where position t has no next token of its own sequence (the last
-/// token of a sequence, padding). Computed chunk by chunk: no T x T scores, no T x V logits.
-torch::Tensor TokenLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk = kDefaultLogitsChunk,
+/// token of a sequence, padding). Computed chunk by chunk: no T x T scores, no T x V logits
+/// (logits_chunk <= 0: DefaultChunks').
+torch::Tensor TokenLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk = 0,
                             double temperature = 1.0);
 
 }  // namespace streambp

@@ -47,9 +47,8 @@ MemoryEstimate EstimateForwardMemory(const ModelConfig& config, torch::Dtype dty
 MemoryEstimate EstimateSampleMemory(const ModelConfig& config, torch::Dtype dtype, int64_t prompts,
                                     int64_t longest_prompt, int64_t n, int64_t max_tokens);
 
-/// The largest chunk (a power of two, at most kDefaultChunk, at least 16) whose estimate
-/// fits `budget_bytes`; the smallest when none fits. Logits chunk (2 x chunk, at most
-/// kDefaultLogitsChunk) and key chunk (2 x chunk, at most kDefaultKeyChunk) follow it.
+/// The chunk sizes whose estimate fits `budget_bytes`: DefaultChunks' for this length, halved
+/// together (each at least 16) until the estimate fits; the smallest when none does.
 /// `like`: the engine whose chunks are chosen (its kind and other options are kept; its
 /// chunk sizes are replaced): the stream engine by default, or checkpoint with tiled
 /// attention (chunk = its attention's query block).

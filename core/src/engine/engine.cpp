@@ -34,23 +34,60 @@ const char* PhaseName(EngineProgress::Phase phase) {
   return "?";
 }
 
-ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len) {
+namespace {
+
+// The largest power of two in [lo, hi] for which fits(x) holds; lo when none does.
+int64_t LargestFitting(int64_t lo, int64_t hi, const std::function<bool(int64_t)>& fits) {
+  int64_t x = lo;
+  while (x * 2 <= hi && fits(x * 2)) x *= 2;
+  return x;
+}
+
+// The model's compute dtype (its weights').
+torch::Dtype Dtype(const CausalLMImpl& model) { return model.embed_tokens->weight.scalar_type(); }
+
+}  // namespace
+
+ResolvedChunks DefaultChunks(const ModelConfig& c, torch::Dtype dtype, int64_t seq_len) {
+  const double e = static_cast<double>(c10::elementSize(dtype));
+  const double f = dtype == torch::kFloat64 ? 8 : 4;  // softmax and logits precision
+  const double T = static_cast<double>(std::max<int64_t>(seq_len, 1));
+  const double d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), H = c.num_attention_heads;
+  const double stored = T * (c.num_hidden_layers * d + 4 * kvd) * e;
+  const double slack = stored / 4;
+  // A query chunk's graph per position (MLP, norms and projections, the attention's output
+  // and dQ) and its score tile: as the memory estimate counts them (core/src/memory/estimate.cpp).
+  const double per_position = 5.0 * c.intermediate_size * e +
+                              (7 * d + 4 * qd + 2 * kvd + (c.qk_norm ? 3 * qd + 3 * kvd : 0)) * e + 2 * qd * f;
+  auto key_tile = [](int64_t chunk) { return std::min<int64_t>(2 * chunk, kDefaultKeyChunk); };
+  auto chunk_fits = [&](int64_t chunk) {
+    const double q = static_cast<double>(chunk), k = static_cast<double>(key_tile(chunk));
+    return q * per_position + 3 * H * q * k * f + q * k <= slack;
+  };
+  auto logits_fit = [&](int64_t lc) { return 4.0 * static_cast<double>(lc) * c.vocab_size * f <= slack; };
+  const int64_t chunk = LargestFitting(kMinDefaultChunk, kDefaultChunk, chunk_fits);
+  const int64_t logits = LargestFitting(kMinDefaultLogitsChunk, kDefaultLogitsChunk, logits_fit);
+  const int64_t limit = std::max<int64_t>(seq_len, 1);
+  return {std::min(chunk, limit), std::min(logits, limit), std::min(key_tile(chunk), limit)};
+}
+
+ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len, const ModelConfig& config,
+                             torch::Dtype dtype) {
   if (options.chunk < 0) throw InvalidArgument("chunk must be >= 0 (0 = default)");
   if (options.logits_chunk < -1) throw InvalidArgument("logits_chunk must be >= -1");
   if (options.key_chunk < 0) throw InvalidArgument("key_chunk must be >= 0 (0 = default)");
   ResolvedChunks r{seq_len, seq_len, seq_len};
-  if (options.kind == EngineKind::kStream) {
-    r.chunk = options.chunk > 0 ? options.chunk : kDefaultChunk;
-    r.key_chunk = options.key_chunk > 0 ? options.key_chunk : kDefaultKeyChunk;
-    r.logits_chunk = options.logits_chunk > 0 ? options.logits_chunk
+  const bool chunks_queries =
+      options.kind == EngineKind::kStream || (options.kind == EngineKind::kCheckpoint && options.tiled_attention);
+  if (chunks_queries) {
+    const auto defaults = DefaultChunks(config, dtype, seq_len);
+    r.chunk = options.chunk > 0 ? options.chunk : defaults.chunk;
+    r.key_chunk = options.key_chunk > 0 ? options.key_chunk : defaults.key_chunk;
+    r.logits_chunk = options.logits_chunk > 0    ? options.logits_chunk
                      : options.logits_chunk == 0 ? seq_len
-                                                 : kDefaultLogitsChunk;
+                                                 : defaults.logits_chunk;
   } else if (options.kind == EngineKind::kCheckpoint) {
     r.logits_chunk = options.logits_chunk > 0 ? options.logits_chunk : seq_len;
-    if (options.tiled_attention) {
-      r.chunk = options.chunk > 0 ? options.chunk : kDefaultChunk;
-      r.key_chunk = options.key_chunk > 0 ? options.key_chunk : kDefaultKeyChunk;
-    }
   }
   r.chunk = std::clamp<int64_t>(r.chunk, 1, std::max<int64_t>(seq_len, 1));
   r.logits_chunk = std::clamp<int64_t>(r.logits_chunk, 1, std::max<int64_t>(seq_len, 1));
@@ -101,7 +138,7 @@ StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objecti
 StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
                            const EngineOptions& options) {
   engine::ValidateBatch(*model, batch);
-  const auto chunks = ResolveChunks(options, batch.length());
+  const auto chunks = ResolveChunks(options, batch.length(), model->config(), Dtype(*model));
   if (options.offload_layer_inputs && options.kind != EngineKind::kStream) {
     throw InvalidArgument("offload_layer_inputs needs the stream engine (engine " + EngineName(options.kind) + ")");
   }
@@ -120,7 +157,7 @@ namespace {
 // per layer, queries chunk by chunk) so no T x T scores exist.
 torch::Tensor HiddenStates(CausalLMImpl& m, const Batch& batch) {
   torch::NoGradGuard no_grad;
-  const auto chunks = ResolveChunks({EngineKind::kStream, 0, -1}, batch.length());
+  const auto chunks = DefaultChunks(m.config(), Dtype(m), batch.length());
   auto x = m.embed(batch.input_ids);
   auto rope = m.rotary().tables(batch.position_ids, x);
   for (size_t i = 0; i < m.layer_list.size(); ++i) {
@@ -138,8 +175,10 @@ StepResult ForwardOnly(CausalLM& model, const Batch& cpu_batch, Objective& objec
   torch::NoGradGuard no_grad;
   objective.begin(batch);
   auto h = HiddenStates(*model, batch);
-  auto head = engine::HeadForwardBackward(*model, h, batch, objective,
-                                          std::clamp<int64_t>(logits_chunk, 1, batch.length()), false);
+  const int64_t chunk = logits_chunk > 0 ? logits_chunk
+                                         : DefaultChunks(model->config(), Dtype(*model), batch.length()).logits_chunk;
+  auto head = engine::HeadForwardBackward(*model, h, batch, objective, std::clamp<int64_t>(chunk, 1, batch.length()),
+                                          false);
   return engine::MakeResult(objective, batch, head.loss);
 }
 
@@ -150,7 +189,8 @@ torch::Tensor TokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t log
   torch::NoGradGuard no_grad;
   auto h = HiddenStates(*model, batch);
   const int64_t T = batch.length();
-  const int64_t chunk = std::clamp<int64_t>(logits_chunk > 0 ? logits_chunk : kDefaultLogitsChunk, 1, T);
+  const int64_t chunk = std::clamp<int64_t>(
+      logits_chunk > 0 ? logits_chunk : DefaultChunks(model->config(), Dtype(*model), T).logits_chunk, 1, T);
   auto out = torch::zeros({batch.rows(), T}, torch::kFloat64);
   // Position t has a next token of its own sequence: t + 1 in the same sequence.
   auto seq = batch.sequence_ids.cpu();

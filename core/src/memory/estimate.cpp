@@ -53,7 +53,7 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   m.optimizer_bytes = optimizer == "adamw" ? Bytes(2 * trained * std::max(te, 4.0))
                       : optimizer == "sgd" ? Bytes(trained * std::max(te, 4.0))
                                            : 0;
-  const auto chunks = ResolveChunks(engine, std::max<int64_t>(seq_len, 1));
+  const auto chunks = ResolveChunks(engine, std::max<int64_t>(seq_len, 1), c, dtype);
   m.chunk = chunks.chunk;
   m.logits_chunk = chunks.logits_chunk;
   const double lc = chunks.logits_chunk;
@@ -119,8 +119,9 @@ MemoryEstimate EstimateForwardMemory(const ModelConfig& c, torch::Dtype dtype, i
   const double e = static_cast<double>(c10::elementSize(dtype)), f = dtype == torch::kFloat64 ? 8 : 4;
   const double B = std::max<int64_t>(rows, 1), T = std::max<int64_t>(seq_len, 1), d = c.hidden_size;
   const double H = c.num_attention_heads, kvd = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
-  const double q = std::min<double>(kDefaultChunk, T), tile = std::min<double>(kDefaultKeyChunk, T);
-  const double lc = std::min<double>(logits_chunk > 0 ? logits_chunk : kDefaultLogitsChunk, T);
+  const auto defaults = DefaultChunks(c, dtype, seq_len);
+  const double q = std::min<double>(defaults.chunk, T), tile = std::min<double>(defaults.key_chunk, T);
+  const double lc = std::min<double>(logits_chunk > 0 ? logits_chunk : defaults.logits_chunk, T);
   MemoryEstimate m;
   m.weights_bytes = Bytes(ParameterCount(c) * e);
   const double layer = 3 * B * T * d * e + 2 * B * T * kvd * e + 3 * B * H * q * tile * f + 5 * B * q * F * e;
@@ -156,22 +157,24 @@ MemoryEstimate EstimateSampleMemory(const ModelConfig& c, torch::Dtype dtype, in
 EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
                            int64_t budget_bytes, const std::string& optimizer, const LoraConfig* lora,
                            const EngineOptions& like) {
-  auto with_chunk = [&](int64_t chunk) {
+  // From the defaults for this length down: every size halves at each try (a logits chunk or
+  // key tile already at its smallest stays there).
+  const auto defaults = DefaultChunks(config, dtype, seq_len);
+  auto sizes = [&](int64_t halvings) {
     EngineOptions o = like;
-    o.chunk = chunk;
-    o.logits_chunk = std::min<int64_t>(2 * chunk, kDefaultLogitsChunk);
-    o.key_chunk = std::min<int64_t>(2 * chunk, kDefaultKeyChunk);
+    o.chunk = std::max<int64_t>(defaults.chunk >> halvings, 16);
+    o.logits_chunk = std::max<int64_t>(defaults.logits_chunk >> halvings, 16);
+    o.key_chunk = std::max<int64_t>(defaults.key_chunk >> halvings, 16);
     return o;
   };
-  for (int64_t chunk = kDefaultChunk; chunk >= 16; chunk /= 2) {
-    auto o = with_chunk(chunk);
-    if (budget_bytes <= 0 || EstimateStepMemory(config, dtype, rows, seq_len, o, optimizer, lora).total() <= budget_bytes) {
-      return o;
+  for (int64_t halvings = 0;; ++halvings) {
+    auto o = sizes(halvings);
+    const bool smallest = o.chunk == 16 && o.logits_chunk == 16 && o.key_chunk == 16;
+    if (budget_bytes <= 0 || smallest ||
+        EstimateStepMemory(config, dtype, rows, seq_len, o, optimizer, lora).total() <= budget_bytes) {
+      return o;  // the smallest tiles when nothing fits
     }
   }
-  auto smallest = with_chunk(16);
-  smallest.key_chunk = 16;  // as before: the smallest tiles when nothing fits
-  return smallest;
 }
 
 }  // namespace streambp

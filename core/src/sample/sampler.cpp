@@ -112,17 +112,18 @@ bool SampleRun::step(int64_t decode_steps) {
     };
     auto x = m.embed(ids);
     auto rope = m.rotary().tables(pos, x);
+    const auto chunks = DefaultChunks(m.config(), x.scalar_type(), L);  // as the memory estimate's
     for (size_t l = 0; l < m.layer_list.size(); ++l) {
       auto& layer = m.layer_list[l];
       const int64_t window = m.config().window(static_cast<int64_t>(l));
       auto kv = layer->keys_values(x, rope);
       auto y = torch::empty_like(x);
-      for (int64_t s = 0; s < L; s += kDefaultChunk) {
-        const int64_t e = std::min(L, s + kDefaultChunk);
+      for (int64_t s = 0; s < L; s += chunks.chunk) {
+        const int64_t e = std::min(L, s + chunks.chunk);
         Rope rope_q{rope.cos.slice(1, s, e), rope.sin.slice(1, s, e)};
         KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
         y.slice(1, s, e).copy_(layer->forward_queries(x.slice(1, s, e), rope_q, prefix, chunk_mask(s, e, window),
-                                                      {kDefaultKeyChunk}));
+                                                      {chunks.key_chunk}));
       }
       x = y;
       // A sliding layer's next queries see only the last `window` keys: the cache keeps those.

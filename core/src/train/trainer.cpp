@@ -132,7 +132,6 @@ std::vector<SampledCompletion> Trainer::sample(const std::vector<std::vector<int
 std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequence>& sequences,
                                                        int64_t logits_chunk, double temperature) {
   std::vector<Sequence> out = sequences;
-  if (logits_chunk <= 0) logits_chunk = kDefaultLogitsChunk;  // never T x V logits at once
   for (const auto& indices : SplitMicroBatches(sequences, options_.layout, options_.micro_batch_tokens)) {
     std::vector<Sequence> part;
     part.reserve(indices.size());

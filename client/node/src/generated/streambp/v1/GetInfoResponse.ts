@@ -20,7 +20,8 @@ export interface GetInfoResponse {
    */
   'engine'?: (string);
   /**
-   * default query chunk of the stream engine (0 = whole sequence)
+   * chunk, logits_chunk, key_chunk: the defaults as chosen for a sequence of
+   * max_sequence_length (shorter steps may get smaller ones: each step reports its own)
    */
   'chunk'?: (number | string | Long);
   /**
@@ -79,7 +80,8 @@ export interface GetInfoResponse__Output {
    */
   'engine': (string);
   /**
-   * default query chunk of the stream engine (0 = whole sequence)
+   * chunk, logits_chunk, key_chunk: the defaults as chosen for a sequence of
+   * max_sequence_length (shorter steps may get smaller ones: each step reports its own)
    */
   'chunk': (number);
   /**
