@@ -300,15 +300,22 @@ def case_kill9(rounds=6, seed=int(os.environ.get("STREAMBP_FAULT_SEED", "7"))):
                 break
             time.sleep(0.1)
     check(len(acknowledged) == len(groups), f"{len(groups) - len(acknowledged)} groups were never acknowledged")
+    # Idle: nothing queued and no rollout step running. The last step writes its "consumed"
+    # record (naming the version it makes) just before its optimizer step: wait for that
+    # version too, at most 30 s.
     for _ in range(1200):
         st = s.stats()
-        if st.queue_depth == 0:
+        if st.queue_depth == 0 and st.in_step == 0:
             break
         time.sleep(0.1)
-    time.sleep(0.5)
-    version = s.stub.GetInfo(pb.GetInfoRequest(), timeout=30).policy_version
+    check(st.queue_depth == 0 and st.in_step == 0, f"the server never became idle: {st}")
+    for _ in range(300):
+        version = s.stub.GetInfo(pb.GetInfoRequest(), timeout=30).policy_version
+        trained = lineage(os.path.join(TMP, "kill9-audit"))
+        if max(trained, default=0) <= version:
+            break
+        time.sleep(0.1)
     s.stop()
-    trained = lineage(os.path.join(TMP, "kill9-audit"))
     check(sorted(trained) == list(range(1, version + 1)), f"versions in the lineage {sorted(trained)} vs {version}")
     ids = [i for v in sorted(trained) for i in trained[v]]
     check(sorted(ids) == sorted(acknowledged),

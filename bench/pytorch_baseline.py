@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Hand-written eager PyTorch next to `streambp-server grad`: the same model files, the same
+sequence, one SFT forward + backward each, in fresh processes.
+
+The baseline is what a careful PyTorch user writes to fit long sequences without StreamBP:
+every decoder layer under activation checkpointing, attention over query blocks each
+checkpointed on its own (no T x T scores kept), and the lm_head + cross-entropy in checkpointed
+chunks. The model is written here from the Hugging Face definitions of Llama/Qwen2/Qwen3
+(RMSNorm in float32, rotate-half RoPE, GQA, SwiGLU), not from this project's code, so the
+comparison doubles as an independent check of the loss and of every gradient.
+
+    pytorch_baseline.py compare --server BIN [--preset small | --model DIR] --seq-len 8192
+        peak RSS (the kernel's, per process) and wall time of both, their ratios, JSON
+    pytorch_baseline.py check --server BIN [--preset tiny] --seq-len 40
+        float64: loss and every gradient of the baseline vs the server's stream engine
+    pytorch_baseline.py step --model DIR --data F.jsonl [--out G.safetensors]
+        one step of the baseline alone (what `compare` times)
+
+Needs PyTorch (Debian: python3-torch) and nothing else.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+DTYPES = {"F64": "float64", "F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
+
+def read_safetensors(path):
+    import torch
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    body = memoryview(raw)[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = info["data_offsets"]
+        dtype = getattr(torch, DTYPES[info["dtype"]])
+        t = torch.frombuffer(bytearray(body[lo:hi]), dtype=dtype) if hi > lo else torch.empty(0, dtype=dtype)
+        out[name] = t.reshape(info["shape"]).clone()
+    return out
+
+
+def write_safetensors(path, tensors):
+    header, chunks, offset = {}, [], 0
+    names = {"torch.float64": "F64", "torch.float32": "F32"}
+    for name, t in sorted(tensors.items()):
+        data = t.detach().contiguous().cpu().numpy().tobytes()
+        header[name] = {"dtype": names[str(t.dtype)], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head)
+        for c in chunks:
+            f.write(c)
+
+
+class Model:
+    """A decoder-only causal LM as Hugging Face's Llama/Qwen2/Qwen3 modeling code defines it."""
+
+    def __init__(self, folder, dtype):
+        import torch
+        with open(os.path.join(folder, "config.json")) as f:
+            c = json.load(f)
+        # What this baseline does not write: refused by name rather than computed differently.
+        if c.get("rope_scaling"):
+            raise SystemExit(f"pytorch_baseline: rope_scaling {c['rope_scaling']} is not written here")
+        if c.get("sliding_window") and c.get("use_sliding_window", c.get("model_type") == "mistral"):
+            raise SystemExit("pytorch_baseline: sliding windows are not written here")
+        if c.get("mlp_bias") or c.get("model_type") == "llama" and c.get("attention_bias"):
+            raise SystemExit("pytorch_baseline: o_proj / MLP biases are not written here")
+        self.c = c
+        self.L, self.d = c["num_hidden_layers"], c["hidden_size"]
+        self.H, self.KV = c["num_attention_heads"], c["num_key_value_heads"]
+        self.hd = c.get("head_dim") or self.d // self.H
+        self.eps = c["rms_norm_eps"]
+        self.theta = c.get("rope_theta", 10000.0)
+        self.w = {k: v.to(dtype).requires_grad_(True) for k, v in read_safetensors(
+            os.path.join(folder, "model.safetensors")).items()}
+        if "lm_head.weight" not in self.w:  # tied: the embedding is the head
+            self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
+        self.dtype = dtype
+        self.torch = torch
+
+    def rms(self, x, w):
+        t = self.torch
+        xf = x.to(t.float32) if x.dtype != t.float64 else x
+        xf = xf * t.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return w * xf.to(x.dtype)
+
+    def rope(self, T):
+        t = self.torch
+        inv = 1.0 / (self.theta ** (t.arange(0, self.hd, 2, dtype=t.float64) / self.hd))
+        freqs = t.outer(t.arange(T, dtype=t.float64), inv)
+        emb = t.cat([freqs, freqs], -1)
+        return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+
+    @staticmethod
+    def rotate(x, cos, sin):
+        import torch
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+    def attention_block(self, q, k, v, s):
+        """Queries s.. of q against keys 0..s+len(q)-1: causal, float32 softmax as HF's eager attention."""
+        t = self.torch
+        e = s + q.shape[2]
+        scores = t.matmul(q, k[:, :, :e].transpose(-1, -2)) / math.sqrt(self.hd)
+        qi = t.arange(s, e).unsqueeze(1)
+        kj = t.arange(e).unsqueeze(0)
+        scores = scores.masked_fill(kj > qi, float("-inf"))
+        p = t.softmax(scores.to(t.float32) if scores.dtype != t.float64 else scores, -1).to(q.dtype)
+        return t.matmul(p, v[:, :, :e])
+
+    def layer(self, i, x, cos, sin, block):
+        t = self.torch
+        from torch.utils.checkpoint import checkpoint
+        p = f"model.layers.{i}."
+        w = self.w
+        B, T, _ = x.shape
+        n = self.rms(x, w[p + "input_layernorm.weight"])
+
+        def proj(name, heads):
+            y = n @ w[p + f"self_attn.{name}_proj.weight"].t()
+            if p + f"self_attn.{name}_proj.bias" in w:
+                y = y + w[p + f"self_attn.{name}_proj.bias"]
+            return y.view(B, T, heads, self.hd)
+        q, k, v = proj("q", self.H), proj("k", self.KV), proj("v", self.KV)
+        if p + "self_attn.q_norm.weight" in w:
+            q = self.rms(q, w[p + "self_attn.q_norm.weight"])
+            k = self.rms(k, w[p + "self_attn.k_norm.weight"])
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+        groups = self.H // self.KV
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+        out = t.cat([checkpoint(self.attention_block, q[:, :, s:s + block], k, v, s, use_reentrant=False)
+                     for s in range(0, T, block)], 2)
+        out = out.transpose(1, 2).reshape(B, T, self.H * self.hd) @ w[p + "self_attn.o_proj.weight"].t()
+        h = x + out
+        m = self.rms(h, w[p + "post_attention_layernorm.weight"])
+        gate = m @ w[p + "mlp.gate_proj.weight"].t()
+        up = m @ w[p + "mlp.up_proj.weight"].t()
+        return h + (t.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].t()
+
+    def head_loss(self, h, targets):
+        t = self.torch
+        logits = self.rms(h, self.w["model.norm.weight"]) @ self.w["lm_head.weight"].t()
+        logits = logits.to(t.float32) if logits.dtype != t.float64 else logits
+        return t.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
+
+    def sft_step(self, tokens, block, logits_chunk):
+        """Mean next-token cross-entropy over the sequence, backward; returns the loss."""
+        t = self.torch
+        from torch.utils.checkpoint import checkpoint
+        ids = t.tensor([tokens])
+        T = ids.shape[1]
+        cos, sin = self.rope(T)
+        x = self.w["model.embed_tokens.weight"][ids]
+        for i in range(self.L):
+            x = checkpoint(self.layer, i, x, cos, sin, block, use_reentrant=False)
+        h, targets = x[:, :-1], ids[:, 1:]
+        loss = sum(checkpoint(self.head_loss, h[:, s:s + logits_chunk], targets[:, s:s + logits_chunk],
+                              use_reentrant=False) for s in range(0, T - 1, logits_chunk)) / (T - 1)
+        loss.backward()
+        return float(loss)
+
+
+def run_step(args):
+    import torch
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    with open(args.data) as f:
+        tokens = json.loads(f.readline())["tokens"]
+    model = Model(args.model, dtype)
+    t0 = time.perf_counter()
+    loss = model.sft_step(tokens, args.block, args.logits_chunk)
+    seconds = time.perf_counter() - t0
+    if args.out:
+        grads, seen = {}, set()
+        for name, p in model.w.items():
+            if id(p) in seen or p.grad is None:
+                continue
+            seen.add(id(p))
+            grads[name] = p.grad
+        write_safetensors(args.out, grads)
+    print(json.dumps({"loss": loss, "step_seconds": seconds}), flush=True)
+
+
+def measure_one(cmd):
+    """Peak RSS of one command alone: a child interpreter runs it and reports its own children's maxrss."""
+    probe = ("import json, resource, subprocess, sys, time\n"
+             "t0 = time.perf_counter()\n"
+             "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "wall = time.perf_counter() - t0\n"
+             "sys.stderr.write(p.stderr)\n"
+             "print(json.dumps({'rc': p.returncode, 'wall': wall, 'stdout': p.stdout,\n"
+             "                  'maxrss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n")
+    p = subprocess.run([sys.executable, "-c", probe] + cmd, capture_output=True, text=True)
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    if r["rc"] != 0:
+        raise SystemExit(f"pytorch_baseline: {' '.join(cmd)} failed ({r['rc']}):\n{p.stderr}")
+    return r
+
+
+def prepare(args, folder):
+    model = args.model
+    if not model:
+        model = os.path.join(folder, "model")
+        subprocess.run([args.server, "init-model", "--preset", args.preset, "--seed", str(args.seed), "--dtype",
+                        args.dtype, "--out", model], check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(model, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    rng = random.Random(args.seed)
+    data = os.path.join(folder, "data.jsonl")
+    with open(data, "w") as f:
+        f.write(json.dumps({"tokens": [rng.randrange(vocab) for _ in range(args.seq_len)]}) + "\n")
+    return model, data
+
+
+def server_cmd(args, model, data, out):
+    return [args.server, "--threads", str(args.threads), "grad", "--model", model, "--data", data, "--dtype",
+            args.dtype, "--engine", "stream", "--out", out]
+
+
+def baseline_cmd(args, model, data, out=None):
+    cmd = [sys.executable, os.path.abspath(__file__), "step", "--model", model, "--data", data, "--dtype", args.dtype,
+           "--threads", str(args.threads), "--block", str(args.block), "--logits-chunk", str(args.logits_chunk)]
+    return cmd + (["--out", out] if out else [])
+
+
+def run_compare(args):
+    with tempfile.TemporaryDirectory() as folder:
+        model, data = prepare(args, folder)
+        ours = measure_one(server_cmd(args, model, data, os.path.join(folder, "ours.safetensors")))
+        theirs = measure_one(baseline_cmd(args, model, data))
+    step = json.loads(theirs["stdout"].strip().splitlines()[-1])
+    mib = 1.0 / 1024
+    report = {
+        "seq_len": args.seq_len, "preset": args.preset if not args.model else None, "model": args.model or None,
+        "dtype": args.dtype, "threads": args.threads, "baseline": {"block": args.block, "logits_chunk": args.logits_chunk},
+        "streambp_grad_stream": {"peak_rss_mib": ours["maxrss_kib"] * mib, "wall_s": ours["wall"],
+                                 "output": ours["stdout"].strip()},
+        "pytorch_eager": {"peak_rss_mib": theirs["maxrss_kib"] * mib, "wall_s": theirs["wall"],
+                          "step_s": step["step_seconds"], "loss": step["loss"]},
+    }
+    report["rss_ratio"] = report["streambp_grad_stream"]["peak_rss_mib"] / report["pytorch_eager"]["peak_rss_mib"]
+    report["wall_ratio"] = ours["wall"] / theirs["wall"]
+    print(f"T={args.seq_len} {args.dtype}, {args.threads} thread(s); baseline: checkpointed layers, query blocks of "
+          f"{args.block}, logits chunks of {args.logits_chunk}")
+    print(f"{'':24s} {'peak RSS MiB':>13s} {'wall s':>9s}")
+    print(f"{'streambp-server grad':24s} {report['streambp_grad_stream']['peak_rss_mib']:13.1f} {ours['wall']:9.2f}")
+    print(f"{'eager PyTorch':24s} {report['pytorch_eager']['peak_rss_mib']:13.1f} {theirs['wall']:9.2f}")
+    print(f"ratios (streambp / PyTorch): peak RSS {report['rss_ratio']:.3f}, wall {report['wall_ratio']:.3f}")
+    print(f"losses: {ours['stdout'].split(';')[0].strip()} | PyTorch {step['loss']:.9f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+def run_check(args):
+    """float64: the baseline's loss and gradients against the server's stream engine."""
+    args.dtype = "float64"
+    with tempfile.TemporaryDirectory() as folder:
+        model, data = prepare(args, folder)
+        ours_path, theirs_path = os.path.join(folder, "ours.safetensors"), os.path.join(folder, "theirs.safetensors")
+        ours = subprocess.run(server_cmd(args, model, data, ours_path) + ["--chunk", "7", "--key-chunk", "5",
+                                                                          "--logits-chunk", "6"],
+                              capture_output=True, text=True, check=True).stdout
+        theirs = subprocess.run(baseline_cmd(args, model, data, theirs_path), capture_output=True, text=True,
+                                check=True).stdout
+        a, b = read_safetensors(ours_path), read_safetensors(theirs_path)
+    loss_ours = float(ours.split("loss ")[1].split()[0])
+    loss_theirs = json.loads(theirs.strip().splitlines()[-1])["loss"]
+    worst, names = 0.0, sorted(set(a) | set(b))
+    failures = []
+    if abs(loss_ours - loss_theirs) > 1e-9 * abs(loss_theirs):
+        failures.append(f"loss {loss_ours!r} vs PyTorch {loss_theirs!r}")
+    for name in names:
+        if name not in a or name not in b:
+            failures.append(f"{name}: only in {'ours' if name in a else 'PyTorch'}")
+            continue
+        scale = float(b[name].abs().max())
+        diff = float((a[name] - b[name]).abs().max())
+        rel = diff / scale if scale > 0 else diff
+        worst = max(worst, rel)
+        if not rel <= args.tolerance:
+            failures.append(f"{name}: max |diff| {diff:.3g}, {rel:.3g} of the largest entry")
+    print(f"float64, T={args.seq_len}: loss {loss_ours!r} vs PyTorch {loss_theirs!r}; {len(names)} gradients, "
+          f"worst {worst:.3g} relative (tolerance {args.tolerance:g})")
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name in ("compare", "check", "step"):
+        p = sub.add_parser(name)
+        p.add_argument("--model", help="Hugging Face model folder (config.json + model.safetensors)")
+        p.add_argument("--dtype", default="float64" if name == "check" else "float32")
+        p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+        p.add_argument("--block", type=int, default=512, help="baseline: query positions per attention block")
+        p.add_argument("--logits-chunk", type=int, default=1024, help="baseline: positions per lm_head + loss chunk")
+        if name == "step":
+            p.add_argument("--data", required=True)
+            p.add_argument("--out")
+        else:
+            p.add_argument("--server", required=True, help="streambp-server binary")
+            p.add_argument("--preset", default="tiny" if name == "check" else "small")
+            p.add_argument("--seed", type=int, default=0)
+            p.add_argument("--seq-len", type=int, default=40 if name == "check" else 8192)
+        if name == "compare":
+            p.add_argument("--json")
+        if name == "check":
+            p.add_argument("--tolerance", type=float, default=1e-10)
+    args = ap.parse_args()
+    if args.command == "check" and args.block == 512:
+        args.block, args.logits_chunk = 9, 11  # several uneven blocks and chunks on a short sequence
+    return {"compare": run_compare, "check": run_check, "step": run_step}[args.command](args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
