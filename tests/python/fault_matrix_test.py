@@ -300,9 +300,9 @@ def case_kill9(rounds=6, seed=int(os.environ.get("STREAMBP_FAULT_SEED", "7"))):
                 break
             time.sleep(0.1)
     check(len(acknowledged) == len(groups), f"{len(groups) - len(acknowledged)} groups were never acknowledged")
-    # Idle: nothing queued and no rollout step running. The last step writes its "consumed"
-    # record (naming the version it makes) just before its optimizer step: wait for that
-    # version too, at most 30 s.
+    # Idle: nothing queued and no rollout step running. The last step's groups leave in_step
+    # before its optimizer step makes the version, and its audit record follows the version:
+    # wait until the audit names the current version, at most 30 s.
     for _ in range(1200):
         st = s.stats()
         if st.queue_depth == 0 and st.in_step == 0:
@@ -312,7 +312,7 @@ def case_kill9(rounds=6, seed=int(os.environ.get("STREAMBP_FAULT_SEED", "7"))):
     for _ in range(300):
         version = s.stub.GetInfo(pb.GetInfoRequest(), timeout=30).policy_version
         trained = lineage(os.path.join(TMP, "kill9-audit"))
-        if max(trained, default=0) <= version:
+        if max(trained, default=0) == version:
             break
         time.sleep(0.1)
     s.stop()
