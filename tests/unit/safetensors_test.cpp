@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "streambp/digest.h"
 #include "streambp/error.h"
 
 namespace streambp {
@@ -566,6 +567,37 @@ TEST_F(SafetensorsFiles, WriteFileAtomicFailureIsInternalAndCleansUp) {
   fs::create_directories(dir_ / "occupied" / "inside");
   EXPECT_THROW(WriteFileAtomic(path("occupied"), "x"), Error);
   EXPECT_EQ(listing(), std::vector<std::string>{"occupied"});
+}
+
+// The streamed writer puts on disk exactly the bytes SerializeSafetensors makes (strided
+// views and tensors of every dtype included), reports their size and SHA-256, and a producer
+// that fails leaves nothing behind and the target as it was.
+TEST_F(SafetensorsFiles, StreamedWriteEqualsTheSerializedBytes) {
+  TensorMap tensors = sample_tensors();
+  const auto base = torch::arange(24, torch::kFloat64).reshape({4, 6});
+  tensors["strided"] = base.t().slice(0, 1, 5);  // a non-contiguous view into `base`
+  const auto written = WriteSafetensors(path("m.safetensors"), tensors, {{"format", "pt"}}, /*sha256=*/true);
+  std::ifstream in(path("m.safetensors"), std::ios::binary);
+  const std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, SerializeSafetensors(tensors, {{"format", "pt"}}));
+  EXPECT_EQ(written.size, got.size());
+  EXPECT_EQ(written.sha256, Sha256Hex(got));
+  EXPECT_TRUE(WriteSafetensors(path("n.safetensors"), tensors).sha256.empty());  // only when asked
+  EXPECT_EQ(WriteFileAtomic(path("t.txt"), "abc", true).sha256,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");  // FIPS 180-2's "abc"
+
+  // Invalid input fails before any file exists; a producer that throws halfway removes its
+  // temporary file and leaves the old file.
+  EXPECT_THROW(WriteSafetensors(path("m.safetensors"), {{"__metadata__", torch::zeros({1})}}), InvalidArgument);
+  EXPECT_THROW(WriteFileAtomic(path("m.safetensors"),
+                               [](const ByteSink& write) {
+                                 write("partial", 7);
+                                 throw InvalidArgument("the producer failed");
+                               }),
+               InvalidArgument);
+  std::ifstream again(path("m.safetensors"), std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>()), got);
+  EXPECT_EQ(listing(), (std::vector<std::string>{"m.safetensors", "n.safetensors", "t.txt"}));
 }
 
 TEST_F(SafetensorsFiles, LoadsSingleFileModel) {

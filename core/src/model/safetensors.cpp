@@ -19,6 +19,7 @@
 #include <tuple>
 #include <utility>
 
+#include "streambp/digest.h"
 #include "streambp/error.h"
 
 namespace streambp {
@@ -355,10 +356,12 @@ SafetensorsContents ReadSafetensors(const std::string& path) {
   return ParseSafetensors(read_file(path), path);
 }
 
-std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metadata) {
+namespace {
+
+// The header of a safetensors file for `tensors` (validated, padded so the data starts
+// 8-byte aligned) and the data's size; no tensor is copied.
+std::pair<std::string, std::uint64_t> PlanSafetensors(const TensorMap& tensors, const Metadata& metadata) {
   Json header = Json::object();
-  std::vector<torch::Tensor> cpu;
-  cpu.reserve(tensors.size());
   std::uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     if (name == kMetadataKey) {
@@ -373,14 +376,12 @@ std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metad
                             std::string(c10::toString(tensor.scalar_type())) +
                             " has no safetensors equivalent here");
     }
-    torch::Tensor t = tensor.to(torch::kCPU).contiguous();
     Json shape = Json::array();
-    for (const auto d : t.sizes()) shape.push_back(d);
-    const auto nbytes = static_cast<std::uint64_t>(t.numel()) * dtype->element_size;
+    for (const auto d : tensor.sizes()) shape.push_back(d);
+    const auto nbytes = static_cast<std::uint64_t>(tensor.numel()) * dtype->element_size;
     header[name] = {
         {"dtype", dtype->name}, {"shape", std::move(shape)}, {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
-    cpu.push_back(std::move(t));
   }
   if (!metadata.empty()) header[kMetadataKey] = metadata;
 
@@ -390,26 +391,47 @@ std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metad
   } catch (const Json::exception& e) {
     throw InvalidArgument(std::string("cannot serialize safetensors header: ") + e.what());
   }
-  // Pad so that the data (after the 8-byte length and the header) starts 8-byte aligned.
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
+  return {std::move(header_text), offset};
+}
 
-  std::string out;
-  out.reserve(kLengthPrefixBytes + header_text.size() + offset);
+// The file's pieces in order: length prefix, header, then each tensor's bytes from a CPU,
+// contiguous view (a copy only where the tensor is elsewhere or strided), one at a time.
+void EmitSafetensors(const TensorMap& tensors, const std::string& header_text, const ByteSink& write) {
   const std::uint64_t header_size = header_text.size();
-  out.append(reinterpret_cast<const char*>(&header_size), sizeof header_size);
-  out += header_text;
-  for (const auto& t : cpu) {
+  write(reinterpret_cast<const char*>(&header_size), sizeof header_size);
+  write(header_text.data(), header_text.size());
+  for (const auto& [name, tensor] : tensors) {
+    const torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
     const auto nbytes = static_cast<std::size_t>(t.numel()) * t.element_size();
-    if (nbytes > 0) out.append(static_cast<const char*>(t.data_ptr()), nbytes);
+    if (nbytes > 0) write(static_cast<const char*>(t.data_ptr()), nbytes);
   }
+}
+
+}  // namespace
+
+std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metadata) {
+  const auto [header_text, data_bytes] = PlanSafetensors(tensors, metadata);
+  std::string out;
+  out.reserve(kLengthPrefixBytes + header_text.size() + data_bytes);
+  EmitSafetensors(tensors, header_text, [&](const char* data, std::size_t size) { out.append(data, size); });
   return out;
 }
 
-void WriteSafetensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata) {
-  WriteFileAtomic(path, SerializeSafetensors(tensors, metadata));
+WrittenFile WriteSafetensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata,
+                             bool sha256) {
+  const auto plan = PlanSafetensors(tensors, metadata);  // invalid input fails before any file exists
+  return WriteFileAtomic(
+      path, [&](const ByteSink& write) { EmitSafetensors(tensors, plan.first, write); }, sha256);
 }
 
-void WriteFileAtomic(const std::string& path, const std::string& bytes) {
+WrittenFile WriteFileAtomic(const std::string& path, const std::string& bytes, bool sha256) {
+  return WriteFileAtomic(
+      path, [&](const ByteSink& write) { write(bytes.data(), bytes.size()); }, sha256);
+}
+
+WrittenFile WriteFileAtomic(const std::string& path, const std::function<void(const ByteSink&)>& produce,
+                            bool sha256) {
   // pid plus a per-process counter: unique across processes and across threads of one.
   static std::atomic<std::uint64_t> counter{0};
   const std::string tmp =
@@ -429,16 +451,33 @@ void WriteFileAtomic(const std::string& path, const std::string& bytes) {
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) fail_io("cannot create", errno, false);
 
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      fail_io("cannot write", err, true);
+  WrittenFile written;
+  std::optional<Sha256> digest;
+  if (sha256) digest.emplace();
+  const ByteSink sink = [&](const char* data, std::size_t size) {
+    if (digest) digest->update(std::string_view(data, size));
+    std::size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::write(fd, data + done, size - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        const int err = errno;
+        ::close(fd);
+        fd = -1;
+        fail_io("cannot write", err, true);
+      }
+      done += static_cast<std::size_t>(n);
     }
-    done += static_cast<std::size_t>(n);
+    written.size += size;
+  };
+  try {
+    produce(sink);
+  } catch (...) {
+    if (fd >= 0) {  // the producer failed (not the write, which closed and removed already)
+      ::close(fd);
+      ::unlink(tmp.c_str());
+    }
+    throw;
   }
   if (::fsync(fd) != 0) {
     const int err = errno;
@@ -463,6 +502,8 @@ void WriteFileAtomic(const std::string& path, const std::string& bytes) {
     throw Error(ErrorCode::kInternal,
                 "writing " + path + ": cannot fsync folder " + dir + ": " + errno_text(sync_err));
   }
+  if (digest) written.sha256 = digest->hex();
+  return written;
 }
 
 TensorMap LoadModelWeights(const std::string& dir) {

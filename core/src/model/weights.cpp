@@ -184,8 +184,9 @@ void SaveModel(const CausalLM& model, const std::string& dir) {
   auto config = model->config();
   const auto params = model->named_hf_parameters();
   config.torch_dtype = DtypeName(params.front().second.scalar_type());
-  WriteSafetensors((fs::path(dir) / "model.safetensors").string(), model->hf_tensors(),
-                   {{"format", "pt"}});
+  TensorMap views;  // streamed to the file as they are: no copy of the weights
+  for (const auto& [name, p] : params) views[name] = p.detach();
+  WriteSafetensors((fs::path(dir) / "model.safetensors").string(), views, {{"format", "pt"}});
   WriteFileAtomic((fs::path(dir) / "config.json").string(), config.ToJson().dump(2) + "\n");
 }
 

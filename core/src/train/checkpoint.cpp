@@ -120,6 +120,23 @@ std::map<std::string, std::string> ReadVerified(const fs::path& dir) {
   return files;
 }
 
+// One file of a checkpoint: bytes, or tensors written as safetensors.
+struct CheckpointFile {
+  std::string name;
+  std::string bytes;
+  TensorMap tensors;
+  Metadata metadata;
+  bool is_tensors = false;
+};
+
+// The model's parameters under their Hugging Face names, as views: saving runs on the
+// thread that trains, so they do not change while they are written.
+TensorMap ParameterViews(const CausalLMImpl& model) {
+  TensorMap out;
+  for (const auto& [name, p] : model.named_hf_parameters()) out[name] = p.detach();
+  return out;
+}
+
 }  // namespace
 
 void Trainer::save_checkpoint(const std::string& dir, bool with_side_files) const {
@@ -131,18 +148,24 @@ void Trainer::save_checkpoint(const std::string& dir, bool with_side_files) cons
   const fs::path tmp = staging / (target.filename().string() + ".tmp-" + std::to_string(::getpid()));
   const auto dtype = train::ModelDtype(*model_);
 
-  // The files, in memory first: their bytes are what the manifest describes.
-  std::vector<std::pair<std::string, std::string>> files;
+  // The files: small ones as bytes, tensors streamed to disk one at a time (no copy of the
+  // weights or of the optimizer state is made: an 8B model's would be tens of GiB). The
+  // manifest gets each file's size and SHA-256 as it is written.
+  std::vector<CheckpointFile> files;
+  auto text = [&](std::string name, std::string bytes) { files.push_back({std::move(name), std::move(bytes), {}, {}}); };
+  auto tensors = [&](std::string name, TensorMap map, Metadata meta) {
+    files.push_back({std::move(name), {}, std::move(map), std::move(meta), true});
+  };
   auto config = model_->config();
   config.torch_dtype = DtypeName(dtype);
   if (adapter_) {
     // The adapter in PEFT's files (loadable by PEFT/vLLM as is) and the base's identity.
-    files.emplace_back("adapter_config.json", adapter_->config().ToPeftJson().dump(2) + "\n");
-    files.emplace_back("adapter_model.safetensors", SerializeSafetensors(adapter_->peft_tensors(), {{"format", "pt"}}));
-    files.emplace_back("base_config.json", config.ToJson().dump(2) + "\n");
+    text("adapter_config.json", adapter_->config().ToPeftJson().dump(2) + "\n");
+    tensors("adapter_model.safetensors", adapter_->peft_tensors(), {{"format", "pt"}});
+    text("base_config.json", config.ToJson().dump(2) + "\n");
   } else {
-    files.emplace_back("config.json", config.ToJson().dump(2) + "\n");
-    files.emplace_back("model.safetensors", SerializeSafetensors(model_->hf_tensors(), {{"format", "pt"}}));
+    text("config.json", config.ToJson().dump(2) + "\n");
+    tensors("model.safetensors", ParameterViews(*model_), {{"format", "pt"}});
   }
   auto optimizer_state = optimizer_->state();
   if (comm_ && comm_->world_size() > 1 && comm_->options().zero_stage >= 1) {
@@ -158,12 +181,8 @@ void Trainer::save_checkpoint(const std::string& dir, bool with_side_files) cons
   }
   if (comm_ && comm_->rank() != 0) return;  // rank 0 writes the (identical) checkpoint
   optimizer_state["rng_state"] = generator_.get_state().clone();
-  files.emplace_back("optimizer.safetensors",
-                     SerializeSafetensors(optimizer_state, {{"optimizer", options_.optimizer.name}}));
-  if (reference_) {
-    files.emplace_back("reference.safetensors",
-                       SerializeSafetensors(reference_->hf_tensors(), {{"format", "pt"}}));
-  }
+  tensors("optimizer.safetensors", std::move(optimizer_state), {{"optimizer", options_.optimizer.name}});
+  if (reference_) tensors("reference.safetensors", ParameterViews(*reference_), {{"format", "pt"}});
   json state = {{"format", kFormat},
                 {"version", kVersion},
                 {"step", step_},
@@ -176,21 +195,22 @@ void Trainer::save_checkpoint(const std::string& dir, bool with_side_files) cons
     state["adapter_dtype"] = DtypeName(adapter_->dtype());
     state["base_sha256"] = base_identity();
   }
-  files.emplace_back("trainer_state.json", state.dump(2) + "\n");
+  text("trainer_state.json", state.dump(2) + "\n");
   if (with_side_files) {
-    for (const auto& file : side_files_) files.push_back(file);
+    for (const auto& [name, bytes] : side_files_) text(name, bytes);
   }
   json manifest = {{"format", kFormat}, {"version", kVersion}, {"files", json::array()}};
-  for (const auto& [name, bytes] : files) {
-    manifest["files"].push_back(
-        {{"name", name}, {"size", bytes.size()}, {"sha256", Sha256Hex(bytes)}});
-  }
 
   try {
     fs::create_directories(staging);
     fs::remove_all(tmp);
     fs::create_directories(tmp);
-    for (const auto& [name, bytes] : files) WriteFileAtomic((tmp / name).string(), bytes);
+    for (const auto& f : files) {
+      const auto path = (tmp / f.name).string();
+      const auto written = f.is_tensors ? WriteSafetensors(path, f.tensors, f.metadata, /*sha256=*/true)
+                                        : WriteFileAtomic(path, f.bytes, /*sha256=*/true);
+      manifest["files"].push_back({{"name", f.name}, {"size", written.size}, {"sha256", written.sha256}});
+    }
     WriteFileAtomic((tmp / kManifest).string(), manifest.dump(2) + "\n");
     FsyncDir(tmp);
     const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
