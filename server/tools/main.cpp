@@ -69,6 +69,8 @@ int main(int argc, char** argv) {
   streambp::tools::InitModelArgs init;
   auto* init_cmd = app.add_subcommand("init-model", "write a deterministic random-init model in HF format");
   init_cmd->add_option("--preset", init.preset, "tiny | small | qwen3-8b")->check(CLI::IsMember(streambp::PresetNames()));
+  init_cmd->add_option("--family", init.family, "architecture of the written model: llama | qwen2 | qwen3 | mistral | gemma3")
+      ->check(CLI::IsMember(streambp::FamilyNames()));
   init_cmd->add_option("--seed", init.seed, "random seed");
   init_cmd->add_option("--dtype", init.dtype, "dtype of the written weights")
       ->check(CLI::IsMember({"float32", "float64", "bfloat16", "float16"}));

@@ -159,7 +159,7 @@ std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::str
 }
 
 int InitModel(const InitModelArgs& args) {
-  auto config = PresetConfig(args.preset);
+  auto config = PresetConfig(args.preset, args.family);
   std::vector<std::pair<std::string, std::string>> side_files;
   std::string around;
   if (!args.tokenizer.empty()) {
@@ -179,8 +179,8 @@ int InitModel(const InitModelArgs& args) {
   WriteModelSideFiles(side_files, args.out);
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
-  std::printf("wrote %s model (seed %llu, %lld parameters, %s%s) to %s\n", args.preset.c_str(),
-              (unsigned long long)args.seed, (long long)params, args.dtype.c_str(), around.c_str(), args.out.c_str());
+  std::printf("wrote %s %s model (seed %llu, %lld parameters, %s%s) to %s\n", args.preset.c_str(),
+              config.architecture.c_str(), (unsigned long long)args.seed, (long long)params, args.dtype.c_str(), around.c_str(), args.out.c_str());
   return 0;
 }
 

@@ -10,7 +10,7 @@ DirectResult DirectLossAndGrads(CausalLM& model, const Batch& batch,
   torch::AutoGradMode grad(true);
   const int64_t T = batch.length();
   auto x = model->embed(batch.input_ids);
-  auto rope = model->rotary().tables(batch.position_ids, x);
+  auto rope = model->rope_tables(batch.position_ids, x);
   for (size_t i = 0; i < model->layer_list.size(); ++i) {
     auto mask = AttentionMask(batch, 0, T, T, model->config().window(static_cast<int64_t>(i)));
     x = model->layer_list[i]->forward(x, rope, mask);

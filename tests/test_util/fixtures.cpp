@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "streambp/error.h"
+
 namespace streambp::testing {
 
 ModelConfig TinyConfig(const std::string& family) {
@@ -48,6 +50,32 @@ ModelConfig TinyConfig(const std::string& family) {
     j["architectures"] = {"MistralForCausalLM"};
     j["sliding_window"] = 5;
     j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  } else if (family == "gemma3" || family == "gemma3_untied") {
+    // Layer 0 sliding (window 5, its own RoPE base), layer 1 global (linear scaling);
+    // q_dim 64 != hidden 32; scores scaled by query_pre_attn_scalar 12, not head_dim 16.
+    j.erase("hidden_act");
+    j["architectures"] = {"Gemma3ForCausalLM"};
+    j["model_type"] = "gemma3_text";
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["head_dim"] = 16;
+    j["query_pre_attn_scalar"] = 12;
+    j["sliding_window"] = 5;
+    if (family == "gemma3") {
+      // Tied (Gemma3's default), logits soft-capped at 3 (about the logits' own size), the
+      // older layout: sliding_window_pattern and rope_local_base_freq; pad_token_id 0.
+      j["sliding_window_pattern"] = 2;
+      j["rope_local_base_freq"] = 100.0;
+      j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+      j["final_logit_softcapping"] = 3.0;
+    } else {
+      // Untied, no soft-cap, the newer layout: layer_types and rope_parameters per type.
+      j["tie_word_embeddings"] = false;
+      j["layer_types"] = {"sliding_attention", "full_attention"};
+      j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 5000.0}}},
+                              {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 50.0}}}};
+      j["final_logit_softcapping"] = nullptr;
+      j["pad_token_id"] = 3;
+    }
   } else {
     throw std::runtime_error("unknown test family " + family);
   }
@@ -55,7 +83,7 @@ ModelConfig TinyConfig(const std::string& family) {
 }
 
 std::vector<std::string> TinyFamilies() {
-  return {"llama", "llama_bias", "qwen2", "qwen3", "qwen3_tied", "mistral_window", "qwen2_window"};
+  return {"llama", "llama_bias", "qwen2", "qwen3", "qwen3_tied", "mistral_window", "qwen2_window", "gemma3"};
 }
 
 std::vector<std::pair<std::string, EngineOptions>> EngineVariants(int64_t chunk, int64_t logits_chunk,
@@ -75,7 +103,8 @@ CausalLM RandomModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtyp
   for (auto& [name, p] : model->named_hf_parameters()) {
     auto noise = at::normal(0.0, 1.0, p.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat64));
     if (name.ends_with("norm.weight")) {
-      p.copy_(1.0 + 0.2 * noise);
+      // Around the identity: w near 1 for x·w, near 0 for Gemma's x·(1 + w).
+      p.copy_((config.norm_kind == NormKind::kOffsetOne ? 0.0 : 1.0) + 0.2 * noise);
     } else if (name.ends_with(".bias")) {
       p.copy_(0.1 * noise);
     } else {
@@ -105,16 +134,21 @@ namespace {
 
 using torch::Tensor;
 
-Tensor Rms(const Tensor& x, const Tensor& w, double eps) {
-  return x / torch::sqrt(x.pow(2).mean(-1, true) + eps) * w;
+// RMSNorm: Llama's x̂·w, or Gemma's x̂·(1 + w).
+Tensor Rms(const Tensor& x, const Tensor& w, double eps, bool gemma) {
+  return x / torch::sqrt(x.pow(2).mean(-1, true) + eps) * (gemma ? 1.0 + w : w);
 }
 
-// inv_freq[i] for the config, from the HF formulas, in plain double arithmetic.
-std::vector<double> InvFreq(const ModelConfig& c) {
+// gelu with the tanh approximation (gelu_pytorch_tanh), written out.
+Tensor GeluTanh(const Tensor& x) {
+  return 0.5 * x * (1.0 + torch::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x.pow(3))));
+}
+
+// inv_freq[i] for a base and a scaling rule, from the HF formulas, in plain double arithmetic.
+std::vector<double> InvFreq(int64_t head_dim, double theta, const RopeScaling& s) {
   std::vector<double> out;
-  const auto& s = c.rope_scaling;
-  for (int64_t i = 0; i < c.head_dim / 2; ++i) {
-    double f = 1.0 / std::pow(c.rope_theta, (2.0 * i) / c.head_dim);
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    double f = 1.0 / std::pow(theta, (2.0 * i) / head_dim);
     if (s.type == "linear") {
       f /= s.factor;
     } else if (s.type == "llama3") {
@@ -135,20 +169,21 @@ std::vector<double> InvFreq(const ModelConfig& c) {
   return out;
 }
 
-// x: [n, head_dim] for positions 0..n-1.
+// x: [n, head_dim] for positions 0..n-1. The angles in plain double arithmetic; the rotation
+// in tensor ops, so that autograd differentiates through it.
 Tensor RopeRows(const Tensor& x, const std::vector<double>& inv_freq) {
   const int64_t n = x.size(0), half = x.size(1) / 2;
-  auto out = torch::empty_like(x);
-  auto xa = x.accessor<double, 2>();
-  auto oa = out.accessor<double, 2>();
+  auto cos = torch::empty({n, half}, torch::kFloat64), sin = torch::empty({n, half}, torch::kFloat64);
+  auto ca = cos.accessor<double, 2>();
+  auto sa = sin.accessor<double, 2>();
   for (int64_t p = 0; p < n; ++p) {
     for (int64_t i = 0; i < half; ++i) {
-      const double a = p * inv_freq[i], c = std::cos(a), s = std::sin(a);
-      oa[p][i] = xa[p][i] * c - xa[p][i + half] * s;
-      oa[p][i + half] = xa[p][i + half] * c + xa[p][i] * s;
+      ca[p][i] = std::cos(p * inv_freq[i]);
+      sa[p][i] = std::sin(p * inv_freq[i]);
     }
   }
-  return out;
+  auto x1 = x.narrow(1, 0, half), x2 = x.narrow(1, half, half);
+  return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, 1);
 }
 
 // The window of a layer as HF's configuration classes define it, from the config.json fields
@@ -170,30 +205,54 @@ int64_t HfLayerWindow(const nlohmann::json& j, int64_t layer) {
     return j["layer_types"][static_cast<size_t>(layer)] == "sliding_attention" ? window : 0;
   }
   if (type == "mistral") return window;
+  if (type == "gemma3_text") return (layer + 1) % number("sliding_window_pattern", 6) != 0 ? window : 0;
   return layer >= number("max_window_layers", 28) ? window : 0;
 }
 
 }  // namespace
 
 Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& tokens) {
-  const auto& c = model.config();
   std::map<std::string, Tensor> w;
   for (const auto& [name, p] : model.named_hf_parameters()) w[name] = p.detach().to(torch::kFloat64);
+  return ReferenceLogits(model.config(), w, tokens);
+}
+
+Tensor ReferenceLogits(const ModelConfig& c, const std::map<std::string, Tensor>& w,
+                       const std::vector<int64_t>& tokens) {
   auto get = [&](const std::string& n) { return w.at(n); };
   auto linear = [&](const Tensor& x, const std::string& prefix) {
     auto y = torch::matmul(x, get(prefix + ".weight").t());
     if (w.count(prefix + ".bias")) y = y + get(prefix + ".bias");
     return y;
   };
-  const int64_t n = tokens.size(), hd = c.head_dim;
-  const auto inv_freq = InvFreq(c);
-  auto ids = torch::tensor(tokens, torch::kInt64);
-  Tensor x = get("model.embed_tokens.weight").index_select(0, ids);  // [n, d]
+  // Gemma3's definitions read from config.json's own fields, not from the decoder's.
   const nlohmann::json hf = c.ToJson();
+  const bool gemma = hf.at("model_type") == "gemma3_text";
+  auto number = [&](const char* key, double fallback) {
+    return hf.contains(key) && !hf[key].is_null() ? hf[key].get<double>() : fallback;
+  };
+  auto rms = [&](const Tensor& x, const std::string& name) { return Rms(x, get(name), c.rms_norm_eps, gemma); };
+  const int64_t n = tokens.size(), hd = c.head_dim;
+  const auto global_freq = InvFreq(hd, c.rope_theta, c.rope_scaling);
+  const auto local_freq = gemma ? InvFreq(hd, number("rope_local_base_freq", 10000.0), RopeScaling{}) : global_freq;
+  const double scale = 1.0 / std::sqrt(gemma ? number("query_pre_attn_scalar", 256.0) : static_cast<double>(hd));
+  auto ids = torch::tensor(tokens, torch::kInt64);
+  // nn.Embedding(padding_idx=pad_token_id), as HF builds it: that row's lookup has no gradient.
+  Tensor x;  // [n, d]
+  if (hf.contains("pad_token_id") && !hf["pad_token_id"].is_null()) {
+    const int64_t pad = hf["pad_token_id"].get<int64_t>();
+    x = torch::nn::functional::embedding(ids, get("model.embed_tokens.weight"),
+                                         torch::nn::functional::EmbeddingFuncOptions().padding_idx(pad));
+  } else {
+    x = get("model.embed_tokens.weight").index_select(0, ids);
+  }
+  // Gemma: times sqrt(hidden_size) held as a float32 number.
+  if (gemma) x = x * static_cast<double>(std::sqrt(static_cast<float>(hf.at("hidden_size").get<int64_t>())));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
     const int64_t window = HfLayerWindow(hf, l);
-    auto h = Rms(x, get(p + ".input_layernorm.weight"), c.rms_norm_eps);
+    const auto& inv_freq = window > 0 ? local_freq : global_freq;
+    auto h = rms(x, p + ".input_layernorm.weight");
     auto q = linear(h, p + ".self_attn.q_proj");
     auto k = linear(h, p + ".self_attn.k_proj");
     auto v = linear(h, p + ".self_attn.v_proj");
@@ -204,8 +263,8 @@ Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& to
       auto kb = k.narrow(1, b * hd, hd);
       auto vb = v.narrow(1, b * hd, hd);
       if (c.qk_norm) {
-        qa = Rms(qa, get(p + ".self_attn.q_norm.weight"), c.rms_norm_eps);
-        kb = Rms(kb, get(p + ".self_attn.k_norm.weight"), c.rms_norm_eps);
+        qa = rms(qa, p + ".self_attn.q_norm.weight");
+        kb = rms(kb, p + ".self_attn.k_norm.weight");
       }
       qa = RopeRows(qa.contiguous(), inv_freq);
       kb = RopeRows(kb.contiguous(), inv_freq);
@@ -214,21 +273,43 @@ Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& to
         int64_t first = 0;
         if (window > 0) first = std::max<int64_t>(0, i - window + 1);
         auto keys = kb.slice(0, first, i + 1);
-        auto scores = torch::matmul(keys, qa[i]) / std::sqrt(static_cast<double>(hd));
+        auto scores = torch::matmul(keys, qa[i]) * scale;
         auto probs = torch::exp(scores - scores.max());
         probs = probs / probs.sum();
         out[i] = torch::matmul(probs, vb.slice(0, first, i + 1));
       }
       heads.push_back(out);
     }
-    x = x + linear(torch::cat(heads, 1), p + ".self_attn.o_proj");
-    auto h2 = Rms(x, get(p + ".post_attention_layernorm.weight"), c.rms_norm_eps);
-    auto gate = linear(h2, p + ".mlp.gate_proj");
-    x = x + linear(gate * torch::sigmoid(gate) * linear(h2, p + ".mlp.up_proj"), p + ".mlp.down_proj");
+    auto attn = linear(torch::cat(heads, 1), p + ".self_attn.o_proj");
+    if (gemma) {  // Gemma3DecoderLayer: norms around both blocks
+      x = x + rms(attn, p + ".post_attention_layernorm.weight");
+      auto h2 = rms(x, p + ".pre_feedforward_layernorm.weight");
+      auto mlp = linear(GeluTanh(linear(h2, p + ".mlp.gate_proj")) * linear(h2, p + ".mlp.up_proj"), p + ".mlp.down_proj");
+      x = x + rms(mlp, p + ".post_feedforward_layernorm.weight");
+    } else {
+      x = x + attn;
+      auto h2 = rms(x, p + ".post_attention_layernorm.weight");
+      auto gate = linear(h2, p + ".mlp.gate_proj");
+      x = x + linear(gate * torch::sigmoid(gate) * linear(h2, p + ".mlp.up_proj"), p + ".mlp.down_proj");
+    }
   }
-  auto h = Rms(x, get("model.norm.weight"), c.rms_norm_eps);
+  auto h = rms(x, "model.norm.weight");
   auto head = c.tie_word_embeddings ? get("model.embed_tokens.weight") : get("lm_head.weight");
-  return torch::matmul(h, head.t());
+  auto logits = torch::matmul(h, head.t());
+  if (gemma && hf.contains("final_logit_softcapping") && !hf["final_logit_softcapping"].is_null()) {
+    const double cap = hf["final_logit_softcapping"].get<double>();
+    logits = torch::tanh(logits / cap) * cap;
+  }
+  return logits;
+}
+
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 std::string TempDir(const std::string& name) {

@@ -2,6 +2,8 @@
 // Shared test fixtures: tiny configs of every supported family, models with every
 // parameter randomized (so norms and biases are exercised), batches in every layout,
 // and an independent reference forward written without the decoder's code.
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,7 +18,10 @@ namespace streambp::testing {
 
 /// Tiny configs: "llama", "llama_bias" (attention + mlp bias, llama3 rope scaling),
 /// "llama3_tied" (llama3 rope scaling, tied embeddings; not in TinyFamilies()),
-/// "qwen2", "qwen3", "qwen3_tied", "mistral_window" (sliding window 5, linear rope).
+/// "qwen2", "qwen3", "qwen3_tied", "mistral_window" (sliding window 5, linear rope),
+/// "qwen2_window" (layer 1 slides), "gemma3" (tied, soft-capped, layer 0 sliding with its own
+/// RoPE base, query_pre_attn_scalar != head_dim, pad_token_id 0) and "gemma3_untied" (the
+/// newer config layout, no soft-cap, pad_token_id 3; not in TinyFamilies()).
 ModelConfig TinyConfig(const std::string& family);
 std::vector<std::string> TinyFamilies();
 
@@ -32,12 +37,19 @@ std::vector<Sequence> RandomSequences(const std::vector<int64_t>& lengths, int64
 /// implementation of the decoder from the HF formulas (per head, per position RoPE in
 /// double arithmetic), reading the weights by their HF names.
 torch::Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& tokens);
+/// The same from float64 weights under their HF names (leaves that may require grad: the
+/// reference's autograd then gives reference gradients) and the config.json fields.
+torch::Tensor ReferenceLogits(const ModelConfig& config, const std::map<std::string, torch::Tensor>& weights,
+                              const std::vector<int64_t>& tokens);
 
 /// The engine variants exactness tests run, by name: "stream", "checkpoint",
 /// "checkpoint:tiled" (attention in query blocks of `chunk` x key tiles of `key_chunk`) and
 /// "full", each with these chunk sizes where it uses them.
 std::vector<std::pair<std::string, EngineOptions>> EngineVariants(int64_t chunk, int64_t logits_chunk,
                                                                   int64_t key_chunk = 0);
+
+/// What f() throws as a streambp Error (its message), or "" when it throws nothing.
+std::string ErrorOf(const std::function<void()>& f);
 
 /// A fresh temporary folder (removed by the caller or left in the temp dir).
 std::string TempDir(const std::string& name);

@@ -12,14 +12,7 @@
 namespace streambp {
 namespace {
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 std::vector<int64_t> Row(const torch::Tensor& t, int64_t r) {
   auto c = t[r].contiguous();

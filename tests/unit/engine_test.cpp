@@ -238,13 +238,13 @@ TEST(Sampler, LongPromptPrefillIsExact) {
 }
 
 // A model with sliding-window layers (Mistral: all of them; Qwen2: from max_window_layers on,
-// here layer 1 of 2; window 5): the sampler's log-probabilities of its own tokens equal
+// here layer 1 of 2; Gemma3: layer 0 with its own RoPE base; window 5): the sampler's log-probabilities of its own tokens equal
 // TokenLogprobs of prompt + completion, in float64, with completions of 12 tokens past
 // prompts of 3, 9 and 600 (a prefill over two chunks): the prefill's mask and each decoding
 // step see only the window, and the cache keeps only what the window needs. (The sampler
 // ignored the window: 2.47 nats apart on Mistral, 1.57 on Qwen2, in this test.)
 TEST(Sampler, SlidingWindowLogprobsEqualTheTrainers) {
-  for (const char* family : {"mistral_window", "qwen2_window"}) {
+  for (const char* family : {"mistral_window", "qwen2_window", "gemma3"}) {
     auto config = TinyConfig(family);
     ASSERT_EQ(*config.sliding_window, 5);
     auto model = RandomModel(config, 6, torch::kFloat64);

@@ -201,7 +201,7 @@ TEST(Lora, MergedWeightsGiveTheAdapterLogitsOfTheIndependentDecoder) {
     {
       torch::NoGradGuard no_grad;
       auto x = model->embed(batch.input_ids);
-      auto rope = model->rotary().tables(batch.position_ids, x);
+      auto rope = model->rope_tables(batch.position_ids, x);
       auto mask = AttentionMask(batch, 0, batch.length(), batch.length());
       for (auto& layer : model->layer_list) x = layer->forward(x, rope, mask);
       with_adapter = model->logits(x)[0];

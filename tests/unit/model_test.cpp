@@ -16,14 +16,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 // Forward of each family equals the loop-based reference in float64; in a padded or
 // packed batch each sequence's logits equal those of the sequence alone.
@@ -37,7 +30,7 @@ TEST(Decoder, LogitsMatchReferenceInEveryLayout) {
       torch::NoGradGuard no_grad;
       const int64_t T = batch.length();
       auto x = model->embed(batch.input_ids);
-      auto rope = model->rotary().tables(batch.position_ids, x);
+      auto rope = model->rope_tables(batch.position_ids, x);
       for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
         x = model->layer_list[l]->forward(x, rope, AttentionMask(batch, 0, T, T, config.window(l)));
       }
@@ -75,14 +68,14 @@ TEST(Decoder, TiledAttentionEqualsMaterialized) {
       {
         torch::NoGradGuard no_grad;
         x_all = model->embed(batch.input_ids);
-        rope = model->rotary().tables(batch.position_ids, x_all);
+        rope = model->rope_tables(batch.position_ids, x_all);
       }
       auto mask = AttentionMask(batch, s, e, e, config.sliding_window.value_or(0));
       auto run = [&](AttentionTiling tiling, bool pattern) {
         auto x_q = x_all.slice(1, s, e).detach().requires_grad_(true);
         auto kv_in = x_all.detach().requires_grad_(true);
         KeysValues kv = layer.keys_values(kv_in, rope);
-        auto rope_q = Rope{rope.cos.slice(1, s, e), rope.sin.slice(1, s, e)};
+        auto rope_q = rope.slice(s, e);
         auto y = layer.forward_queries(
             x_q, rope_q, kv,
             pattern ? AttentionPattern::Causal(batch, s, e, e, config.sliding_window.value_or(0)) : AttentionPattern(mask),

@@ -1,7 +1,7 @@
 #pragma once
 /// ModelConfig: the architecture of a causal LM, read from a Hugging Face `config.json`.
 /// One decoder implementation covers every supported family; the families differ only in
-/// the switches below (see docs/architecture.md: Models).
+/// the fields below, model-wide or per layer (see docs/architecture.md: Models).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,9 +20,17 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;  ///< llama3 only
 };
 
+/// The normalization a family uses: RMSNorm computed in at least float32, then
+/// kScaled: cast back to the input's dtype and multiplied by w (Llama, Qwen, Mistral);
+/// kOffsetOne: multiplied by (1 + w) in the compute dtype, then cast back (Gemma).
+enum class NormKind { kScaled, kOffsetOne };
+
+/// The gated MLP's activation: down(act(gate(x)) * up(x)).
+enum class Activation { kSilu, kGeluTanh };
+
 struct ModelConfig {
-  std::string architecture;  ///< LlamaForCausalLM | Qwen2ForCausalLM | Qwen3ForCausalLM | MistralForCausalLM
-  std::string model_type;    ///< llama | qwen2 | qwen3 | mistral (written back to config.json)
+  std::string architecture;  ///< LlamaForCausalLM | Qwen2ForCausalLM | Qwen3ForCausalLM | MistralForCausalLM | Gemma3ForCausalLM
+  std::string model_type;    ///< llama | qwen2 | qwen3 | mistral | gemma3_text (written back to config.json)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -39,6 +47,27 @@ struct ModelConfig {
   bool mlp_bias = false;        ///< gate/up/down have a bias (Llama's mlp_bias)
   bool qk_norm = false;         ///< RMSNorm over head_dim on q and k before RoPE (Qwen3)
   bool tie_word_embeddings = false;  ///< lm_head shares the embedding matrix
+  NormKind norm_kind = NormKind::kScaled;
+  Activation activation = Activation::kSilu;
+  /// Gemma3's four norms per layer: the attention output and the MLP output are normalized
+  /// before their residual adds (post_attention_layernorm, post_feedforward_layernorm), and
+  /// the MLP reads pre_feedforward_layernorm(x). Otherwise post_attention_layernorm is the
+  /// MLP's input norm (Llama's naming).
+  bool sandwich_norms = false;
+  /// Attention scores are q·k / sqrt(query_pre_attn_scalar) (Gemma3); 0: / sqrt(head_dim).
+  double query_pre_attn_scalar = 0;
+  /// The token embedding is multiplied by this (Gemma: sqrt(hidden_size) as a float32
+  /// number, as HF's buffer holds it, cast to the model's dtype); 1 for the others.
+  double embed_scale = 1.0;
+  /// logits = c * tanh(logits / c) when set (Gemma3's final_logit_softcapping).
+  std::optional<double> final_logit_softcapping;
+  /// The sliding layers' RoPE when it differs from the global one (Gemma3:
+  /// rope_local_base_freq with no scaling); unset: every layer uses rope_theta/rope_scaling.
+  std::optional<double> rope_local_base_freq;
+  /// The embedding row whose lookup gradient is zero (nn.Embedding's padding_idx, which HF
+  /// sets to pad_token_id): that row learns through a tied head only.
+  std::optional<int64_t> pad_token_id;
+  int64_t sliding_window_pattern = 0;  ///< Gemma3 (written back as read; 0: absent)
   /// The attention window W of the sliding layers: a query at i sees keys j with i - j < W.
   /// Which layers slide: `layer_types` ("sliding_attention" / "full_attention" per layer, as
   /// HF names them; empty = every layer full). Mistral: every layer when sliding_window is
@@ -72,6 +101,9 @@ struct ModelConfig {
                ? *sliding_window
                : 0;
   }
+  /// Which RoPE layer `layer` uses: 0 the global one, 1 the sliding layers' own.
+  int rope_kind(int64_t layer) const { return rope_local_base_freq && window(layer) > 0 ? 1 : 0; }
+  double attention_scale() const;
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 };
@@ -82,8 +114,12 @@ struct ModelConfig {
 /// qwen3-8b (GPU benchmarks): Qwen3-8B's shapes (36 layers, hidden 4096, 32/8 heads, head_dim
 /// 128, intermediate 12288, vocab 151936; 8.19e9 parameters) with random weights, and
 /// max_position_embeddings raised to 1M so that long-sequence probes are not refused.
-ModelConfig PresetConfig(const std::string& name);
+/// `family` gives the same shapes in another family's config (llama, qwen2, qwen3, mistral
+/// with a window of 4096, gemma3 with Gemma3 1B's windows, norms, GELU and tied head).
+ModelConfig PresetConfig(const std::string& name, const std::string& family = "qwen3");
 /// The names PresetConfig knows, in order of size.
 std::vector<std::string> PresetNames();
+/// The families PresetConfig can write a preset in.
+std::vector<std::string> FamilyNames();
 
 }  // namespace streambp

@@ -1,6 +1,6 @@
 #pragma once
-/// The decoder: one LibTorch implementation for every supported architecture, switched by
-/// ModelConfig. The engines drive a layer in two halves so that StreamBP can compute keys
+/// The decoder: one LibTorch implementation for every supported architecture, described by
+/// ModelConfig (per-layer windows and RoPE, norm kind, sandwich norms, activation, scales). The engines drive a layer in two halves so that StreamBP can compute keys
 /// and values once per layer and queries chunk by chunk:
 ///   kv = layer->keys_values(x, positions)            (N1, k/v projections, k-norm, RoPE)
 ///   y  = layer->forward_queries(x_c, positions_c, kv, mask_c)  (queries of one chunk)
@@ -26,31 +26,41 @@ namespace streambp {
 class LoraAdapter;
 struct LoraWeights;
 
-/// RMSNorm as in HF: normalize in at least float32, cast back, then scale.
+/// RMSNorm as in HF: normalize in at least float32, then (config.norm_kind) cast back and
+/// scale by w (Llama, Qwen, Mistral), or scale by (1 + w) and cast back (Gemma).
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps);
+  RMSNormImpl(int64_t dim, double eps, NormKind kind = NormKind::kScaled);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
  private:
   double eps_;
+  NormKind kind_;
 };
 TORCH_MODULE(RMSNorm);
 
-/// Rotary embedding tables for given positions: cos/sin of shape [B, T, head_dim] in the
-/// dtype of `like` (computed in at least float32, in float64 for float64 models).
-struct Rope {
+/// Rotary tables of one RoPE for given positions: cos/sin [B, T, head_dim] in the dtype of
+/// the hidden states (computed in at least float32, in float64 for float64 models).
+struct RopeTable {
   torch::Tensor cos;
   torch::Tensor sin;
 };
+/// The rotary tables of a set of positions for every RoPE the model's layers use (one, or
+/// Gemma3's global and local ones): a layer picks its own (ModelConfig::rope_kind).
+struct Rope {
+  std::vector<RopeTable> kinds;
+  /// The tables of positions [s, e) (dimension 1).
+  Rope slice(int64_t s, int64_t e) const;
+};
+/// One RoPE: inverse frequencies from a base and a scaling rule.
 class RotaryEmbedding {
  public:
-  explicit RotaryEmbedding(const ModelConfig& config);
-  Rope tables(const torch::Tensor& position_ids, const torch::Tensor& like) const;
+  RotaryEmbedding(int64_t head_dim, double theta, const RopeScaling& scaling);
+  RopeTable tables(const torch::Tensor& position_ids, const torch::Tensor& like) const;
   /// x: [B, T, heads, head_dim] (position major, as the projections give it); rope
   /// tables [B, T, head_dim]. Returns the same layout, contiguous.
-  static torch::Tensor apply(const torch::Tensor& x, const Rope& rope);
+  static torch::Tensor apply(const torch::Tensor& x, const RopeTable& rope);
   const torch::Tensor& inv_freq() const { return inv_freq_; }
 
  private:
@@ -100,6 +110,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich_norms only
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // only with config.qk_norm
 
   /// The adapter terms of this layer (set by CausalLMImpl::set_adapter): per projection
@@ -111,6 +122,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor project(int target, torch::nn::Linear& base, const torch::Tensor& x);
   int64_t heads_, kv_heads_, head_dim_;
   double scale_;
+  int rope_kind_;
+  Activation activation_;
   std::array<const LoraWeights*, 7> lora_{};
   double lora_scale_ = 0.0;
 };
@@ -121,12 +134,19 @@ class CausalLMImpl : public torch::nn::Module {
   explicit CausalLMImpl(const ModelConfig& config);
 
   const ModelConfig& config() const { return config_; }
-  const RotaryEmbedding& rotary() const { return rotary_; }
+  /// The rotary tables of position_ids [B, T] for every RoPE kind, in the dtype and on the
+  /// device of `like` (the hidden states).
+  Rope rope_tables(const torch::Tensor& position_ids, const torch::Tensor& like) const;
 
-  /// Token embeddings [B, T, d] of input_ids [B, T] (int64).
+  /// Token embeddings [B, T, d] of input_ids [B, T] (int64), times the config's embedding
+  /// scale (Gemma), with autograd's gradient for a full graph.
   torch::Tensor embed(const torch::Tensor& input_ids);
+  /// dL/dx of the embeddings of input_ids added into the embedding matrix's gradient, in
+  /// place (no [V, d] tensor of its own): the scale applied, the pad_token_id row left out
+  /// (nn.Embedding's padding_idx). No-op when the matrix does not train.
+  void embed_backward(const torch::Tensor& input_ids, const torch::Tensor& grad);
   /// Logits of final hidden states h [B, T, d] (after the final norm is applied here),
-  /// upcast to at least float32.
+  /// upcast to at least float32, soft-capped when the config says so.
   torch::Tensor logits(const torch::Tensor& h_last);
   /// logits(h_last) with the lm_head matrix outside the graph, for a caller that adds its
   /// gradient itself (W.grad += dP^T N) instead of autograd's fresh [V, d] tensor per call:
@@ -164,7 +184,7 @@ class CausalLMImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
-  RotaryEmbedding rotary_;
+  std::vector<RotaryEmbedding> rotary_;  // by ModelConfig::rope_kind
   std::shared_ptr<const LoraAdapter> adapter_;
 };
 TORCH_MODULE(CausalLM);
@@ -191,7 +211,7 @@ std::string DtypeName(torch::Dtype dtype);
 void CheckDtypeOnDevice(torch::Dtype dtype, const torch::Device& device);
 
 /// A model built from a config with deterministic random weights (normal(0, 0.02) for
-/// matrices, 1 for norms, 0 for biases) from `seed`, independent of global RNG state, on
+/// matrices, norms the identity (w = 1, or 0 for Gemma's 1 + w), 0 for biases) from `seed`, independent of global RNG state, on
 /// `device`. Models up to kHostDrawParameters draw on the CPU: the same values in every dtype,
 /// on every machine and device. Larger ones (the qwen3-8b preset) draw on a CUDA `device`
 /// with its own generator (a CPU draw of 8e9 values takes minutes): deterministic per seed

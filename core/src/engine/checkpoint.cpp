@@ -34,7 +34,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
   {
     torch::NoGradGuard no_grad;
     auto x = model.embed(batch.input_ids);
-    rope = model.rotary().tables(batch.position_ids, x);
+    rope = model.rope_tables(batch.position_ids, x);
     const int64_t layers = static_cast<int64_t>(model.layer_list.size());
     for (int64_t i = 0; i < layers; ++i) {
       Report(progress, EngineProgress::Phase::kForward, i, layers);
@@ -58,7 +58,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
     grad = x.grad();
     if (ready) ready(i);
   }
-  EmbeddingBackward(model, batch, grad);
+  model.embed_backward(batch.input_ids, grad);
   if (ready) ready(-1);
   return MakeResult(objective, batch, head.loss);
 }

@@ -159,7 +159,7 @@ torch::Tensor HiddenStates(CausalLMImpl& m, const Batch& batch) {
   torch::NoGradGuard no_grad;
   const auto chunks = DefaultChunks(m.config(), Dtype(m), batch.length());
   auto x = m.embed(batch.input_ids);
-  auto rope = m.rotary().tables(batch.position_ids, x);
+  auto rope = m.rope_tables(batch.position_ids, x);
   for (size_t i = 0; i < m.layer_list.size(); ++i) {
     x = engine::StreamLayerForward(*m.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk,
                                    m.config().window(static_cast<int64_t>(i)));
@@ -237,10 +237,6 @@ StepResult MakeResult(const Objective& objective, const Batch& batch, double chu
   r.targets = batch.num_targets();
   r.tokens = (batch.sequence_ids >= 0).sum().item<int64_t>();
   return r;
-}
-
-Rope SliceRope(const Rope& rope, int64_t s, int64_t e) {
-  return Rope{rope.cos.slice(1, s, e), rope.sin.slice(1, s, e)};
 }
 
 LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64_t e) {
@@ -325,17 +321,6 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
     result.grad_h.slice(1, s, e).copy_(h);
   }
   return result;
-}
-
-void EmbeddingBackward(CausalLMImpl& model, const Batch& batch, const torch::Tensor& grad) {
-  auto& weight = model.embed_tokens->weight;
-  if (!weight.requires_grad()) return;  // a frozen base (adapter training)
-  RECORD_USER_SCOPE("streambp::embedding");
-  // The rows of dL/dx added into the embedding's gradient in place, where autograd's embedding
-  // backward would first build a dense [V, d] gradient of its own.
-  torch::NoGradGuard no_grad;
-  const int64_t d = grad.size(-1);
-  GradientOf(weight).index_add_(0, batch.input_ids.reshape({-1}), grad.reshape({-1, d}).to(weight.scalar_type()));
 }
 
 }  // namespace engine

@@ -12,9 +12,6 @@ namespace streambp::engine {
 /// Throws InvalidArgument when the batch does not fit the model (shapes, token ids).
 void ValidateBatch(const CausalLMImpl& model, const Batch& batch);
 
-/// Rope tables of a slice of positions [s, e).
-Rope SliceRope(const Rope& rope, int64_t s, int64_t e);
-
 LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64_t e);
 
 /// The lm_head + loss part over final hidden states `h_last` [B, T, d] (no graph) in
@@ -45,9 +42,6 @@ inline void Report(const Progress& progress, EngineProgress::Phase phase, int64_
 /// The step result of a micro-batch: the loss (the objective's batch_loss() when it has
 /// one, else the sum of the chunk terms) and token counts.
 StepResult MakeResult(const Objective& objective, const Batch& batch, double chunk_loss_sum);
-
-/// Backprop `grad` through the embedding of batch.input_ids.
-void EmbeddingBackward(CausalLMImpl& model, const Batch& batch, const torch::Tensor& grad);
 
 using GradsReady = std::function<void(int64_t layer)>;
 StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,

@@ -10,7 +10,7 @@ StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objectiv
   objective.begin(batch);
   const int64_t T = batch.length();
   auto x = model.embed(batch.input_ids);
-  auto rope = model.rotary().tables(batch.position_ids, x);
+  auto rope = model.rope_tables(batch.position_ids, x);
   const auto& config = model.config();
   auto global = AttentionMask(batch, 0, T, T, 0);
   auto windowed = config.sliding_window ? AttentionMask(batch, 0, T, T, *config.sliding_window) : torch::Tensor();

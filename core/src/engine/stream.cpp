@@ -64,7 +64,7 @@ KeysValues KeysValuesInChunks(DecoderLayerImpl& layer, int64_t T, int64_t chunk,
   KeysValues out;
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t e = std::min(T, s + chunk);
-    auto kv = layer.keys_values(rows(s, e), SliceRope(rope, s, e));
+    auto kv = layer.keys_values(rows(s, e), rope.slice(s, e));
     if (!out.k.defined()) {
       auto sizes = kv.k.sizes().vec();
       sizes[2] = T;
@@ -100,7 +100,7 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, LayerStore& store, in
     auto x_q = Leaf(reader.next(&s, &e));
     Report(progress, EngineProgress::Phase::kBackward, slot, layers, c, n_chunks);
     KeysValues prefix{kv_hat.k.slice(2, 0, e), kv_hat.v.slice(2, 0, e)};
-    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), prefix, AttentionPattern::Causal(batch, s, e, e, window),
+    auto y = layer.forward_queries(x_q, rope.slice(s, e), prefix, AttentionPattern::Causal(batch, s, e, e, window),
                                    AttentionTiling{chunks.key_chunk, 0, &grad_kv});
     torch::autograd::backward({y}, {grad.slice(1, s, e).contiguous()});
     grad.slice(1, s, e).copy_(x_q.grad());  // g[s:e] is done with: dx[s:e] takes its place
@@ -108,7 +108,7 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, LayerStore& store, in
   kv_hat = KeysValues{};
   for (int64_t c = 0; c < n_chunks; ++c) {
     auto x = Leaf(reader.next(&s, &e));
-    KeysValues kv = layer.keys_values(x, SliceRope(rope, s, e));
+    KeysValues kv = layer.keys_values(x, rope.slice(s, e));
     torch::autograd::backward({kv.k, kv.v}, {grad_kv.k.slice(2, s, e).to(kv.k.scalar_type()),
                                              grad_kv.v.slice(2, s, e).to(kv.v.scalar_type())});
     grad.slice(1, s, e).add_(x.grad());
@@ -129,8 +129,8 @@ torch::Tensor PrefixRecomputeLayerBackward(DecoderLayerImpl& layer, const torch:
     const int64_t e = std::min(T, s + chunk);
     auto x_prefix = Leaf(x_in.slice(1, 0, e));
     auto x_q = Leaf(x_in.slice(1, s, e));
-    auto kv = layer.keys_values(x_prefix, SliceRope(rope, 0, e));
-    auto y = layer.forward_queries(x_q, SliceRope(rope, s, e), kv, AttentionPattern::Causal(batch, s, e, e, window),
+    auto kv = layer.keys_values(x_prefix, rope.slice(0, e));
+    auto y = layer.forward_queries(x_q, rope.slice(s, e), kv, AttentionPattern::Causal(batch, s, e, e, window),
                                    AttentionTiling{chunks.key_chunk});
     torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
     grad_x.slice(1, 0, e).add_(x_prefix.grad());
@@ -150,7 +150,7 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t e = std::min(T, s + chunk);
     KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
-    y.slice(1, s, e).copy_(layer.forward_queries(x.slice(1, s, e), SliceRope(rope, s, e), prefix,
+    y.slice(1, s, e).copy_(layer.forward_queries(x.slice(1, s, e), rope.slice(s, e), prefix,
                                                  AttentionPattern::Causal(batch, s, e, e, window),
                                                  AttentionTiling{key_chunk}));
   }
@@ -170,7 +170,7 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
   {
     torch::NoGradGuard no_grad;
     auto x = model.embed(batch.input_ids);
-    rope = model.rotary().tables(batch.position_ids, x);
+    rope = model.rope_tables(batch.position_ids, x);
     store = std::make_unique<LayerInputs>(model, batch.input_ids,
                                           options.offload_layer_inputs
                                               ? LayerStore::Offloaded(options.scratch_dir, layers, x)
@@ -201,7 +201,7 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
     store->drop(i);
     if (ready) ready(i);
   }
-  EmbeddingBackward(model, batch, grad);
+  model.embed_backward(batch.input_ids, grad);
   if (ready) ready(-1);
   auto result = MakeResult(objective, batch, head.loss);
   result.offloaded_bytes = store->offloaded_bytes();

@@ -24,6 +24,7 @@ double ParameterCount(const ModelConfig& c) {
   double params = V * d * (c.tie_word_embeddings ? 1 : 2) + d;
   params += L * (d * qd + 2 * d * kvd + qd * d + 3 * d * F + 2 * d);
   if (c.qk_norm) params += L * 2 * c.head_dim;
+  if (c.sandwich_norms) params += L * 2 * d;  // Gemma3's pre/post-feedforward norms
   if (c.attention_bias) params += L * (qd + 2 * kvd);
   return params;
 }
@@ -72,7 +73,9 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     const double mlp = 5 * B * q * F * e;
     // Norm and residual outputs, projections, the q/k norms' saved tensors, and (tiled) the
     // scaled queries and contiguous K/V the attention keeps (measured on qwen3-shaped models).
-    const double per_row = tiled ? 7 * d + 4 * qd + 2 * kvd + (c.qk_norm ? 3 * qd + 3 * kvd : 0) : 6 * d + 3 * qd;
+    // Gemma3's two more norms keep their inputs and outputs: 4 more d-wide rows.
+    const double per_row = (tiled ? 7 * d + 4 * qd + 2 * kvd + (c.qk_norm ? 3 * qd + 3 * kvd : 0) : 6 * d + 3 * qd) +
+                           (c.sandwich_norms ? 4 * d : 0);
     const double projections = B * q * per_row * e + kv_copies * B * k * kvd * e;
     // Adapters: each adapted projection's input in the adapter's dtype and its r-wide A x.
     const double adapter = lora ? B * q * (5 * d + qd + F + 7 * static_cast<double>(lora->r)) * te : 0.0;

@@ -1,6 +1,7 @@
 #include "streambp/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -22,6 +23,7 @@ constexpr Family kFamilies[] = {
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
     {"MistralForCausalLM", "mistral"},
+    {"Gemma3ForCausalLM", "gemma3_text"},
 };
 
 int64_t RequiredInt(const json& j, const char* key) {
@@ -77,12 +79,50 @@ std::optional<int64_t> OptionalTokenId(const json& j, const char* key) {
   return it->get<int64_t>();
 }
 
+// One RoPE description: an object with "rope_type" (or "type"), the type's parameters and
+// perhaps its own "rope_theta". `field` names it in errors.
+void ParseRopeObject(const json& rope, const std::string& field, RopeScaling& s, double& theta) {
+  if (!rope.is_object()) throw InvalidArgument("config.json: field '" + field + "' must be an object");
+  if (rope.contains("rope_theta")) theta = OptionalNumber(rope, "rope_theta", theta);
+  std::string type = "default";
+  if (auto t = rope.find("rope_type"); t != rope.end() && t->is_string()) {
+    type = t->get<std::string>();
+  } else if (auto t2 = rope.find("type"); t2 != rope.end() && t2->is_string()) {
+    type = t2->get<std::string>();
+  }
+  s = RopeScaling{};
+  s.type = type;
+  if (type == "default") return;
+  if (type == "linear") {
+    s.factor = OptionalNumber(rope, "factor", 0.0);
+    if (!(s.factor > 0)) throw InvalidArgument("config.json: " + field + ".factor must be > 0 for linear");
+    return;
+  }
+  if (type == "llama3") {
+    s.factor = OptionalNumber(rope, "factor", 0.0);
+    s.low_freq_factor = OptionalNumber(rope, "low_freq_factor", 1.0);
+    s.high_freq_factor = OptionalNumber(rope, "high_freq_factor", 4.0);
+    s.original_max_position_embeddings = OptionalInt(rope, "original_max_position_embeddings", 8192);
+    if (!(s.factor > 0) || !(s.high_freq_factor > s.low_freq_factor) || s.original_max_position_embeddings <= 0) {
+      throw InvalidArgument("config.json: " + field +
+                            " for llama3 needs factor > 0, high_freq_factor > low_freq_factor "
+                            "and original_max_position_embeddings > 0");
+    }
+    return;
+  }
+  throw InvalidArgument("config.json: " + field + " type '" + type +
+                        "' is not supported (supported: default, linear, llama3)");
+}
+
 // rope_scaling (older layout) or rope_parameters (newer layout, which may also carry
-// rope_theta). Both are objects with "rope_type" (or "type") and the type's parameters.
+// rope_theta). Gemma3's newer layout has one object per layer type ("full_attention",
+// "sliding_attention"); its older one names the sliding layers' base rope_local_base_freq.
 void ParseRope(const json& j, ModelConfig& c) {
-  c.rope_theta = OptionalNumber(j, "rope_theta", 10000.0);
+  const bool gemma = c.model_type == "gemma3_text";
+  c.rope_theta = OptionalNumber(j, "rope_theta", gemma ? 1000000.0 : 10000.0);
+  if (gemma) c.rope_local_base_freq = OptionalNumber(j, "rope_local_base_freq", 10000.0);
   const json* rope = nullptr;
-  const char* field = "rope_scaling";
+  std::string field = "rope_scaling";
   if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
     rope = &*it;
     field = "rope_parameters";
@@ -90,42 +130,27 @@ void ParseRope(const json& j, ModelConfig& c) {
     rope = &*it2;
   }
   if (rope == nullptr) return;
-  if (!rope->is_object()) {
-    throw InvalidArgument(std::string("config.json: field '") + field + "' must be an object");
-  }
-  if (rope->contains("rope_theta")) c.rope_theta = OptionalNumber(*rope, "rope_theta", c.rope_theta);
-  std::string type = "default";
-  if (auto t = rope->find("rope_type"); t != rope->end() && t->is_string()) {
-    type = t->get<std::string>();
-  } else if (auto t2 = rope->find("type"); t2 != rope->end() && t2->is_string()) {
-    type = t2->get<std::string>();
-  }
-  RopeScaling& s = c.rope_scaling;
-  s.type = type;
-  if (type == "default") return;
-  if (type == "linear") {
-    s.factor = OptionalNumber(*rope, "factor", 0.0);
-    if (!(s.factor > 0)) {
-      throw InvalidArgument(std::string("config.json: ") + field + ".factor must be > 0 for linear");
+  if (gemma && rope->is_object() && (rope->contains("full_attention") || rope->contains("sliding_attention"))) {
+    for (const auto& [type, value] : rope->items()) {
+      if (type != "full_attention" && type != "sliding_attention") {
+        throw InvalidArgument("config.json: " + field + " has an entry for layer type '" + type +
+                              "' (known: full_attention, sliding_attention)");
+      }
+    }
+    if (auto full = rope->find("full_attention"); full != rope->end() && !full->is_null()) {
+      ParseRopeObject(*full, field + ".full_attention", c.rope_scaling, c.rope_theta);
+    }
+    if (auto local = rope->find("sliding_attention"); local != rope->end() && !local->is_null()) {
+      RopeScaling s;
+      ParseRopeObject(*local, field + ".sliding_attention", s, *c.rope_local_base_freq);
+      if (s.type != "default") {
+        throw InvalidArgument("config.json: " + field + ".sliding_attention rope_type '" + s.type +
+                              "' is not supported for Gemma3's sliding layers (only default)");
+      }
     }
     return;
   }
-  if (type == "llama3") {
-    s.factor = OptionalNumber(*rope, "factor", 0.0);
-    s.low_freq_factor = OptionalNumber(*rope, "low_freq_factor", 1.0);
-    s.high_freq_factor = OptionalNumber(*rope, "high_freq_factor", 4.0);
-    s.original_max_position_embeddings =
-        OptionalInt(*rope, "original_max_position_embeddings", 8192);
-    if (!(s.factor > 0) || !(s.high_freq_factor > s.low_freq_factor) ||
-        s.original_max_position_embeddings <= 0) {
-      throw InvalidArgument(std::string("config.json: ") + field +
-                            " for llama3 needs factor > 0, high_freq_factor > low_freq_factor "
-                            "and original_max_position_embeddings > 0");
-    }
-    return;
-  }
-  throw InvalidArgument(std::string("config.json: ") + field + " type '" + type +
-                        "' is not supported (supported: default, linear, llama3)");
+  ParseRopeObject(*rope, field, c.rope_scaling, c.rope_theta);
 }
 
 // Sliding windows as HF's configs define them. Mistral: sliding_window (null = none) on every
@@ -133,8 +158,17 @@ void ParseRope(const json& j, ModelConfig& c) {
 // (default 28). Either: an explicit layer_types list decides which layers slide.
 void ParseWindows(const json& j, ModelConfig& c) {
   std::optional<int64_t> window;
-  if (c.model_type == "mistral" || ((c.model_type == "qwen2" || c.model_type == "qwen3") &&
-                                    OptionalBool(j, "use_sliding_window", false))) {
+  const bool gemma = c.model_type == "gemma3_text";
+  if (gemma) {
+    // Gemma3: sliding_window (4096 when absent) on the layers layer_types names, or on every
+    // layer but each sliding_window_pattern-th (default 6) when it does not.
+    const int64_t w = OptionalInt(j, "sliding_window", 4096);
+    if (w <= 0) throw InvalidArgument("config.json: sliding_window must be > 0, got " + std::to_string(w));
+    window = w;
+    c.sliding_window_pattern = OptionalInt(j, "sliding_window_pattern", 0);
+    if (c.sliding_window_pattern < 0) throw InvalidArgument("config.json: sliding_window_pattern must be > 0");
+  } else if (c.model_type == "mistral" || ((c.model_type == "qwen2" || c.model_type == "qwen3") &&
+                                           OptionalBool(j, "use_sliding_window", false))) {
     const int64_t w = OptionalInt(j, "sliding_window", 0);
     if (w < 0) throw InvalidArgument("config.json: sliding_window must be > 0, got " + std::to_string(w));
     if (w == 0 && c.model_type != "mistral") {
@@ -156,8 +190,9 @@ void ParseWindows(const json& j, ModelConfig& c) {
       c.layer_types.push_back(t.get<std::string>());
     }
   } else if (window) {
+    const int64_t pattern = c.sliding_window_pattern > 0 ? c.sliding_window_pattern : 6;
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      const bool slides = c.model_type == "mistral" || i >= c.max_window_layers;
+      const bool slides = gemma ? (i + 1) % pattern != 0 : c.model_type == "mistral" || i >= c.max_window_layers;
       c.layer_types.push_back(slides ? "sliding_attention" : "full_attention");
     }
   }
@@ -166,6 +201,30 @@ void ParseWindows(const json& j, ModelConfig& c) {
   } else {
     c.layer_types.clear();  // no layer slides: every layer global
   }
+}
+
+// Gemma3's model-wide fields (docs/architecture.md: Models). attn_logit_softcapping is read
+// and not applied: HF's Gemma3 attention does not pass it on (Gemma2's did).
+void ParseGemma3(const json& j, ModelConfig& c) {
+  if (OptionalBool(j, "use_bidirectional_attention", false)) {
+    throw InvalidArgument(
+        "config.json: use_bidirectional_attention is true (an embedding model): a causal LM cannot train it");
+  }
+  c.attention_bias = OptionalBool(j, "attention_bias", false);
+  c.o_proj_bias = c.attention_bias;
+  c.qk_norm = true;
+  c.norm_kind = NormKind::kOffsetOne;
+  c.sandwich_norms = true;
+  c.query_pre_attn_scalar = OptionalNumber(j, "query_pre_attn_scalar", 256.0);
+  if (!(c.query_pre_attn_scalar > 0)) throw InvalidArgument("config.json: query_pre_attn_scalar must be > 0");
+  // HF keeps sqrt(hidden_size) in a float32 buffer: that rounding is part of the model.
+  c.embed_scale = static_cast<double>(static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size))));
+  if (auto cap = j.find("final_logit_softcapping"); cap != j.end() && !cap->is_null()) {
+    const double v = OptionalNumber(j, "final_logit_softcapping", 0.0);
+    if (!(v > 0)) throw InvalidArgument("config.json: final_logit_softcapping must be > 0 or null");
+    c.final_logit_softcapping = v;
+  }
+  (void)OptionalNumber(j, "attn_logit_softcapping", 0.0);  // type-checked only (see above)
 }
 
 }  // namespace
@@ -187,7 +246,17 @@ ModelConfig ModelConfig::FromJson(const json& j) {
     throw InvalidArgument("config.json: architecture '" + c.architecture +
                           "' is not supported (supported: " + known + ")");
   }
-  if (auto act = j.find("hidden_act"); act != j.end() && !act->is_null()) {
+  const bool gemma = c.model_type == "gemma3_text";
+  if (gemma) {
+    // HF's Gemma3 reads hidden_activation (not hidden_act).
+    const auto act = j.contains("hidden_activation") && !j["hidden_activation"].is_null() ? j["hidden_activation"]
+                                                                                            : json("gelu_pytorch_tanh");
+    if (!act.is_string() || (act != "gelu_pytorch_tanh" && act != "gelu_tanh")) {
+      throw InvalidArgument("config.json: hidden_activation " + act.dump() +
+                            " is not supported for Gemma3 (gelu_pytorch_tanh)");
+    }
+    c.activation = Activation::kGeluTanh;
+  } else if (auto act = j.find("hidden_act"); act != j.end() && !act->is_null()) {
     if (!act->is_string() || act->get<std::string>() != "silu") {
       throw InvalidArgument("config.json: hidden_act " + act->dump() + " is not supported (only silu)");
     }
@@ -200,10 +269,10 @@ ModelConfig ModelConfig::FromJson(const json& j) {
   c.num_key_value_heads = OptionalInt(j, "num_key_value_heads", c.num_attention_heads);
   c.head_dim = OptionalInt(j, "head_dim", 0);
   if (c.head_dim == 0) c.head_dim = c.hidden_size / c.num_attention_heads;
-  c.max_position_embeddings = OptionalInt(j, "max_position_embeddings", 32768);
+  c.max_position_embeddings = OptionalInt(j, "max_position_embeddings", gemma ? 131072 : 32768);
   c.rms_norm_eps = OptionalNumber(j, "rms_norm_eps", 1e-6);
   ParseRope(j, c);
-  c.tie_word_embeddings = OptionalBool(j, "tie_word_embeddings", false);
+  c.tie_word_embeddings = OptionalBool(j, "tie_word_embeddings", gemma);
   if (c.model_type == "qwen2") {
     c.attention_bias = true;
   } else if (c.model_type == "llama") {
@@ -214,10 +283,20 @@ ModelConfig ModelConfig::FromJson(const json& j) {
     c.attention_bias = OptionalBool(j, "attention_bias", false);
     c.o_proj_bias = c.attention_bias;
     c.qk_norm = true;
+  } else if (gemma) {
+    ParseGemma3(j, c);
   }
   ParseWindows(j, c);
   if (auto d = j.find("torch_dtype"); d != j.end() && d->is_string()) c.torch_dtype = d->get<std::string>();
   c.bos_token_id = OptionalTokenId(j, "bos_token_id");
+  if (auto pad = j.find("pad_token_id"); pad != j.end() && !pad->is_null()) {
+    if (!pad->is_number_integer() || pad->get<int64_t>() < 0) {
+      throw InvalidArgument("config.json: field 'pad_token_id' must be a token id, got " + pad->dump());
+    }
+    c.pad_token_id = pad->get<int64_t>();
+  } else if (gemma && !j.contains("pad_token_id")) {
+    c.pad_token_id = 0;  // Gemma3TextConfig's default
+  }
   c.eos_token_id = OptionalTokenId(j, "eos_token_id");
   if (auto e = j.find("eos_token_id"); e != j.end() && e->is_array()) {
     for (const auto& id : *e) {
@@ -267,6 +346,18 @@ void ModelConfig::Validate() const {
          std::to_string(num_hidden_layers));
   }
   if (sliding_window && *sliding_window <= 0) fail("sliding_window must be > 0");
+  if (rope_local_base_freq && !(*rope_local_base_freq > 0)) fail("rope_local_base_freq must be > 0");
+  if (final_logit_softcapping && !(*final_logit_softcapping > 0)) fail("final_logit_softcapping must be > 0");
+  if (query_pre_attn_scalar < 0) fail("query_pre_attn_scalar must be > 0");
+  if (!(embed_scale > 0)) fail("the embedding scale must be > 0");
+  if (pad_token_id && *pad_token_id >= vocab_size) {
+    fail("pad_token_id " + std::to_string(*pad_token_id) + " is outside the vocabulary (" +
+         std::to_string(vocab_size) + " tokens)");
+  }
+}
+
+double ModelConfig::attention_scale() const {
+  return 1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(head_dim));
 }
 
 json ModelConfig::ToJson() const {
@@ -294,8 +385,28 @@ json ModelConfig::ToJson() const {
     }
     j["rope_scaling"] = r;
   }
-  j["hidden_act"] = "silu";
+  const bool gemma = model_type == "gemma3_text";
+  if (gemma) {
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["attention_bias"] = attention_bias;
+    j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+    j["final_logit_softcapping"] = final_logit_softcapping ? json(*final_logit_softcapping) : json(nullptr);
+    j["attn_logit_softcapping"] = nullptr;
+    j["rope_local_base_freq"] = rope_local_base_freq.value_or(10000.0);
+    // Every layer global: layer_types says so (the pattern rule would make some slide).
+    j["sliding_window"] = sliding_window.value_or(4096);
+    j["layer_types"] = layer_types.empty() ? json(std::vector<std::string>(num_hidden_layers, "full_attention"))
+                                           : json(layer_types);
+    if (sliding_window_pattern > 0) j["sliding_window_pattern"] = sliding_window_pattern;
+  } else {
+    j["hidden_act"] = "silu";
+  }
   j["tie_word_embeddings"] = tie_word_embeddings;
+  if (pad_token_id) {
+    j["pad_token_id"] = *pad_token_id;
+  } else if (gemma) {
+    j["pad_token_id"] = nullptr;  // absent would read back as Gemma3's default, 0
+  }
   if (model_type == "llama" || model_type == "qwen3") j["attention_bias"] = attention_bias;
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
   if (model_type == "qwen2" || model_type == "qwen3") {
@@ -316,7 +427,7 @@ json ModelConfig::ToJson() const {
   return j;
 }
 
-ModelConfig PresetConfig(const std::string& name) {
+ModelConfig PresetConfig(const std::string& name, const std::string& family) {
   json j{{"architectures", {"Qwen3ForCausalLM"}},
          {"model_type", "qwen3"},
          {"hidden_act", "silu"},
@@ -342,9 +453,31 @@ ModelConfig PresetConfig(const std::string& name) {
   } else {
     throw InvalidArgument("unknown model preset '" + name + "' (known: tiny, small, qwen3-8b)");
   }
+  // Another family: the same shapes in that family's config.json, with its usual settings.
+  if (family == "llama") {
+    j.update({{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}});
+  } else if (family == "qwen2") {
+    j.update({{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"}});
+  } else if (family == "mistral") {
+    j.update({{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"}, {"sliding_window", 4096}});
+  } else if (family == "gemma3") {
+    // Gemma3 1B's settings: windows of 512 on five layers of six, tied, no soft-cap.
+    j.erase("hidden_act");
+    j.update({{"architectures", {"Gemma3ForCausalLM"}}, {"model_type", "gemma3_text"},
+              {"hidden_activation", "gelu_pytorch_tanh"}, {"query_pre_attn_scalar", j["head_dim"]},
+              {"sliding_window", 512}, {"sliding_window_pattern", 6}, {"rope_local_base_freq", 10000.0},
+              {"tie_word_embeddings", true}, {"final_logit_softcapping", nullptr}, {"pad_token_id", 0},
+              {"bos_token_id", 2}, {"eos_token_id", 1}});
+  } else if (family != "qwen3") {
+    std::string known;
+    for (const auto& f : FamilyNames()) known += (known.empty() ? "" : ", ") + f;
+    throw InvalidArgument("unknown model family '" + family + "' (known: " + known + ")");
+  }
   return ModelConfig::FromJson(j);
 }
 
 std::vector<std::string> PresetNames() { return {"tiny", "small", "qwen3-8b"}; }
+
+std::vector<std::string> FamilyNames() { return {"llama", "qwen2", "qwen3", "mistral", "gemma3"}; }
 
 }  // namespace streambp

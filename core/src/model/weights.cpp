@@ -50,6 +50,10 @@ std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::named_hf_parame
     AddLinear(out, p + ".mlp.down_proj", l->down_proj);
     out.emplace_back(p + ".input_layernorm.weight", l->input_layernorm->weight);
     out.emplace_back(p + ".post_attention_layernorm.weight", l->post_attention_layernorm->weight);
+    if (l->pre_feedforward_layernorm) {
+      out.emplace_back(p + ".pre_feedforward_layernorm.weight", l->pre_feedforward_layernorm->weight);
+      out.emplace_back(p + ".post_feedforward_layernorm.weight", l->post_feedforward_layernorm->weight);
+    }
   }
   out.emplace_back("model.norm.weight", norm->weight);
   if (lm_head) out.emplace_back("lm_head.weight", lm_head->weight);
@@ -147,7 +151,7 @@ CausalLM InitModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtype,
 #endif
   for (auto& [name, p] : model->named_hf_parameters()) {
     if (name.ends_with("norm.weight")) {
-      p.fill_(1.0);
+      p.fill_(config.norm_kind == NormKind::kOffsetOne ? 0.0 : 1.0);  // the identity: x·w or x·(1 + w)
     } else if (name.ends_with(".bias")) {
       p.zero_();
     } else if (on_device) {

@@ -111,7 +111,7 @@ bool SampleRun::step(int64_t decode_steps) {
       return allowed | self;
     };
     auto x = m.embed(ids);
-    auto rope = m.rotary().tables(pos, x);
+    auto rope = m.rope_tables(pos, x);
     const auto chunks = DefaultChunks(m.config(), x.scalar_type(), L);  // as the memory estimate's
     for (size_t l = 0; l < m.layer_list.size(); ++l) {
       auto& layer = m.layer_list[l];
@@ -120,7 +120,7 @@ bool SampleRun::step(int64_t decode_steps) {
       auto y = torch::empty_like(x);
       for (int64_t s = 0; s < L; s += chunks.chunk) {
         const int64_t e = std::min(L, s + chunks.chunk);
-        Rope rope_q{rope.cos.slice(1, s, e), rope.sin.slice(1, s, e)};
+        Rope rope_q = rope.slice(s, e);
         KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
         y.slice(1, s, e).copy_(layer->forward_queries(x.slice(1, s, e), rope_q, prefix, chunk_mask(s, e, window),
                                                       {chunks.key_chunk}));
@@ -192,7 +192,7 @@ bool SampleRun::step(int64_t decode_steps) {
     auto new_pos = torch::tensor(st.row_pos, torch::kInt64).view({B, 1}).to(device);
     for (auto& p : st.row_pos) ++p;
     auto xt = m.embed(tokens.view({B, 1}).to(device));
-    auto rope_t = m.rotary().tables(new_pos, xt);
+    auto rope_t = m.rope_tables(new_pos, xt);
     st.valid = torch::cat({st.valid, torch::ones({B, 1}, st.valid.options())}, 1);
     const int64_t keys = st.valid.size(1);
     for (size_t l = 0; l < m.layer_list.size(); ++l) {
