@@ -135,36 +135,43 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
   const double rows = static_cast<double>(B), n = static_cast<double>(B) * T;
   const double head = 2 * n * d * V;
   auto attention = [&](double pairs) { return 4 * rows * H * hd * pairs; };  // QK^T and PV
-  const double causal_pairs = static_cast<double>(T) * (T + 1) / 2;
-  StepFlops f;
-  f.model = 3 * (L * (2 * n * layer_params + attention(causal_pairs)) + head);
   const double square = attention(static_cast<double>(T) * T);
   const double seq_head = sequence_pass ? head : 0;
-  // Query blocks (stream chunks, checkpoint:tiled's attention blocks) attend to the keys
-  // up to their last position only.
+  // Query blocks (stream chunks, checkpoint:tiled's attention blocks) attend to the keys up to
+  // their last position only, and a sliding layer's to the last W of them: per layer, the
+  // (query, key) pairs the model defines (causal, within the window) and those the chunked
+  // engines visit.
   const auto chunks = ResolveChunks(v.options, T, c, dtype);
-  double pairs = 0, prefix_rows = 0;
-  for (int64_t s = 0; s < T; s += chunks.chunk) {
-    const double e = static_cast<double>(std::min<int64_t>(T, s + chunks.chunk));
-    pairs += (e - s) * e;
-    prefix_rows += e;
+  double causal_attention = 0, visited_attention = 0, prefix_rows = 0;
+  for (int64_t s = 0; s < T; s += chunks.chunk) prefix_rows += static_cast<double>(std::min<int64_t>(T, s + chunks.chunk));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const int64_t w = c.window(l) > 0 ? std::min<int64_t>(c.window(l), T) : T;
+    const double W = static_cast<double>(w);
+    causal_attention += attention(W * (W + 1) / 2 + (static_cast<double>(T) - W) * W);
+    double pairs = 0;
+    for (int64_t s = 0; s < T; s += chunks.chunk) {
+      const int64_t e = std::min<int64_t>(T, s + chunks.chunk);
+      pairs += static_cast<double>(e - s) * static_cast<double>(e - std::max<int64_t>(0, s - w + 1));
+    }
+    visited_attention += attention(pairs);
   }
+  StepFlops f;
+  f.model = 3 * (L * 2 * n * layer_params + causal_attention + head);
   // Tiled attention's backward recomputes the probabilities: QK^T, dV, dP, dQ, dK = 2.5x
-  // the forward's two products.
+  // the forward's two products. Materialized attention computes every pair, window or not.
   if (v.engine == "full") {
     f.executed = 3 * (L * (2 * n * layer_params + square) + head);
   } else if (v.engine == "checkpoint" && v.options.tiled_attention) {
-    f.executed = L * (4 * 2 * n * layer_params + 4.5 * attention(pairs)) + 3 * head + seq_head;
+    f.executed = L * 4 * 2 * n * layer_params + 4.5 * visited_attention + 3 * head + seq_head;
   } else if (v.engine == "checkpoint") {
     f.executed = 4 * L * (2 * n * layer_params + square) + 3 * head + seq_head;
   } else {
     // Forward; then per layer K/V without a graph, each chunk recomputed with a graph and
     // backpropagated, and the K/V backward (recomputed with a graph).
-    const double forward = 2 * n * layer_params + attention(pairs);
     const double kv_backward = v.options.recompute_kv_per_chunk ? 3 * 2 * rows * prefix_rows * kv_params
                                                                 : 2 * n * kv_params + 3 * 2 * n * kv_params;
-    const double backward = kv_backward + 3 * 2 * n * q_params + 3.5 * attention(pairs);
-    f.executed = L * (forward + backward) + 3 * head + seq_head;
+    f.executed = L * (2 * n * layer_params + kv_backward + 3 * 2 * n * q_params) + 4.5 * visited_attention +
+                 3 * head + seq_head;
   }
   return f;
 }

@@ -61,6 +61,7 @@ ServerConfig ServerConfig::FromJson(const json& j, bool validate) {
     Section s(*m, "model");
     s.get("dir", c.model.dir);
     s.get("preset", c.model.preset);
+    s.get("family", c.model.family);
     s.get("seed", c.model.seed);
     s.get("dtype", c.model.dtype);
     s.get("device", c.model.device);
@@ -203,6 +204,9 @@ void ServerConfig::Validate() const {
   if (model.dir.empty() && model.preset != "tiny" && model.preset != "small") {
     fail("model.preset must be tiny or small, got '" + model.preset + "'");
   }
+  if (const auto families = FamilyNames(); std::find(families.begin(), families.end(), model.family) == families.end()) {
+    fail("model.family must be llama, qwen2, qwen3, mistral or gemma3, got '" + model.family + "'");
+  }
   if (model.device != "cpu" && model.device.rfind("cuda", 0) != 0) {
     fail("model.device must be cpu, cuda or cuda:N, got '" + model.device + "'");
   }
@@ -309,7 +313,8 @@ json ServerConfig::ToJson(bool mask_secrets) const {
     for (size_t i = 0; i < tokens.size(); ++i) out.push_back("***");
     return out;
   };
-  return json{{"model", {{"dir", model.dir}, {"preset", model.preset}, {"seed", model.seed},
+  return json{{"model", {{"dir", model.dir}, {"preset", model.preset}, {"family", model.family},
+                         {"seed", model.seed},
                          {"dtype", model.dtype}, {"device", model.device}, {"chat_format", model.chat_format}}},
               {"trainer", trainer.ToJson()},
               {"listen", listen},
@@ -383,6 +388,7 @@ ModelSource ServerConfig::model_source() const {
   ModelSource m;
   m.dir = model.dir;
   m.preset = model.preset;
+  m.family = model.family;
   m.seed = model.seed;
   m.dtype = model.dtype;
   m.device = model.device;

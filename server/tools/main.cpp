@@ -23,6 +23,8 @@ void AddModelFlags(CLI::App* cmd, streambp::ModelSource& m) {
                                     "default: the embedded preset");
   cmd->add_option("--preset", m.preset, "embedded model when --model is not given: tiny | small | qwen3-8b")
       ->check(CLI::IsMember(streambp::PresetNames()));
+  cmd->add_option("--family", m.family, "architecture of the embedded model: llama | qwen2 | qwen3 | mistral | gemma3")
+      ->check(CLI::IsMember(streambp::FamilyNames()));
   cmd->add_option("--seed", m.seed, "seed of the embedded model");
   cmd->add_option("--dtype", m.dtype, "float32 | float64 | bfloat16 | float16")
       ->check(CLI::IsMember({"float32", "float64", "bfloat16", "float16"}));
@@ -187,6 +189,10 @@ int main(int argc, char** argv) {
                         with_default("embedded model when --model is not given: tiny | small | qwen3-8b",
                                      defaults.model.preset))
       ->check(CLI::IsMember(streambp::PresetNames()));
+  serve_cmd->add_option("--family", serve.family,
+                        with_default("architecture of the embedded model: llama | qwen2 | qwen3 | mistral | gemma3",
+                                     defaults.model.family))
+      ->check(CLI::IsMember(streambp::FamilyNames()));
   serve_cmd->add_option("--seed", serve.seed, with_default("seed of the embedded model", std::to_string(defaults.model.seed)));
   serve_cmd->add_option("--dtype", serve.dtype, with_default("float32 | float64 | bfloat16", defaults.model.dtype));
   serve_cmd->add_option("--device", serve.device, with_default("cpu | cuda | cuda:N", defaults.model.device));

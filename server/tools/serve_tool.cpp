@@ -30,6 +30,7 @@ server::ServerConfig BuildConfig(const ServeArgs& a) {
   auto c = a.config_file.empty() ? server::ServerConfig{} : server::ServerConfig::FromFile(a.config_file, false);
   if (!a.model_dir.empty()) c.model.dir = a.model_dir;
   if (!a.preset.empty()) c.model.preset = a.preset;
+  if (!a.family.empty()) c.model.family = a.family;
   if (a.seed >= 0) c.model.seed = static_cast<uint64_t>(a.seed);
   if (!a.dtype.empty()) c.model.dtype = a.dtype;
   if (!a.device.empty()) c.model.device = a.device;

@@ -7,7 +7,7 @@ namespace streambp::tools {
 
 struct ServeArgs {
   std::string config_file;       ///< JSON config (see server/config.h); flags override it
-  std::string model_dir, preset, dtype, device, listen, engine, optimizer, checkpoint_dir, log_format;
+  std::string model_dir, preset, family, dtype, device, listen, engine, optimizer, checkpoint_dir, log_format;
   std::vector<std::string> tokens;
   int64_t seed = -1, chunk = -1, logits_chunk = -2, key_chunk = -1, queue_depth = 0, max_sequence_length = 0;
   int64_t memory_budget = -1, micro_batch_tokens = -1;

@@ -103,6 +103,33 @@ TEST(Host, TrainStepEqualsTheTrainerInProcess) {
   ExpectSame(Weights(*host), trainer->model()->hf_tensors());
 }
 
+// model.family serves the embedded preset as another architecture: its weights carry that
+// family's tensors (Gemma3's pre/post-feedforward norms), a step trains, and an unknown family
+// is refused by name before anything is built.
+TEST(Host, EmbeddedPresetInAnotherFamily) {
+  auto config = HostConfig();
+  config.model.family = "gemma3";
+  config.Validate();
+  EXPECT_NE(config.model_source().describe().find("as gemma3"), std::string::npos);
+  auto host = TrainingHost::Create(config);
+  const auto before = Weights(*host);
+  EXPECT_EQ(before.count("model.layers.0.pre_feedforward_layernorm.weight"), 1u);
+  EXPECT_EQ(before.count("lm_head.weight"), 0u);  // tied, as Gemma3 is
+  auto o = Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep"), SftStep({{1, 5, 9, 13, 17}}), done); });
+  ASSERT_TRUE(o.ok()) << ErrorOf(o.error);
+  EXPECT_FALSE(torch::equal(Weights(*host).at("model.layers.0.mlp.up_proj.weight"),
+                            before.at("model.layers.0.mlp.up_proj.weight")));
+  config.model.family = "gpt2";
+  try {
+    config.Validate();
+    ADD_FAILURE() << "an unknown family was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("model.family must be"), std::string::npos) << e.what();
+  }
+  auto round = ServerConfig::FromJson(config.ToJson(), false);
+  EXPECT_EQ(round.model.family, "gpt2");
+}
+
 TEST(Host, RequestIdReplaysTheFirstAnswerAndRefusesAnotherBody) {
   auto host = TrainingHost::Create(HostConfig());
   auto step = SftStep({{1, 2, 3, 4, 5}});

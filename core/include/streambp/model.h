@@ -244,11 +244,12 @@ std::vector<int64_t> ModelEosTokenIds(const ModelConfig& config, const std::stri
 struct ModelSource {
   std::string dir;                ///< HF model folder; empty = the embedded preset
   std::string preset = "tiny";    ///< embedded preset when dir is empty: tiny | small
+  std::string family = "qwen3";   ///< the preset's architecture: llama | qwen2 | qwen3 | mistral | gemma3
   uint64_t seed = 0;              ///< seed of the embedded preset
   std::string dtype = "float32";  ///< float32 | float64 | bfloat16 | float16
   std::string device = "cpu";     ///< cpu | cuda | cuda:N (as torch::Device parses it)
 
-  /// "embedded tiny preset (seed 0)" or the folder.
+  /// "embedded tiny preset (seed 0)" (with its family when not qwen3) or the folder.
   std::string describe() const;
 };
 

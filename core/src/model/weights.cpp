@@ -253,7 +253,9 @@ std::vector<int64_t> ModelEosTokenIds(const ModelConfig& config, const std::stri
 }
 
 std::string ModelSource::describe() const {
-  return dir.empty() ? "embedded " + preset + " preset (seed " + std::to_string(seed) + ")" : dir;
+  if (!dir.empty()) return dir;
+  return "embedded " + preset + " preset" + (family == "qwen3" ? "" : " as " + family) + " (seed " +
+         std::to_string(seed) + ")";
 }
 
 void CheckModelSource(const ModelSource& source) {
@@ -280,7 +282,7 @@ void CheckModelSource(const ModelSource& source) {
   }
   CheckDtypeOnDevice(dtype, *device);
   if (source.dir.empty()) {
-    PresetConfig(source.preset);
+    PresetConfig(source.preset, source.family);
     return;
   }
   if (!fs::is_directory(source.dir)) {
@@ -303,7 +305,7 @@ CausalLM LoadOrInitModel(const ModelSource& source, const torch::Device* device)
   const auto dtype = ParseDtype(source.dtype);
   torch::Device target = device ? *device : torch::Device(source.device);
   if (!source.dir.empty()) return LoadModel(source.dir, dtype, target);
-  return InitModel(PresetConfig(source.preset), source.seed, dtype, target);
+  return InitModel(PresetConfig(source.preset, source.family), source.seed, dtype, target);
 }
 
 }  // namespace streambp
