@@ -51,8 +51,13 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_flag("--predict-only", a.predict_only,
                "max-length search: only the estimate's longest fitting length, no step run (for budgets whose "
                "steps would take hours)");
+  app.add_flag("--search-to-peak", a.search_to_peak,
+               "max-length search: a probe stops once its step's peak has passed (the top decoder layer's backward "
+               "done; from there a step only frees memory) and then counts as fitting: the same lengths in a "
+               "fraction of the time");
   app.add_option("--search-start", a.search_start, "first length of the doubling");
   app.add_option("--search-max", a.search_max, "longest length tried");
+  app.add_option("--search-align", a.search_align, "lengths tried are multiples of this")->check(CLI::PositiveNumber);
   app.add_option("--ablation-seq-len", a.ablation_seq_len, "length of the K/V-once vs prefix-recompute ablation (0 = off)");
   app.add_option("--gemm-n", a.gemm_n, "size of the reference GEMM");
   app.add_option("--scratch-dir", a.scratch_dir, "stream:offload: folder of the scratch file (default $TMPDIR or /tmp)");

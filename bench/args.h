@@ -21,7 +21,7 @@ struct Args {
   std::string budget = "1GiB", mem_limit = "auto";
   bool no_search = false, no_sweep = false, quick = false, check = false, profile = false;
   std::string search_chunks = "auto";
-  bool predict_only = false;
+  bool predict_only = false, search_to_peak = false;
   double search_tol = 0.01;
   int64_t search_start = 512, search_max = int64_t{1} << 20, search_align = 8;
   int64_t ablation_seq_len = 8192, gemm_n = 2048;

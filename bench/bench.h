@@ -65,6 +65,7 @@ struct Run {
   int64_t batch = 0;   ///< rows of the batch
   bool oom = false;    ///< the budgeted allocator refused an allocation (or the estimate did)
   bool oom_predicted = false;  ///< skipped: the estimate is far past the limit
+  bool to_peak = false;        ///< stopped once the peak had passed (Context::stop_after_peak)
   std::string oom_message;
   int64_t peak_bytes = 0;
   int64_t activation_bytes = 0;
@@ -151,6 +152,11 @@ struct Context {
   int64_t mem_limit = 0;  ///< activation bytes past which a sweep point counts as OOM (0 = none)
   int threads = 1;        ///< LibTorch intra-op threads of the measuring thread
   bool profile = false;   ///< each point: one more step with the time breakdown
+  /// MeasurePoint ends each step when the backward of the second-highest decoder layer starts:
+  /// the peak has passed (every engine's backward goes down the layers, each freeing the stored
+  /// input of the one it finished; the next allocates what the last one freed). Times are then
+  /// not step times. For the max-length search (--search-to-peak).
+  bool stop_after_peak = false;
   /// LoRA: the adapter attached to `model` (its base frozen): what trains, has gradients
   /// and optimizer state. Null: full fine-tuning.
   std::shared_ptr<LoraAdapter> adapter;

@@ -31,6 +31,8 @@ namespace {
 EngineOptions Engine(const Args& a, EngineKind kind, int64_t chunk, int64_t logits_chunk) {
   EngineOptions o{kind, chunk, logits_chunk};
   o.key_chunk = a.key_chunk;
+  // The defaults the engine resolves there (--device is checked where the model is made).
+  o.device = a.device.rfind("cuda", 0) == 0 ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   return o;
 }
 
@@ -401,6 +403,11 @@ int main(int argc, char** argv) {
     if (budget > 0) {
       std::printf("\n== max sequence length under an activation budget of %s (doubling from %lld, then bisection to %.0f%%)\n",
                   HumanBytes(budget).c_str(), (long long)a.search_start, 100 * a.search_tol);
+      if (a.search_to_peak && !a.predict_only) {
+        std::printf("   (--search-to-peak: each probe stops once the backward of layer L-2 starts; its time is not a "
+                    "step's)\n");
+      }
+      ctx.stop_after_peak = a.search_to_peak;
       for (const auto& v : variants) {
         searches.push_back(SearchMaxLength(ctx, v, budget, a.search_start, a.search_max, a.search_tol,
                                            a.search_chunks == "auto", a.search_align, !a.predict_only));
@@ -425,16 +432,18 @@ int main(int argc, char** argv) {
                                          {"capped", s.capped},
                                          {"predicted_max_seq_len", s.predicted_max_seq_len},
                                          {"probed", !a.predict_only},
+                                         {"to_peak", a.search_to_peak},
                                          {"probes", s.probes},
                                          {"seconds", s.seconds},
                                          {"batch", a.batch},
                                          {"objective", a.objective},
-                                         {"probes", [&] {
+                                         {"runs", [&] {  // every probe ("probes" is their count)
                                             auto probes = nlohmann::json::array();
                                             for (const auto& r : s.runs) probes.push_back(RunJson(r));
                                             return probes;
                                           }()}});
       }
+      ctx.stop_after_peak = false;
     }
 
     // GEMM again at the end: the reference is the better of the two (a busy machine at the

@@ -25,6 +25,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Thrown from the progress hook to end a step whose peak has passed (Context::stop_after_peak).
+struct PeakPassed {};
+
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
@@ -287,6 +290,7 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
       // of its own takes them away with it, so one OOM never inflates the next point.
       std::exception_ptr error;
       double secs = 0;
+      bool stopped = false;
       StepResult result;
       std::thread worker([&] {
         try {
@@ -294,8 +298,21 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
           ctx.memory.synchronize();
           const auto t0 = Clock::now();
           TerminalProgress line(v.label() + " T=" + std::to_string(T));
-          result = ForwardBackward(ctx.model, batch, *objective, line.wrap(v.options));
-          objective->finish();
+          auto options = line.wrap(v.options);
+          if (ctx.stop_after_peak) {
+            options.on_progress = [shown = options.on_progress](const EngineProgress& p) {
+              if (shown) shown(p);
+              if (p.phase == EngineProgress::Phase::kBackward && p.layers >= 2 && p.layer == p.layers - 2) {
+                throw PeakPassed{};
+              }
+            };
+          }
+          try {
+            result = ForwardBackward(ctx.model, batch, *objective, options);
+            objective->finish();
+          } catch (const PeakPassed&) {
+            stopped = true;
+          }
           ctx.memory.synchronize();
           secs = Seconds(t0);
         } catch (...) {
@@ -304,6 +321,7 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
       });
       worker.join();
       if (error) std::rethrow_exception(error);
+      r.to_peak = stopped;
       r.loss = result.loss;
       r.offloaded_bytes = result.offloaded_bytes;
       if (i >= warmup) r.samples.push_back(secs);
@@ -381,7 +399,7 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
     s.runs.push_back(r);
     std::printf("  search %-28s T=%-7lld %s (chunk %lld, logits %lld, key %lld, estimate's key %lld, %.1f s)\n",
                 v.label().c_str(), static_cast<long long>(T),
-                r.oom ? "OOM" : ("fits, " + HumanBytes(r.activation_bytes)).c_str(), static_cast<long long>(r.chunk),
+                r.oom ? "OOM" : ("fits, " + HumanBytes(r.activation_bytes) + (r.to_peak ? " to its peak" : "")).c_str(), static_cast<long long>(r.chunk),
                 static_cast<long long>(r.logits_chunk), static_cast<long long>(r.key_chunk),
                 static_cast<long long>(r.predicted_key_chunk), r.samples.empty() ? 0.0 : r.samples[0]);
     if (r.oom) std::printf("    %s\n", r.oom_message.substr(0, r.oom_message.find('\n')).c_str());

@@ -35,6 +35,7 @@ nlohmann::json RunJson(const Run& r) {
                    {"key_chunk", r.key_chunk},
                    {"predicted_key_chunk", r.predicted_key_chunk},
                    {"oom", r.oom},
+                   {"to_peak", r.to_peak},
                    {"weights_bytes", r.statics.weights},
                    {"grad_bytes", r.statics.grads},
                    {"optimizer_bytes", r.statics.optimizer},

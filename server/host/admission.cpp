@@ -119,7 +119,8 @@ void Admission::admit_logprobs(const LogprobsRequest& r, int64_t resident_bytes)
   for (const auto& s : r.sequences) tokens += static_cast<int64_t>(s.tokens.size());
   const int64_t longest = Longest(r.sequences);
   const int64_t rows = std::max<int64_t>(1, (tokens + longest - 1) / longest);
-  check_budget(EstimateForwardMemory(model_, dtype_, rows, longest, config_.trainer.engine.logits_chunk),
+  check_budget(EstimateForwardMemory(model_, dtype_, rows, longest, config_.trainer.engine.logits_chunk,
+                                     config_.trainer.engine.device),
                resident_bytes, "ComputeLogprobs", "send fewer or shorter sequences per call");
 }
 

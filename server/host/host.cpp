@@ -59,9 +59,10 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
   RegisterBuiltinObjectives();
   memory::InstallTrackingAllocator();
   std::unique_ptr<TrainingHost> h(new TrainingHost(config));
-  const auto& c = h->config_;
   auto dist = DistOptions::FromEnv();
-  const torch::Device device = RankDevice(c.model.device, dist);
+  const torch::Device device = RankDevice(config.model.device, dist);
+  h->config_.trainer.engine.device = device.type();  // admission and GetInfo size chunks as the steps will
+  const auto& c = h->config_;
   CreateObjective("grpo", c.rollouts.grpo);  // bad rollout options fail at start, not at the first step
   std::shared_ptr<Communicator> comm;
   if (dist.enabled()) {

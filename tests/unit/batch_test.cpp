@@ -52,6 +52,36 @@ TEST(Batch, PackingKeepsDocumentsApart) {
   EXPECT_THROW(MakeBatch(seqs, Layout::kPacked, 3), InvalidArgument);
 }
 
+// Batch::whole_rows (what lets CUDA run a chunk in the flash kernel without reading the
+// device) against its definition over the sequence ids: each row one sequence from position 0,
+// padding only after it.
+bool WholeRowsOf(const torch::Tensor& seq) {
+  auto first = seq.select(1, 0).unsqueeze(1);
+  auto pad = (seq < 0).to(torch::kInt32);
+  const bool one = ((seq == first) | (seq < 0)).all().item<bool>() && (first >= 0).all().item<bool>();
+  return one && (pad.size(1) < 2 || (pad.slice(1, 1) >= pad.slice(1, 0, -1)).all().item<bool>());
+}
+
+TEST(Batch, WholeRowsIsKnownFromTheLayout) {
+  int checked_true = 0, checked_false = 0;
+  for (const auto& lengths : std::vector<std::vector<int64_t>>{{4}, {4, 4}, {4, 2}, {2, 4, 3}, {3, 3, 3}, {1}}) {
+    const auto seqs = testing::RandomSequences(lengths, 50, 7);
+    for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
+      for (int64_t pack : {int64_t{0}, int64_t{8}}) {
+        if (pack > 0 && layout != Layout::kPacked) continue;
+        const auto b = MakeBatch(seqs, layout, pack);
+        EXPECT_EQ(b.whole_rows, WholeRowsOf(b.sequence_ids)) << b.sequence_ids;
+        (b.whole_rows ? checked_true : checked_false)++;
+        EXPECT_EQ(AttentionPattern::Causal(b, 0, 1, 1).whole_rows, b.whole_rows);
+        EXPECT_EQ(b.to(torch::kCPU).whole_rows, b.whole_rows);
+      }
+    }
+  }
+  EXPECT_GE(checked_true, 5);
+  EXPECT_GE(checked_false, 3);
+  EXPECT_FALSE(Batch{}.whole_rows);  // built by hand: unknown, so the tiled kernel runs
+}
+
 TEST(Batch, ChunkMasksAreSlicesOfTheFullMask) {
   auto b = MakeBatch(testing::RandomSequences({7, 3, 5}, 50, 1), Layout::kPacked, 10);
   auto full = AttentionMask(b, 0, 10, 10, 3);

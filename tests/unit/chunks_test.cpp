@@ -64,6 +64,44 @@ TEST(DefaultChunks, StayInBoundsAndGrowWithTheSequence) {
   EXPECT_EQ(c.key_chunk, kDefaultKeyChunk);
 }
 
+// On CUDA the query chunk may grow to kDefaultCudaChunk by the same rule (each chunk costs the
+// host the same kernel launches, so short chunks leave the GPU waiting). Worked by hand for
+// qwen3-8b in bfloat16: S / 4 at T = 32768 is 2.48 GB; a query chunk of 2048 with key tiles of
+// 1024 needs 2048 x 280.6 kB (graph) + 3 x 32 x 2048 x 1024 x 4 B (scores) = 1.38 GB, 4096 would
+// need 2.76 GB; at T = 16384 (1.24 GB) 1024 fits and 2048 does not; at 65536 (4.97 GB) 4096 fits.
+TEST(DefaultChunks, CudaAllowsLongerQueryChunksByTheSameRule) {
+  const auto config = PresetConfig("qwen3-8b");
+  const auto cuda = c10::DeviceType::CUDA;
+  EXPECT_EQ(DefaultChunks(config, torch::kBFloat16, 32768).chunk, kDefaultChunk);
+  EXPECT_EQ(DefaultChunks(config, torch::kBFloat16, 16384, cuda).chunk, 1024);
+  EXPECT_EQ(DefaultChunks(config, torch::kBFloat16, 32768, cuda).chunk, 2048);
+  EXPECT_EQ(DefaultChunks(config, torch::kBFloat16, 65536, cuda).chunk, 4096);
+  EXPECT_EQ(DefaultChunks(config, torch::kBFloat16, 1 << 20, cuda).chunk, kDefaultCudaChunk);
+  for (int64_t T : {int64_t{100}, int64_t{8192}, int64_t{32768}, int64_t{1} << 20}) {
+    const auto cpu = DefaultChunks(config, torch::kBFloat16, T), gpu = DefaultChunks(config, torch::kBFloat16, T, cuda);
+    EXPECT_EQ(gpu.logits_chunk, cpu.logits_chunk) << T;  // the head's and the tiles' rules do not change
+    EXPECT_EQ(gpu.key_chunk, std::min<int64_t>({2 * gpu.chunk, kDefaultKeyChunk, T})) << T;
+    EXPECT_GE(gpu.chunk, cpu.chunk) << T;
+  }
+  // The small preset never needs more than the CPU's cap at these lengths: the rule decides.
+  EXPECT_EQ(DefaultChunks(PresetConfig("small"), torch::kFloat32, 8192, cuda).chunk, 256);
+  // ResolveChunks, ChooseChunks and the estimate follow EngineOptions::device.
+  EngineOptions on_cuda{EngineKind::kStream};
+  on_cuda.device = cuda;
+  EXPECT_EQ(ResolveChunks(on_cuda, 32768, config, torch::kBFloat16).chunk, 2048);
+  EXPECT_EQ(ChooseChunks(config, torch::kBFloat16, 1, 32768, 0, "none", nullptr, on_cuda).chunk, 2048);
+  const auto gpu = EstimateStepMemory(config, torch::kBFloat16, 1, 32768, on_cuda, "none");
+  const auto cpu = EstimateStepMemory(config, torch::kBFloat16, 1, 32768, EngineOptions{EngineKind::kStream}, "none");
+  EXPECT_EQ(gpu.chunk, 2048);
+  EXPECT_GT(gpu.activation_bytes, cpu.activation_bytes);
+  // ... and stays near what the step must store.
+  const auto floor = EstimateStepMemory(config, torch::kBFloat16, 1, 32768,
+                                        EngineOptions{EngineKind::kStream, 16, 16, false, 16}, "none");
+  EXPECT_LE(static_cast<double>(gpu.activation_bytes), 1.3 * static_cast<double>(floor.activation_bytes));
+  const auto forward = EstimateForwardMemory(config, torch::kBFloat16, 1, 32768, 0, cuda);
+  EXPECT_EQ(forward.chunk, 2048);
+}
+
 // What the rule is for: at the defaults, a stream step's activation stays near what it must
 // store (its estimate with the smallest chunks) and, for the small preset, below 0.3x
 // checkpointing's with the same tiled attention and chunked head (the bench measures that

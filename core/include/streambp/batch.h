@@ -61,6 +61,10 @@ struct Batch {
   torch::Tensor ref_logprobs;
   torch::Tensor token_weights;
   int64_t num_sequences = 0;
+  /// Every row holds one sequence from position 0, padding only after it (MakeBatch knows it
+  /// from its layout; false where unknown). Fused attention needs it: known on the host, no
+  /// device read per chunk.
+  bool whole_rows = false;
   std::vector<int64_t> lengths;     ///< tokens of each input sequence
   std::vector<Sequence> sequences;  ///< the input sequences, with their side inputs
 
@@ -122,6 +126,7 @@ struct AttentionPattern {
   torch::Tensor sequence_ids;  ///< Causal: the batch's sequence ids [B, T]
   int64_t q_start = 0, q_end = 0, k_end = 0;
   int64_t window = 0;          ///< Causal: sliding window (0 = none)
+  bool whole_rows = false;     ///< Causal: the batch's Batch::whole_rows
 };
 
 }  // namespace streambp

@@ -75,9 +75,15 @@ struct EngineOptions {
   /// before the forward; empty = $TMPDIR or /tmp). A folder that cannot hold the file is a
   /// FailedPrecondition, a full one ResourceExhausted, naming the folder.
   std::string scratch_dir;
+  /// Where the step runs: ForwardBackward takes it from the model; the memory estimate,
+  /// admission and GetInfo from the caller (the server: its device). On CUDA, DefaultChunks
+  /// allows query chunks up to kDefaultCudaChunk: every chunk costs the host the same kernel
+  /// launches whatever its size, so short chunks leave a GPU waiting on the CPU.
+  c10::DeviceType device = c10::DeviceType::CPU;
 };
 /// The largest sizes DefaultChunks picks (and the smallest it goes down to, sequence allowing).
 constexpr int64_t kDefaultChunk = 512;
+constexpr int64_t kDefaultCudaChunk = 4096;  ///< the largest query chunk on a CUDA device
 constexpr int64_t kDefaultLogitsChunk = 1024;
 constexpr int64_t kDefaultKeyChunk = 1024;
 constexpr int64_t kMinDefaultChunk = 64;
@@ -98,11 +104,14 @@ struct ResolvedChunks {
 /// key tile of twice its size) and a logits chunk's (logits, log-softmax and their gradients:
 /// 4 x chunk x V floats) are each kept within S / 4, as large as that allows (powers of two,
 /// kMinDefault* .. kDefault*, at most T), so the step's peak stays near S without the many
-/// small GEMMs of tiny chunks. The same rule serves the engines, TokenLogprobs, the memory
-/// estimate, ChooseChunks, the server, the tools and the bench.
-ResolvedChunks DefaultChunks(const ModelConfig& config, torch::Dtype dtype, int64_t seq_len);
+/// small GEMMs of tiny chunks (on CUDA up to kDefaultCudaChunk query positions). The same rule
+/// serves the engines, TokenLogprobs, the memory estimate, ChooseChunks, the server, the tools
+/// and the bench.
+ResolvedChunks DefaultChunks(const ModelConfig& config, torch::Dtype dtype, int64_t seq_len,
+                             c10::DeviceType device = c10::DeviceType::CPU);
 
-/// `options`' sizes with the unset ones from DefaultChunks (or T where the engine does not chunk).
+/// `options`' sizes with the unset ones from DefaultChunks for `options.device` (or T where
+/// the engine does not chunk).
 ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len, const ModelConfig& config,
                              torch::Dtype dtype);
 

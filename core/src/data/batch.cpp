@@ -155,6 +155,9 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   for (int f = 0; f < kSides; ++f) side_tensors[f] = side(fields[f]);
   Batch batch;
   batch.num_sequences = sequences.size();
+  batch.whole_rows = std::all_of(rows.begin(), rows.end(), [](const auto& row) {
+    return row.size() == 1 && row.front().second == 0;
+  });
   batch.sequences = sequences;
   for (const auto& s : sequences) batch.lengths.push_back(s.tokens.size());
   for (int64_t r = 0; r < B; ++r) {
@@ -264,6 +267,7 @@ AttentionPattern AttentionPattern::Causal(const Batch& batch, int64_t q_start, i
   p.q_end = q_end;
   p.k_end = k_end;
   p.window = sliding_window;
+  p.whole_rows = batch.whole_rows;
   return p;
 }
 

@@ -46,7 +46,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
   auto head = HeadForwardBackward(model, h_last, batch, objective, chunks.logits_chunk, true, progress);
   h_last = torch::Tensor();
   if (ready) ready(-2);
-  auto grad = head.grad_h;
+  auto grad = std::move(head.grad_h);  // not held past the top layer's backward
   for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
     Report(progress, EngineProgress::Phase::kBackward, i, static_cast<int64_t>(model.layer_list.size()));
     torch::AutoGradMode grad_mode(true);

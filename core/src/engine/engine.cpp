@@ -43,12 +43,13 @@ int64_t LargestFitting(int64_t lo, int64_t hi, const std::function<bool(int64_t)
   return x;
 }
 
-// The model's compute dtype (its weights').
+// The model's compute dtype (its weights') and device type.
 torch::Dtype Dtype(const CausalLMImpl& model) { return model.embed_tokens->weight.scalar_type(); }
+c10::DeviceType DeviceOf(const CausalLMImpl& model) { return model.embed_tokens->weight.device().type(); }
 
 }  // namespace
 
-ResolvedChunks DefaultChunks(const ModelConfig& c, torch::Dtype dtype, int64_t seq_len) {
+ResolvedChunks DefaultChunks(const ModelConfig& c, torch::Dtype dtype, int64_t seq_len, c10::DeviceType device) {
   const double e = static_cast<double>(c10::elementSize(dtype));
   const double f = dtype == torch::kFloat64 ? 8 : 4;  // softmax and logits precision
   const double T = static_cast<double>(std::max<int64_t>(seq_len, 1));
@@ -65,7 +66,8 @@ ResolvedChunks DefaultChunks(const ModelConfig& c, torch::Dtype dtype, int64_t s
     return q * per_position + 3 * H * q * k * f + q * k <= slack;
   };
   auto logits_fit = [&](int64_t lc) { return 4.0 * static_cast<double>(lc) * c.vocab_size * f <= slack; };
-  const int64_t chunk = LargestFitting(kMinDefaultChunk, kDefaultChunk, chunk_fits);
+  const int64_t largest = device == c10::DeviceType::CUDA ? kDefaultCudaChunk : kDefaultChunk;
+  const int64_t chunk = LargestFitting(kMinDefaultChunk, largest, chunk_fits);
   const int64_t logits = LargestFitting(kMinDefaultLogitsChunk, kDefaultLogitsChunk, logits_fit);
   const int64_t limit = std::max<int64_t>(seq_len, 1);
   return {std::min(chunk, limit), std::min(logits, limit), std::min(key_tile(chunk), limit)};
@@ -80,7 +82,7 @@ ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len, cons
   const bool chunks_queries =
       options.kind == EngineKind::kStream || (options.kind == EngineKind::kCheckpoint && options.tiled_attention);
   if (chunks_queries) {
-    const auto defaults = DefaultChunks(config, dtype, seq_len);
+    const auto defaults = DefaultChunks(config, dtype, seq_len, options.device);
     r.chunk = options.chunk > 0 ? options.chunk : defaults.chunk;
     r.key_chunk = options.key_chunk > 0 ? options.key_chunk : defaults.key_chunk;
     r.logits_chunk = options.logits_chunk > 0    ? options.logits_chunk
@@ -138,13 +140,15 @@ StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objecti
 StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
                            const EngineOptions& options) {
   engine::ValidateBatch(*model, batch);
-  const auto chunks = ResolveChunks(options, batch.length(), model->config(), Dtype(*model));
+  EngineOptions on_device = options;
+  on_device.device = DeviceOf(*model);
+  const auto chunks = ResolveChunks(on_device, batch.length(), model->config(), Dtype(*model));
   if (options.offload_layer_inputs && options.kind != EngineKind::kStream) {
     throw InvalidArgument("offload_layer_inputs needs the stream engine (engine " + EngineName(options.kind) + ")");
   }
   try {
     memory::ScopedCache cache;  // the step's freed blocks are reused within it, then freed
-    return RunEngine(*model, OnModelDevice(*model, batch), objective, options, chunks);
+    return RunEngine(*model, OnModelDevice(*model, batch), objective, on_device, chunks);
   } catch (...) {
     ReleaseFailedBackward();
     throw;
@@ -157,7 +161,7 @@ namespace {
 // per layer, queries chunk by chunk) so no T x T scores exist.
 torch::Tensor HiddenStates(CausalLMImpl& m, const Batch& batch) {
   torch::NoGradGuard no_grad;
-  const auto chunks = DefaultChunks(m.config(), Dtype(m), batch.length());
+  const auto chunks = DefaultChunks(m.config(), Dtype(m), batch.length(), DeviceOf(m));
   auto x = m.embed(batch.input_ids);
   auto rope = m.rope_tables(batch.position_ids, x);
   for (size_t i = 0; i < m.layer_list.size(); ++i) {
@@ -175,8 +179,9 @@ StepResult ForwardOnly(CausalLM& model, const Batch& cpu_batch, Objective& objec
   torch::NoGradGuard no_grad;
   objective.begin(batch);
   auto h = HiddenStates(*model, batch);
-  const int64_t chunk = logits_chunk > 0 ? logits_chunk
-                                         : DefaultChunks(model->config(), Dtype(*model), batch.length()).logits_chunk;
+  const int64_t chunk =
+      logits_chunk > 0 ? logits_chunk
+                       : DefaultChunks(model->config(), Dtype(*model), batch.length(), DeviceOf(*model)).logits_chunk;
   auto head = engine::HeadForwardBackward(*model, h, batch, objective, std::clamp<int64_t>(chunk, 1, batch.length()),
                                           false);
   return engine::MakeResult(objective, batch, head.loss);
@@ -190,7 +195,8 @@ torch::Tensor TokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t log
   auto h = HiddenStates(*model, batch);
   const int64_t T = batch.length();
   const int64_t chunk = std::clamp<int64_t>(
-      logits_chunk > 0 ? logits_chunk : DefaultChunks(model->config(), Dtype(*model), T).logits_chunk, 1, T);
+      logits_chunk > 0 ? logits_chunk : DefaultChunks(model->config(), Dtype(*model), T, DeviceOf(*model)).logits_chunk,
+      1, T);
   auto out = torch::zeros({batch.rows(), T}, torch::kFloat64);
   // Position t has a next token of its own sequence: t + 1 in the same sequence.
   auto seq = batch.sequence_ids.cpu();
@@ -293,12 +299,19 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
   // On the device, dL/dh_last takes h_last's place chunk by chunk: a chunk's rows are not
   // read again once its gradient is known (the sequence pass is over by then).
   if (want_grad && store.on_device()) result.grad_h = store.read(slot, 0, T);
+  // The chunks' losses summed in float64 where they are, read once at the end: a read per
+  // chunk would make the host wait for the device at every chunk.
+  torch::Tensor loss_sum;
+  auto add_loss = [&](const torch::Tensor& loss) {
+    auto l = loss.detach().to(torch::kFloat64);
+    loss_sum = loss_sum.defined() ? loss_sum + l : l;
+  };
   for (int64_t c = 0; c < chunks; ++c) {
     auto rows = reader.next(&s, &e);
     Report(progress, EngineProgress::Phase::kHead, layers, layers, c, chunks);
     if (!want_grad) {
       torch::NoGradGuard no_grad;
-      result.loss += objective.chunk_loss(MakeChunk(batch, model.logits(rows), s, e)).item<double>();
+      add_loss(objective.chunk_loss(MakeChunk(batch, model.logits(rows), s, e)));
       continue;
     }
     if (!result.grad_h.defined()) result.grad_h = torch::empty({rows.size(0), T, rows.size(2)}, rows.options());
@@ -310,7 +323,7 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
       if (head_trains) projected.retain_grad();
       loss = objective.chunk_loss(MakeChunk(batch, logits, s, e));
     }
-    result.loss += loss.item<double>();
+    add_loss(loss);
     loss.backward();
     if (head_trains) {  // W.grad += dP^T N: no [V, d] gradient of the chunk exists on its own
       const int64_t V = projected.size(-1), d = normed.size(-1);
@@ -320,6 +333,7 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
     h = h.grad();  // the chunk's graph (which saved its rows) is gone: they may be overwritten
     result.grad_h.slice(1, s, e).copy_(h);
   }
+  if (loss_sum.defined()) result.loss = loss_sum.item<double>();
   return result;
 }
 

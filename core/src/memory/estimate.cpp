@@ -116,13 +116,13 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
 }
 
 MemoryEstimate EstimateForwardMemory(const ModelConfig& c, torch::Dtype dtype, int64_t rows, int64_t seq_len,
-                                     int64_t logits_chunk) {
+                                     int64_t logits_chunk, c10::DeviceType device) {
   // TokenLogprobs: the no-grad StreamBP forward (x, y, K, V of the whole batch and one query
   // chunk's working set), then the head chunk by chunk, and the float64 [rows, T] result.
   const double e = static_cast<double>(c10::elementSize(dtype)), f = dtype == torch::kFloat64 ? 8 : 4;
   const double B = std::max<int64_t>(rows, 1), T = std::max<int64_t>(seq_len, 1), d = c.hidden_size;
   const double H = c.num_attention_heads, kvd = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
-  const auto defaults = DefaultChunks(c, dtype, seq_len);
+  const auto defaults = DefaultChunks(c, dtype, seq_len, device);
   const double q = std::min<double>(defaults.chunk, T), tile = std::min<double>(defaults.key_chunk, T);
   const double lc = std::min<double>(logits_chunk > 0 ? logits_chunk : defaults.logits_chunk, T);
   MemoryEstimate m;
@@ -162,7 +162,7 @@ EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_
                            const EngineOptions& like) {
   // From the defaults for this length down: every size halves at each try (a logits chunk or
   // key tile already at its smallest stays there).
-  const auto defaults = DefaultChunks(config, dtype, seq_len);
+  const auto defaults = DefaultChunks(config, dtype, seq_len, like.device);
   auto sizes = [&](int64_t halvings) {
     EngineOptions o = like;
     o.chunk = std::max<int64_t>(defaults.chunk >> halvings, 16);

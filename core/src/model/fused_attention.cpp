@@ -3,6 +3,8 @@
 // so they are called here only, behind the version guard; everything else uses TiledAttention.
 #include "fused_attention.h"
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -39,12 +41,26 @@ int64_t AsInt(const T& v) {
   }
 }
 
-// One causal flash call on [B, H, C, hd] queries against [B, H, L, hd] keys and values
-// (L >= C, bottom-right aligned). With a sink, dK and dV (summed over each kv head's
-// `groups` query heads) are added into sink->k / sink->v[:, :, :L] and not returned.
+// K/V with fewer heads than the queries: the flash kernel's own grouped-query support (each
+// kv head serves `groups` consecutive query heads, as in HF; dK/dV come back summed over
+// them), or, where a version's kernel refuses it, K/V repeated per query head.
+// STREAMBP_FLASH_GQA=expand chooses the latter.
+enum class Gqa { kUnknown, kNative, kExpand };
+std::atomic<Gqa>& GqaMode() {
+  static std::atomic<Gqa> mode{[] {
+    const char* v = std::getenv("STREAMBP_FLASH_GQA");
+    return v != nullptr && std::string(v) == "expand" ? Gqa::kExpand : Gqa::kUnknown;
+  }()};
+  return mode;
+}
+
+// One causal flash call on [B, H, C, hd] queries against [B, KVH, L, hd] keys and values
+// (L >= C, bottom-right aligned; KVH divides H). With a sink, dK and dV (per kv head: summed
+// over its query heads, in the sink's precision where the kernel did not sum them) are added
+// into sink->k / sink->v[:, :, :L] and not returned.
 struct FlashFunction : public torch::autograd::Function<FlashFunction> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, double scale, int64_t groups, int64_t sink) {
+                               const torch::Tensor& v, double scale, int64_t sink) {
     auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, /*return_debug_mask=*/false,
                                                      scale);
     auto out = std::get<0>(r);
@@ -57,7 +73,6 @@ struct FlashFunction : public torch::autograd::Function<FlashFunction> {
     ctx->saved_data["seed"] = std::get<6>(r);
     ctx->saved_data["offset"] = std::get<7>(r);
     ctx->saved_data["scale"] = scale;
-    ctx->saved_data["groups"] = groups;
     ctx->saved_data["sink"] = sink;
     return {out};
   }
@@ -72,30 +87,20 @@ struct FlashFunction : public torch::autograd::Function<FlashFunction> {
         /*is_causal=*/true, ctx->saved_data["seed"].toTensor(), ctx->saved_data["offset"].toTensor(),
         ctx->saved_data["scale"].toDouble());
     auto dq = std::get<0>(r), dk = std::get<1>(r), dv = std::get<2>(r);
-    const int64_t groups = ctx->saved_data["groups"].toInt();
     const auto* sink = reinterpret_cast<const KeysValues*>(ctx->saved_data["sink"].toInt());
-    if (sink == nullptr) return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
-    const int64_t B = k.size(0), H = k.size(1), L = k.size(2), hd = k.size(3);
-    auto fold = [&](const torch::Tensor& d) {  // summed in the sink's precision
-      return d.to(sink->k.scalar_type()).view({B, H / groups, groups, L, hd}).sum(2);
+    if (sink == nullptr) return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+    const int64_t B = k.size(0), KVH = sink->k.size(1), L = k.size(2), hd = k.size(3);
+    auto fold = [&](const torch::Tensor& d) {
+      auto t = d.to(sink->k.scalar_type());
+      const int64_t heads = d.size(1);
+      return heads == KVH ? t : t.reshape({B, KVH, heads / KVH, L, hd}).sum(2);
     };
     torch::NoGradGuard no_grad;
     sink->k.slice(2, 0, L).add_(fold(dk));
     sink->v.slice(2, 0, L).add_(fold(dv));
-    return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
-
-// Every row one sequence from position 0 over the keys, padding (-1) only after it.
-bool WholeRowsCausal(const AttentionPattern& p) {
-  auto seq = p.sequence_ids.slice(1, 0, p.k_end);
-  auto first = seq.select(1, 0).unsqueeze(1);
-  auto ok = ((seq == first) | (seq < 0)).all() & (first >= 0).all();
-  // Padding only at the end: once a position is padding, the rest are too.
-  auto pad = (seq < 0).to(torch::kInt32);
-  auto trailing = (pad.slice(1, 1) >= pad.slice(1, 0, -1)).all();
-  return (ok & trailing).item<bool>();
-}
 
 }  // namespace
 
@@ -110,16 +115,31 @@ torch::Tensor FusedAttention(const torch::Tensor& q, const torch::Tensor& k, con
       hd > 256 || mask.mask.defined() || mask.window > 0 || k.size(2) != mask.k_end || mask.q_end != mask.k_end) {
     return {};
   }
-  if (!WholeRowsCausal(mask)) return {};
+  if (!mask.whole_rows) return {};  // known from the batch's layout: no device read per chunk
   const int64_t B = q.size(0), KVH = q.size(1), C = q.size(2) / groups, L = k.size(2);
   // [B, KVH, C*G, hd] (row c*G + g) -> [B, H, C, hd], query head h = kv head * G + g as in HF.
   auto qh = q.reshape({B, KVH, C, groups, hd}).permute({0, 1, 3, 2, 4}).reshape({B, KVH * groups, C, hd});
-  // K/V repeated per query head (the flash op's own GQA support differs between versions).
-  auto expand = [&](const torch::Tensor& t) {
-    return groups == 1 ? t : t.unsqueeze(2).expand({B, KVH, groups, L, hd}).reshape({B, KVH * groups, L, hd});
-  };
   const auto sink = reinterpret_cast<int64_t>(tiling.grad_sink);
-  auto out = FlashFunction::apply(qh, expand(k), expand(v), scale, groups, sink)[0];
+  torch::Tensor out;
+  auto& gqa = GqaMode();
+  if (groups == 1 || gqa.load() != Gqa::kExpand) {
+    try {
+      out = FlashFunction::apply(qh, k, v, scale, sink)[0];
+      if (groups > 1) gqa.store(Gqa::kNative);
+    } catch (const c10::Error& e) {
+      if (groups == 1 || gqa.load() == Gqa::kNative) throw;
+      gqa.store(Gqa::kExpand);  // this version's kernel wants a kv head per query head
+      std::fprintf(stderr, "fused attention: the flash kernel refused %lld kv heads for %lld query heads (%s); "
+                   "K/V are repeated per query head from now on\n",
+                   static_cast<long long>(KVH), static_cast<long long>(KVH * groups), e.what_without_backtrace());
+    }
+  }
+  if (!out.defined()) {
+    auto expand = [&](const torch::Tensor& t) {
+      return t.unsqueeze(2).expand({B, KVH, groups, L, hd}).reshape({B, KVH * groups, L, hd});
+    };
+    out = FlashFunction::apply(qh, expand(k), expand(v), scale, sink)[0];
+  }
   // back to [B, KVH, C*G, hd]
   return out.reshape({B, KVH, groups, C, hd}).permute({0, 1, 3, 2, 4}).reshape({B, KVH, C * groups, hd});
 }
