@@ -1,15 +1,13 @@
 // The decoder layers and the causal LM (docs/architecture.md: Models): one implementation, switched by config.
 #include <cmath>
-#include <limits>
 
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include "streambp/attention.h"
 #include "streambp/error.h"
 #include "streambp/lora.h"
 #include "streambp/model.h"
-#include "fused_attention.h"
-#include "tiled_attention.h"
 
 namespace streambp {
 namespace F = torch::nn::functional;
@@ -150,7 +148,7 @@ KeysValues DecoderLayerImpl::keys_values(const torch::Tensor& x, const Rope& rop
 torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
                                                 const KeysValues& kv, const AttentionPattern& mask,
                                                 const AttentionTiling& tiling) {
-  const int64_t B = x_q.size(0), C = x_q.size(1), L = kv.k.size(2);
+  const int64_t B = x_q.size(0), C = x_q.size(1);
   const int64_t groups = heads_ / kv_heads_;
   auto h = input_layernorm(x_q);
   auto q = project(0, q_proj, h).view({B, C, heads_, head_dim_});
@@ -165,23 +163,9 @@ torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const 
     qg = q.view({B, C, kv_heads_, groups, head_dim_}).permute({0, 2, 1, 3, 4}).reshape(
         {B, kv_heads_, C * groups, head_dim_});
   }
-  const bool tiled = (tiling.key_tile > 0 && L > tiling.key_tile) ||
-                     (tiling.query_tile > 0 && C > tiling.query_tile) || tiling.grad_sink != nullptr;
-  torch::Tensor attn;  // [B, KVH, C*G, hd]
-  if (tiled) {
-    RECORD_USER_SCOPE("streambp::attention");
-    attn = FusedAttention(qg, kv.k, kv.v, mask, groups, scale_, tiling);  // CUDA only, where exact
-    if (!attn.defined()) attn = TiledAttention(qg, kv.k, kv.v, mask, groups, scale_, tiling);
-  } else {
-    RECORD_USER_SCOPE("streambp::attention");
-    auto scores = torch::matmul(qg, kv.k.transpose(-1, -2));  // [B, KVH, C*G, L]
-    scores.mul_(scale_);
-    scores = scores.view({B, kv_heads_, C, groups, L});
-    scores.masked_fill_(mask.dense().logical_not().reshape({B, 1, C, 1, L}), -std::numeric_limits<double>::infinity());
-    const auto dtype = q.scalar_type();
-    auto probs = torch::softmax(scores, -1, ComputeDtype(dtype)).to(dtype);
-    attn = torch::matmul(probs.view({B, kv_heads_, C * groups, L}), kv.v);
-  }
+  // [B, KVH, C*G, hd] from the first backend that computes this call exactly
+  // (docs/architecture.md: Attention backends).
+  auto attn = Attend(AttentionCall{qg, kv.k, kv.v, mask, groups, scale_, tiling}).out;
   {
     RECORD_USER_SCOPE("streambp::layout");
     attn = attn.view({B, kv_heads_, C, groups, head_dim_}).permute({0, 2, 1, 3, 4}).reshape({B, C, heads_ * head_dim_});

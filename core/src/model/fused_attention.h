@@ -15,7 +15,7 @@ namespace streambp {
 ///  - the queries are the last positions of the keys (a StreamBP chunk [s, e) against the
 ///    keys [0, e): the causal diagonal aligned bottom-right, as flash's is_causal is).
 /// Returns an undefined tensor otherwise (or on a build without it, or when
-/// STREAMBP_ATTENTION=tiled): the caller then runs TiledAttention. Padding query rows attend
+/// STREAMBP_ATTENTION=tiled): the next backend (streambp/attention.h) runs. Padding query rows attend
 /// to the real keys before them here (TiledAttention lets them see padding only); nothing
 /// real reads those rows, so every real output and gradient is the same function.
 torch::Tensor FusedAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -1,0 +1,116 @@
+// The attention seam (streambp/attention.h): which backend takes a call, and every backend
+// that takes one computes the materialized softmax's output and gradients (float64).
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "streambp/attention.h"
+#include "streambp/batch.h"
+#include "test_util/fixtures.h"
+
+namespace streambp {
+namespace {
+
+const AttentionBackend& Backend(const std::string& name) {
+  for (const auto* b : AttentionBackends()) {
+    if (name == b->name()) return *b;
+  }
+  throw std::runtime_error("no backend " + name);
+}
+
+// q [B, KVH, C*G, hd], k/v [B, KVH, L, hd] for the queries [s, L) of a batch.
+struct Inputs {
+  torch::Tensor q, k, v;
+};
+
+Inputs RandomInputs(int64_t B, int64_t KVH, int64_t G, int64_t C, int64_t L, int64_t hd, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  return {at::randn({B, KVH, C * G, hd}, gen, opts).requires_grad_(true),
+          at::randn({B, KVH, L, hd}, gen, opts).requires_grad_(true),
+          at::randn({B, KVH, L, hd}, gen, opts).requires_grad_(true)};
+}
+
+TEST(Attention, BackendsInTheOrderTheyAreTried) {
+  std::vector<std::string> names;
+  for (const auto* b : AttentionBackends()) names.emplace_back(b->name());
+  EXPECT_EQ(names, (std::vector<std::string>{"fused", "tiled", "materialized"}));
+}
+
+// Tiled calls go to the tiled kernel (the fused one declines on the CPU), untiled ones to
+// the materialized softmax; each backend declines what it does not compute.
+TEST(Attention, EachCallGoesToTheBackendThatComputesIt) {
+  auto batch = MakeBatch(testing::RandomSequences({12, 7}, 50, 3), Layout::kRightPad);
+  const int64_t T = batch.length(), s = 4, G = 2;
+  auto in = RandomInputs(batch.rows(), 2, G, T - s, T, 8, 5);
+  const auto pattern = AttentionPattern::Causal(batch, s, T, T);
+  KeysValues sink{torch::zeros(in.k.sizes(), in.k.options()), torch::zeros(in.v.sizes(), in.v.options())};
+  const AttentionTiling none{}, keys{4}, blocks{0, 3}, big{64}, with_sink{0, 0, &sink};
+  struct Case {
+    const AttentionTiling& tiling;
+    const char* backend;
+  };
+  for (const auto& [tiling, backend] : {Case{none, "materialized"}, Case{big, "materialized"}, Case{keys, "tiled"},
+                                         Case{blocks, "tiled"}, Case{with_sink, "tiled"}}) {
+    const AttentionCall call{in.q, in.k, in.v, pattern, G, 0.3, tiling};
+    EXPECT_EQ(std::string(Attend(call).backend), backend)
+        << "key tile " << tiling.key_tile << ", query block " << tiling.query_tile;
+    EXPECT_FALSE(Backend("fused").attend(call).defined());  // CPU tensors (and float64)
+    EXPECT_EQ(Backend("tiled").attend(call).defined(), call.tiled());
+    EXPECT_EQ(Backend("materialized").attend(call).defined(), tiling.grad_sink == nullptr);
+  }
+}
+
+// Every backend that takes a call equals the materialized softmax: outputs to 1e-12 and
+// dq, dk, dv to 1e-10, for right padding, left padding and packing, with and without a
+// window; through a sink dK/dV arrive in the sink instead.
+TEST(Attention, BackendsAgreeWithTheMaterializedSoftmax) {
+  const auto seqs = testing::RandomSequences({13, 6, 9}, 50, 11);
+  int compared = 0;
+  for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
+    const auto batch = MakeBatch(seqs, layout, layout == Layout::kPacked ? 16 : 0);
+    const int64_t T = batch.length(), s = T / 3, G = 2;
+    for (int64_t window : {int64_t{0}, int64_t{4}}) {
+      const auto pattern = AttentionPattern::Causal(batch, s, T, T, window);
+      auto in = RandomInputs(batch.rows(), 2, G, T - s, T, 8, 17 + window);
+      auto weight = torch::linspace(-1, 1, in.q.numel(), in.q.options()).view(in.q.sizes());
+      auto run = [&](const AttentionBackend& backend, const AttentionTiling& tiling) {
+        auto out = backend.attend(AttentionCall{in.q, in.k, in.v, pattern, G, 0.35, tiling});
+        EXPECT_TRUE(out.defined()) << backend.name();
+        auto grads = torch::autograd::grad({(out * weight).sum()}, {in.q, in.k, in.v}, {}, false, false, true);
+        grads.insert(grads.begin(), out.detach());
+        return grads;
+      };
+      const auto reference = run(Backend("materialized"), AttentionTiling{});
+      KeysValues sink{torch::zeros(in.k.sizes(), in.k.options()), torch::zeros(in.v.sizes(), in.v.options())};
+      for (const AttentionTiling& tiling : {AttentionTiling{3}, AttentionTiling{5, 2}, AttentionTiling{4, 0, &sink}}) {
+        const auto got = run(Backend("tiled"), tiling);
+        const std::string where = std::string(LayoutName(layout)) + " window " + std::to_string(window) +
+                                  " tile " + std::to_string(tiling.key_tile);
+        const double scale = reference[0].abs().max().item<double>();
+        EXPECT_LE((got[0] - reference[0]).abs().max().item<double>(), 1e-12 * scale) << where;
+        for (int i = 1; i <= 3; ++i) {
+          // With a sink, dK and dV are in the sink (float64 here) and not returned.
+          const auto g = tiling.grad_sink && i > 1 ? (i == 2 ? sink.k : sink.v) : got[i];
+          ASSERT_TRUE(g.defined()) << where << " gradient " << i;
+          const double r = reference[i].abs().max().item<double>();
+          ASSERT_GT(r, 0);
+          EXPECT_LE((g - reference[i]).abs().max().item<double>(), 1e-10 * r) << where << " gradient " << i;
+        }
+        if (tiling.grad_sink) {
+          EXPECT_FALSE(got[2].defined() || got[3].defined()) << where;
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 18);
+}
+
+}  // namespace
+}  // namespace streambp
