@@ -10,6 +10,10 @@ namespace streambp::bench {
 
 void AddOptions(CLI::App& app, Args& a) {
   app.add_option("--model", a.model_dir, "Hugging Face model folder (default: the embedded preset)");
+  app.add_option("--family", a.family,
+                 "the embedded preset's family (its config.json's architecture and settings, the preset's shapes): "
+                 "llama | qwen2 | qwen3 | mistral | gemma3")
+      ->capture_default_str();
   app.add_option("--preset", a.preset, "embedded model: tiny | small | qwen3-8b")
       ->check(CLI::IsMember(PresetNames()));
   app.add_option("--device", a.device,
@@ -108,6 +112,7 @@ torch::Device CheckedDevice(const Args& a) {
   source.device = a.device;
   source.dtype = a.dtype;
   source.preset = a.preset;
+  source.family = a.family;
   CheckModelSource(source);
   const torch::Device device(a.device);
   if (a.budget == "device" && device.is_cpu() && !a.no_search) {

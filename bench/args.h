@@ -13,7 +13,7 @@ namespace streambp::bench {
 
 struct Args {
   std::string model_dir, preset = "small", dtype = "float32", objective = "sft", optimizer = "adamw";
-  std::string device = "cpu";
+  std::string device = "cpu", family = "qwen3";
   uint64_t seed = 0;
   std::vector<std::string> engines{"full", "checkpoint", "stream"};
   std::vector<int64_t> seq_lens{1024, 2048, 4096, 8192, 16384};

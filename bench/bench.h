@@ -198,7 +198,7 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
 /// gradient sum's buckets (and how many started during the backward), the bytes it wrote
 /// to its sockets (/proc/self/io), and its final weights' hash.
 struct DistPlan {
-  std::string model_dir, preset = "small", dtype = "float32", optimizer = "adamw";
+  std::string model_dir, preset = "small", family = "qwen3", dtype = "float32", optimizer = "adamw";
   uint64_t seed = 0;
   Workload workload;                ///< objective and global batch (sharded over the ranks)
   EngineOptions engine;             ///< the stream engine and its chunk sizes

@@ -192,7 +192,7 @@ int RunDistWorker(const DistPlan& plan, const std::string& dir, bool overlap) {
   ConfigureThreads(threads);
   RegisterBuiltinObjectives();
   const auto dtype = ParseDtype(plan.dtype);
-  auto model = plan.model_dir.empty() ? InitModel(PresetConfig(plan.preset), plan.seed, dtype)
+  auto model = plan.model_dir.empty() ? InitModel(PresetConfig(plan.preset, plan.family), plan.seed, dtype)
                                       : LoadModel(plan.model_dir, dtype);
   const int64_t vocab = model->config().vocab_size;
   TrainerOptions o;

@@ -83,6 +83,7 @@ DistPlan MakeDistPlan(const Args& a, int64_t seq_len) {
   DistPlan p;
   p.model_dir = a.model_dir;
   p.preset = a.preset;
+  p.family = a.family;
   p.dtype = a.dtype;
   p.optimizer = a.optimizer;
   p.seed = a.seed;
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
     Context ctx;
     ctx.dtype = ParseDtype(a.dtype);
     ctx.memory.device = CheckedDevice(a);
-    ctx.model = a.model_dir.empty() ? InitModel(PresetConfig(a.preset), a.seed, ctx.dtype, ctx.memory.device)
+    ctx.model = a.model_dir.empty() ? InitModel(PresetConfig(a.preset, a.family), a.seed, ctx.dtype, ctx.memory.device)
                                     : LoadModel(a.model_dir, ctx.dtype, ctx.memory.device);
     ctx.config = ctx.model->config();
     ctx.optimizer = a.optimizer;
@@ -197,7 +198,7 @@ int main(int argc, char** argv) {
     int64_t params = 0;
     for (const auto& p : ctx.model->parameters()) params += p.numel();
     std::printf("model:     %s, %lld layers, d=%lld, d_ff=%lld, heads %lld/%lld x %lld, vocab %lld, %.1fM parameters, %s\n",
-                a.model_dir.empty() ? ("preset " + a.preset).c_str() : a.model_dir.c_str(),
+                a.model_dir.empty() ? ("preset " + a.preset + " as " + a.family).c_str() : a.model_dir.c_str(),
                 (long long)c.num_hidden_layers, (long long)c.hidden_size, (long long)c.intermediate_size,
                 (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.head_dim,
                 (long long)c.vocab_size, params / 1e6, a.dtype.c_str());
@@ -218,6 +219,7 @@ int main(int argc, char** argv) {
                          {"gemm_n", a.gemm_n},
                          {"gemm_gflops", gemm}};
     report["model"] = {{"source", a.model_dir.empty() ? "preset:" + a.preset : a.model_dir},
+                       {"family", a.model_dir.empty() ? a.family : c.model_type},
                        {"config", c.ToJson()},
                        {"parameters", params},
                        {"dtype", a.dtype}};
@@ -241,7 +243,7 @@ int main(int argc, char** argv) {
     if (!a.world_sizes.empty()) {
       const int64_t T = a.seq_lens.front();
       const auto plan = MakeDistPlan(a, T);
-      const auto resolved = ResolveChunks(plan.engine, T, plan.model_dir.empty() ? PresetConfig(plan.preset)
+      const auto resolved = ResolveChunks(plan.engine, T, plan.model_dir.empty() ? PresetConfig(plan.preset, plan.family)
                                                                                : ModelConfig::FromFile(plan.model_dir + "/config.json"),
                                           ParseDtype(plan.dtype));
       std::printf("== data parallel: %s, stream (chunk %lld, logits chunk %lld, key chunk %lld), T=%lld, global batch %lld, "
