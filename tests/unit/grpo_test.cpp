@@ -212,6 +212,43 @@ TEST(Grpo, ClippingIsActiveInTheSamplerCase) {
   ZeroGradients(*model);
 }
 
+// The token metrics are what their names say, over the target tokens of the whole batch,
+// however the head is chunked (they are summed on the device chunk by chunk and read once;
+// chunks without a target add nothing): is_ratio mean/max of min(exp(lp - q), cap) and
+// exp(lp - q), kl the mean k3 estimator, from TokenLogprobs in float64.
+TEST(Grpo, TokenMetricsAreTheirDefinitions) {
+  auto config = testing::TinyConfig("qwen3");
+  auto model = testing::RandomModel(config, 43, torch::kFloat64);
+  auto seqs = Groups(model, 9, true, true, false);
+  const auto batch = MakeBatch(seqs, Layout::kRightPad);
+  torch::Tensor lp;
+  {
+    torch::NoGradGuard no_grad;
+    lp = TokenLogprobs(model, batch);
+  }
+  const auto mask = batch.target_mask;
+  auto ratio = torch::exp(lp - batch.sampler_logprobs).masked_select(mask);
+  auto d = (batch.ref_logprobs - lp).masked_select(mask);
+  GrpoOptions o;
+  o.beta = 0.05;
+  o.tis_cap = 1.1;  // some ratios above it, some below
+  ASSERT_GT((ratio > o.tis_cap).sum().item<int64_t>(), 0);
+  ASSERT_GT((ratio < o.tis_cap).sum().item<int64_t>(), 0);
+  const std::map<std::string, double> expected{{"is_ratio/mean", ratio.clamp_max(o.tis_cap).mean().item<double>()},
+                                               {"is_ratio/max", ratio.max().item<double>()},
+                                               {"kl", (torch::exp(d) - d - 1).mean().item<double>()}};
+  for (int64_t logits_chunk : {int64_t{0}, int64_t{1}, int64_t{3}}) {
+    auto objective = MakeGrpoObjective(o);
+    ForwardBackward(model, batch, *objective, {EngineKind::kStream, 4, logits_chunk});
+    const auto m = objective->finish();
+    for (const auto& [name, value] : expected) {
+      ASSERT_TRUE(m.count(name)) << name;
+      EXPECT_NEAR(m.at(name), value, 1e-12 * std::abs(value)) << name << ", logits chunk " << logits_chunk;
+    }
+    ZeroGradients(*model);
+  }
+}
+
 TEST(Grpo, MicroBatchesEqualWholeBatch) {
   auto config = testing::TinyConfig("llama");
   auto model = testing::RandomModel(config, 5, torch::kFloat64);

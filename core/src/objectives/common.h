@@ -54,15 +54,28 @@ class OptionReader {
 class MetricSums {
  public:
   void add(const std::string& name, double sum, double count) {
+    if (!pending_.empty()) return push(name, Kind::kAdd, torch::tensor(sum, torch::kFloat64), torch::tensor(count, torch::kFloat64));
     auto& e = sums_[name];
     e.first += sum;
     e.second += count;
   }
   void max(const std::string& name, double value) {
+    if (!pending_.empty()) return push(name, Kind::kMax, torch::tensor(value, torch::kFloat64), torch::tensor(1.0, torch::kFloat64));
     auto it = maxima_.find(name);
     if (it == maxima_.end() || value > it->second) maxima_[name] = value;
   }
-  Metrics means() const {
+  /// The same with values still where the logits are (0-dim tensors): kept and added in
+  /// order when the metrics are read, all in one copy, so a step never waits for the device
+  /// per chunk. `if_counted`: skipped when the count is 0.
+  void add(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count, bool if_counted = false) {
+    push(name, if_counted ? Kind::kAddIfCounted : Kind::kAdd, sum, count);
+  }
+  /// A maximum taken only when `present` (a count) is not 0.
+  void max(const std::string& name, const torch::Tensor& value, const torch::Tensor& present) {
+    push(name, Kind::kMax, value, present);
+  }
+  Metrics means() {
+    flush();
     Metrics m;
     for (const auto& [k, v] : sums_) m[k] = v.second > 0 ? v.first / v.second : 0.0;
     for (const auto& [k, v] : maxima_) m[k] = v;
@@ -71,11 +84,43 @@ class MetricSums {
   void clear() {
     sums_.clear();
     maxima_.clear();
+    pending_.clear();
   }
 
  private:
+  enum class Kind { kAdd, kAddIfCounted, kMax };
+  struct Pending {
+    std::string name;
+    Kind kind;
+    torch::Tensor a, b;
+  };
+  void push(const std::string& name, Kind kind, const torch::Tensor& a, const torch::Tensor& b) {
+    pending_.push_back({name, kind, a.detach().to(torch::kFloat64).reshape({}), b.detach().to(torch::kFloat64).reshape({})});
+  }
+  void flush() {
+    if (pending_.empty()) return;
+    std::vector<torch::Tensor> values;
+    for (const auto& p : pending_) {
+      values.push_back(p.a.to(pending_.front().a.device()));
+      values.push_back(p.b.to(pending_.front().a.device()));
+    }
+    const auto host = torch::stack(values).cpu();
+    const double* v = host.data_ptr<double>();
+    auto entries = std::move(pending_);
+    pending_.clear();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const double a = v[2 * i], b = v[2 * i + 1];
+      if (entries[i].kind == Kind::kMax) {
+        if (b != 0) max(entries[i].name, a);
+      } else if (entries[i].kind == Kind::kAdd || b != 0) {
+        add(entries[i].name, a, b);
+      }
+    }
+  }
+
   std::map<std::string, std::pair<double, double>> sums_;
   std::map<std::string, double> maxima_;
+  std::vector<Pending> pending_;  // in the order they were added
 };
 
 }  // namespace streambp::objectives

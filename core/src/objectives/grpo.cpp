@@ -1,6 +1,7 @@
 // grpo: group-relative policy optimization and its variants (DAPO, Dr. GRPO, GSPO),
 // with PPO clipping, k3 KL to a reference and truncated importance sampling (docs/architecture.md: Objectives).
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "common.h"
@@ -165,7 +166,7 @@ class GrpoObjective final : public Objective {
     ref_ = batch.ref_logprobs.defined() ? batch.ref_logprobs.to(device) : torch::Tensor();
     log_ratio_sum_ = torch::zeros({n}, torch::kFloat64);
     tis_mass_ = torch::zeros({n}, torch::kFloat64);
-    kl_value_ = 0.0;
+    kl_value_ = torch::Tensor();
     sequence_loss_ = 0.0;
     for (int64_t i = 0; i < n; ++i) {
       metrics_.add("advantage_mean", advantage[i], 1);
@@ -224,25 +225,23 @@ class GrpoObjective final : public Objective {
       auto m = mask.to(torch::kFloat64);
       auto c = coef1.detach().to(torch::kFloat64);
       auto a = adv.to(torch::kFloat64);
-      metrics_.add("clip_ratio/low_mean", (((c < 1 - o_.epsilon_low) & (a < 0)) * m).sum().item<double>(),
-                   m.sum().item<double>());
-      metrics_.add("clip_ratio/high_mean", (((c > 1 + o_.epsilon_high) & (a > 0)) * m).sum().item<double>(),
-                   m.sum().item<double>());
+      // Metrics stay on the device until finish() (MetricSums): no wait per chunk.
+      const auto counted = m.sum();
+      metrics_.add("clip_ratio/low_mean", (((c < 1 - o_.epsilon_low) & (a < 0)) * m).sum(), counted);
+      metrics_.add("clip_ratio/high_mean", (((c > 1 + o_.epsilon_high) & (a > 0)) * m).sum(), counted);
       metrics_.add("clip_ratio/region_mean",
-                   ((((c < 1 - o_.epsilon_low) & (a < 0)) | ((c > 1 + o_.epsilon_high) & (a > 0))) * m)
-                       .sum()
-                       .item<double>(),
-                   m.sum().item<double>());
+                   ((((c < 1 - o_.epsilon_low) & (a < 0)) | ((c > 1 + o_.epsilon_high) & (a > 0))) * m).sum(), counted);
     }
     if (o_.beta != 0) {
       auto d = Slice(ref_, chunk).to(dtype) - logp;
       auto kl = torch::exp(d) - d - 1;
       auto kl_term = o_.beta * (kl * agg).sum();
       loss = loss + kl_term;
-      kl_value_ += kl_term.item<double>();
+      auto kl_value = kl_term.detach().to(torch::kFloat64);
+      kl_value_ = kl_value_.defined() ? kl_value_ + kl_value : kl_value;
       torch::NoGradGuard no_grad;
       auto m = mask.to(torch::kFloat64);
-      metrics_.add("kl", (kl.detach().to(torch::kFloat64) * m).sum().item<double>(), m.sum().item<double>());
+      metrics_.add("kl", (kl.detach().to(torch::kFloat64) * m).sum(), m.sum());
     }
     if (o_.entropy) {
       torch::NoGradGuard no_grad;
@@ -250,14 +249,14 @@ class GrpoObjective final : public Objective {
       auto logp_all = torch::log_softmax(z, -1);
       auto ent = -(logp_all.exp() * logp_all).sum(-1);
       auto m = mask.to(ent.scalar_type());
-      metrics_.add("entropy", (ent * m).sum().item<double>(), m.sum().item<double>());
+      metrics_.add("entropy", (ent * m).sum(), m.sum());
     }
     return loss;
   }
 
   std::optional<double> batch_loss() const override {
     if (o_.importance_sampling_level != "sequence") return std::nullopt;
-    return sequence_loss_ + kl_value_;
+    return sequence_loss_ + (kl_value_.defined() ? kl_value_.item<double>() : 0.0);
   }
 
   Metrics finish() override {
@@ -281,10 +280,10 @@ class GrpoObjective final : public Objective {
     auto raw = torch::exp(logp.to(torch::kFloat64) - Slice(sampler_, chunk));
     auto w = raw.clamp_max(o_.tis_cap);
     auto mask = chunk.target_mask;
-    if (mask.any().item<bool>()) {
-      metrics_.add("is_ratio/mean", w.masked_select(mask).sum().item<double>(), mask.sum().item<double>());
-      metrics_.max("is_ratio/max", raw.masked_select(mask).max().item<double>());
-    }
+    const auto counted = mask.sum();  // a chunk with no target adds nothing (MetricSums skips it)
+    metrics_.add("is_ratio/mean", torch::where(mask, w, torch::zeros_like(w)).sum(), counted, /*if_counted=*/true);
+    metrics_.max("is_ratio/max", raw.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity()).max(),
+                 counted);
     return w;
   }
   void ClipMetrics(const torch::Tensor& coef, const torch::Tensor& adv, const torch::Tensor& weight) {
@@ -299,7 +298,8 @@ class GrpoObjective final : public Objective {
   GrpoOptions o_;
   bool prepared_ = false;
   bool has_sampler_ = false, has_advantages_ = false, tis_ = false;
-  double batch_std_ = 0.0, normalizer_ = 1.0, kl_value_ = 0.0, sequence_loss_ = 0.0;
+  double batch_std_ = 0.0, normalizer_ = 1.0, sequence_loss_ = 0.0;
+  torch::Tensor kl_value_;  // the KL terms' sum (sequence level), float64 where the logits are
   int64_t n_ = 0;
   torch::Tensor advantages_, aggregation_, length_, seq_advantage_, sampler_, ref_;
   torch::Tensor log_ratio_sum_, tis_mass_, sequence_weights_;
