@@ -51,6 +51,15 @@ void AddOptions(CLI::App& app, Args& a);
 /// modes and flags that measure the CPU only; InvalidArgument before any model is built.
 torch::Device CheckedDevice(const Args& a);
 
+/// The engine options of one variant (full and checkpoint never tile keys: key_chunk is
+/// passed on and resolves to T for them), with the defaults of --device's kind.
+EngineOptions Engine(const Args& a, EngineKind kind, int64_t chunk, int64_t logits_chunk);
+/// The variants the flags ask for, in order (--engines: checkpoint runs its three baselines,
+/// checkpoint:materialized / :chunked / :tiled one of them; stream:offload the second tier).
+std::vector<Variant> MakeVariants(const Args& a);
+/// The data-parallel mode's plan at `seq_len` (stream engine, the flags' sizes).
+DistPlan MakeDistPlan(const Args& a, int64_t seq_len);
+
 /// "1GiB", "512MiB", "2e9" -> bytes (InvalidArgument otherwise).
 int64_t ParseBytes(const std::string& text);
 /// /proc/meminfo's MemAvailable in bytes (0 if unknown).

@@ -4,7 +4,7 @@
 # a step's memory does not rise after the cut (bench/measure.cpp: Context::stop_after_peak).
 set -euo pipefail
 BENCH=${1:?streambp-bench}; OUT=${2:-$(mktemp -d)}; mkdir -p "$OUT"
-common=(--quick --no-sweep --ablation-seq-len 0 --engines stream,checkpoint)
+common=(--quick --no-sweep --ablation-seq-len 0 --engines stream,checkpoint --search-align 32)  # --search-align: the GPU script uses it
 "$BENCH" "${common[@]}" --json "$OUT/full.json" > "$OUT/full.log"
 "$BENCH" "${common[@]}" --search-to-peak --json "$OUT/to_peak.json" > "$OUT/to_peak.log"
 grep -q -- "--search-to-peak: each probe stops" "$OUT/to_peak.log"
