@@ -8,8 +8,9 @@ Each line is one JSON object:
   {"kind": ..., "text": "..."}          encoded by the C++ tokenizer and the Node reference
   {"kind": "invalid", "hex": "...", "at": N}
                                         not UTF-8: encode must refuse it, naming byte N
-  {"kind": "decode", "hex": "..."}      bytes spelled as byte-level tokens: decode must give
-                                        what the reference's decode and TextDecoder give
+  {"kind": "decode", "hex": "..."}      bytes spelled as byte-level tokens (Gemma: <0xNN>
+                                        tokens): decode must give what the reference's decode
+                                        and TextDecoder give (Gemma: HF's ByteFallback rule)
 
 The text avoids what the references cannot agree on with HF tokenizers: U+0085, U+FEFF and
 U+180E (JavaScript's \\s differs from Oniguruma's), letters and digits newer than Unicode 14
@@ -240,6 +241,17 @@ SPECIAL = [
     "x \u00A0<|im_end|>\u3000 y",
     "<|im_end|> <|im_end|>  <|im_end|>",
     "word<|endoftext|> word <|endoftext|>word",
+    # Gemma 3's: the turn markers, <bos>/<eos>, byte tokens spelled out, unused and HTML tokens,
+    # runs of spaces, tabs and newlines (added tokens there), the space marker itself.
+    "<bos><start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\nHi there.<end_of_turn>\n",
+    "<eos><pad><unk><mask> [multimodal]",
+    "literal <0x41> and <0x0a> and <0xFF><0xE4>",
+    "<unused0><unused98> <unused99>",
+    "<table><tr><td>1</td></tr></table> <h1>Title</h1>",
+    "a  b   c    d\t\te\n\n\nf \n \n\n g",
+    "<start_of_image><image_soft_token><end_of_image>",
+    "<start_of_turn <end_of_turn> <start_of_turn>",
+    "\u2581\u2581 literal \u2581 marks \u2581\u2581\u2581x",
 ]
 for s in SPECIAL:
     add("special", s)

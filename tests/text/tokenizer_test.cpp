@@ -46,8 +46,10 @@ const Tokenizer& Load(const std::string& model) {
 
 // Compares every corpus line with the reference's ids; reports each mismatch.
 // `nfc`: the tokenizer normalizes; `round_trip`: decode(encode(x)) gives x back (not when added
-// tokens strip the whitespace beside them).
-void CompareWithReference(const std::string& model, bool nfc, bool round_trip = true) {
+// tokens strip the whitespace beside them); `space_marker`: what the tokenizer writes spaces as
+// (Gemma's "▁"), which decode gives back as spaces wherever it was.
+void CompareWithReference(const std::string& model, bool nfc, bool round_trip = true,
+                          const std::string& space_marker = "") {
   STREAMBP_REQUIRE_REFERENCE();
   const Tokenizer& tokenizer = Load(model);
   const auto corpus = ReadJsonLines(SourceDir() + "/corpus.jsonl");
@@ -77,6 +79,17 @@ void CompareWithReference(const std::string& model, bool nfc, bool round_trip = 
     if (entry["kind"] == "decode") {
       const auto ids = ref["ids"].get<std::vector<int64_t>>();
       const std::string decoded = tokenizer.decode(ids);
+      if (ref.contains("hf_decoded")) {
+        // Byte-fallback tokens: HF's rule (one U+FFFD per byte of an ill-formed run), which
+        // transformers.js and TextDecoder follow only where the run is well-formed.
+        const std::string hf = ref["hf_decoded"];
+        check(decoded == hf, "decode " + Excerpt(decoded) + " != HF's ByteFallback " + Excerpt(hf));
+        if (hf == ref["text_decoder"].get<std::string>()) {
+          check(decoded == ref["decoded"].get<std::string>(), "decode differs from the reference's");
+        }
+        ++compared;
+        continue;
+      }
       check(decoded == ref["decoded"].get<std::string>(),
             "decode " + Excerpt(decoded) + " != reference " + Excerpt(ref["decoded"].get<std::string>()));
       check(decoded == ref["text_decoder"].get<std::string>(), "decode differs from TextDecoder's");
@@ -94,7 +107,16 @@ void CompareWithReference(const std::string& model, bool nfc, bool round_trip = 
     // decode(encode(x)) == x, or NFC(x) (the reference's String.normalize) where the
     // tokenizer normalizes.
     const std::string decoded = tokenizer.decode(ids);
-    const std::string original = nfc ? ref["nfc"].get<std::string>() : text;
+    const std::string normalized = nfc ? ref["nfc"].get<std::string>() : text;
+    std::string original;
+    for (size_t at = 0; at < normalized.size();) {
+      if (!space_marker.empty() && normalized.compare(at, space_marker.size(), space_marker) == 0) {
+        original += ' ';
+        at += space_marker.size();
+      } else {
+        original += normalized[at++];
+      }
+    }
     if (round_trip) {
       check(decoded == original, "decode(encode(x)) " + Excerpt(decoded) + " != " + Excerpt(original));
     }
@@ -109,6 +131,17 @@ void CompareWithReference(const std::string& model, bool nfc, bool round_trip = 
               std::is_sorted(enc.offsets.begin(), enc.offsets.end()) &&
               (enc.offsets.empty() || enc.offsets.back() < text.size()),
           "encode_with_offsets is inconsistent");
+    // Where the tokens give the text back byte for byte, each starts where the bytes of the
+    // tokens before it end.
+    if (decoded == text) {
+      size_t at = 0;
+      bool exact = true;
+      for (size_t k = 0; k < ids.size() && exact; ++k) {
+        exact = enc.offsets[k] == at;
+        at += tokenizer.token_bytes(ids[k]).size();
+      }
+      check(exact, Excerpt(text) + ": an offset is not where the tokens before it end");
+    }
     ++compared;
   }
   EXPECT_EQ(failures, 0u) << failures << " mismatches (first 20 shown)";
@@ -119,6 +152,18 @@ TEST(TokenizerReference, Qwen3MatchesReferenceOnCorpus) { CompareWithReference("
 TEST(TokenizerReference, Llama3MatchesReferenceOnCorpus) { CompareWithReference("llama3", /*nfc=*/false); }
 TEST(TokenizerReference, Llama3WithBosTemplateMatchesReferenceOnCorpus) {
   CompareWithReference("llama3-bos", /*nfc=*/false);
+}
+
+// Gemma 3: "▁"-BPE over characters with byte fallback, a Replace normalizer, 6415 added tokens
+// (newline and tab runs, HTML tags, <0xNN>), a <bos> template and Replace/ByteFallback/Fuse decoders.
+TEST(TokenizerReference, Gemma3MatchesReferenceOnCorpus) {
+  CompareWithReference("gemma3", /*nfc=*/false, /*round_trip=*/true, "\u2581");
+}
+
+// The same without byte fallback: characters missing from the vocabulary become <unk>, a run of
+// them one <unk> (fuse_unk), and decode leaves them out of the round trip.
+TEST(TokenizerReference, Gemma3WithoutByteFallbackFusesUnknownCharacters) {
+  CompareWithReference("gemma3-unk", /*nfc=*/false, /*round_trip=*/false);
 }
 
 TEST(TokenizerReference, AddedTokensStripWhitespaceMatchReferenceOnCorpus) {
@@ -185,7 +230,7 @@ TEST(TokenizerReference, ThroughputOnEnglish) {
     english += text_test::ReadText(license);
   }
   // Cold: one pass with an empty word cache; warm: passes after it, as in a long-running server.
-  for (const char* model : {"qwen3", "llama3"}) {
+  for (const char* model : {"qwen3", "llama3", "gemma3"}) {
     const EncodeThroughput t = MeasureEncodeThroughput(Load(model), english, 1.0);
     std::printf("[ %s ] English, %.0f kB, %zu tokens: cold %.1f MB/s, warm %.1f MB/s (one core)\n", model,
                 t.bytes / 1e3, t.tokens, t.cold_mb_s, t.warm_mb_s);
@@ -217,6 +262,66 @@ std::string ErrorOf(const json& tokenizer_json) {
     return e.what();
   }
   return "(no error)";
+}
+
+// A character-level tokenizer as Gemma's, small: spaces written as "▁" by the normalizer,
+// characters missing from the vocabulary to their <0xNN> tokens or to <unk>.
+json TinyCharTokenizer() {
+  return json::parse(R"({
+    "version": "1.0", "added_tokens": [],
+    "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+    "pre_tokenizer": null, "post_processor": null,
+    "decoder": {"type": "Sequence", "decoders": [
+      {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}]},
+    "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": false,
+              "vocab": {"<unk>": 0, "a": 1, "b": 2, "▁": 3, "ab": 4, "▁ab": 5, "é": 6, "<0xC3>": 7, "<0xA9>": 8},
+              "merges": ["a b", "▁ ab"]}
+  })");
+}
+
+TEST(Tokenizer, CharacterLevelUnknownRunsAndTheirOffsets) {
+  const auto t = Tokenizer::FromJson(TinyCharTokenizer().dump());
+  // "ab ab": a b merge, then ▁ ab; "xyz" is one fused <unk> (3 bytes); "é" is in the vocabulary.
+  const std::string text = "ab abxyzé ab";
+  const Encoding enc = t->encode_with_offsets(text);
+  EXPECT_EQ(enc.ids, (std::vector<int64_t>{4, 5, 0, 6, 5}));
+  EXPECT_EQ(enc.offsets, (std::vector<size_t>{0, 2, 5, 8, 10}));
+  EXPECT_EQ(t->decode(enc.ids), "ab ab<unk>é ab");
+  // Without fuse_unk each unknown character is its own <unk>.
+  json unfused = TinyCharTokenizer();
+  unfused["model"]["fuse_unk"] = false;
+  const Encoding each = Tokenizer::FromJson(unfused.dump())->encode_with_offsets(text);
+  EXPECT_EQ(each.ids, (std::vector<int64_t>{4, 5, 0, 0, 0, 6, 5}));
+  EXPECT_EQ(each.offsets, (std::vector<size_t>{0, 2, 5, 6, 7, 8, 10}));
+  // Byte fallback: a character missing from the vocabulary becomes its bytes when they all have
+  // tokens, <unk> otherwise; ill-formed runs of byte tokens decode to one U+FFFD per byte.
+  json fallback = TinyCharTokenizer();
+  fallback["model"]["byte_fallback"] = true;
+  fallback["model"]["vocab"].erase("é");
+  const auto f = Tokenizer::FromJson(fallback.dump());
+  EXPECT_EQ(f->encode("éx"), (std::vector<int64_t>{7, 8, 0}));
+  EXPECT_EQ(f->decode(std::vector<int64_t>{7, 8, 1}), "éa");
+  EXPECT_EQ(f->decode(std::vector<int64_t>{7, 1, 8, 8}), "\uFFFDa\uFFFD\uFFFD");
+  EXPECT_EQ(f->token_bytes(7), "\xC3");
+  EXPECT_EQ(f->token_bytes(5), " ab");
+}
+
+// HF's example of the MergedWithPrevious behaviour: "the-final--countdown" split on "-" gives
+// "the-", "final-", "-", "countdown".
+TEST(Tokenizer, SplitMergedWithPreviousKeepsTheDelimiterWithTheGapBeforeIt) {
+  json j = TinyCharTokenizer();
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = json::parse(R"({"type": "Split", "pattern": {"String": "-"},
+                                       "behavior": "MergedWithPrevious", "invert": false})");
+  j["model"]["vocab"] = json::parse(R"({"<unk>": 0, "-": 1, "t": 2, "h": 3, "e": 4, "f": 5, "i": 6, "n": 7,
+                                        "a": 8, "l": 9, "c": 10, "o": 11, "u": 12, "d": 13, "w": 14,
+                                        "l-": 15, "-c": 16})");
+  j["model"]["merges"] = json::parse(R"([["l", "-"], ["-", "c"]])");
+  // "l-" merges inside "final-"; "-c" never does: the "-" before "countdown" is a piece alone.
+  EXPECT_EQ(Tokenizer::FromJson(j.dump())->encode("the-final--countdown"),
+            (std::vector<int64_t>{2, 3, 4, 1, 5, 6, 7, 8, 15, 1, 10, 11, 12, 7, 2, 13, 11, 14, 7}));
+  j["pre_tokenizer"]["behavior"] = "Isolated";
+  EXPECT_EQ(Tokenizer::FromJson(j.dump())->encode("final-")[4], 9);  // "l" and "-" apart
 }
 
 TEST(Tokenizer, MergesAsStringsOrPairsGiveTheSameIds) {
@@ -264,6 +369,19 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementNamingIt) {
       {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated", "invert": false},
       {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})");
   EXPECT_NE(ErrorOf(bad_regex).find("does not compile"), std::string::npos) << ErrorOf(bad_regex);
+  json regex_replace = TinyCharTokenizer();
+  regex_replace["normalizer"]["pattern"] = json::parse(R"({"Regex": "\\s"})");
+  EXPECT_NE(ErrorOf(regex_replace).find("Replace with a pattern other than"), std::string::npos)
+      << ErrorOf(regex_replace);
+  json strip = TinyCharTokenizer();
+  strip["decoder"]["decoders"].push_back(json::parse(R"({"type": "Strip", "content": " ", "start": 1, "stop": 0})"));
+  EXPECT_NE(ErrorOf(strip).find("'Strip'"), std::string::npos) << ErrorOf(strip);
+  json late_replace = TinyCharTokenizer();
+  late_replace["decoder"]["decoders"].push_back(late_replace["decoder"]["decoders"][0]);
+  EXPECT_NE(ErrorOf(late_replace).find("after ByteFallback or Fuse"), std::string::npos) << ErrorOf(late_replace);
+  json byte_level_fallback = TinyTokenizer();
+  byte_level_fallback["model"]["byte_fallback"] = true;
+  EXPECT_NE(ErrorOf(byte_level_fallback).find("byte_fallback true with a ByteLevel"), std::string::npos);
   EXPECT_THROW(Tokenizer::FromJson("{not json"), InvalidArgument);
   EXPECT_THROW(Tokenizer::FromDir("/nonexistent/model"), NotFound);
 }

@@ -1,17 +1,20 @@
 #pragma once
-/// A Hugging Face tokenizer read from a model folder's `tokenizer.json` (docs/architecture.md: Models "Text"):
-/// byte-level BPE as Qwen2/Qwen3 and Llama 3 use it, giving the ids HF tokenizers gives.
+/// A Hugging Face tokenizer read from a model folder's `tokenizer.json` (docs/text.md): BPE as
+/// Qwen2/Qwen3 and Llama 3 (byte-level) and Gemma 3 (characters with byte fallback) use it,
+/// giving the ids HF tokenizers gives.
 ///
 /// Supported pipeline, as `tokenizer.json` describes it:
-///   normalizer      null, NFC, or a Sequence of those
-///   pre_tokenizer   ByteLevel, Split(regex | string, behavior Isolated, invert false), or a
-///                   Sequence of those; ByteLevel with add_prefix_space false (use_regex true
-///                   adds GPT-2's split regex before the byte mapping)
-///   model           BPE over a byte-level vocabulary (merges as "a b" strings or [a, b]
-///                   pairs, ignore_merges, unk_token); no dropout, no byte_fallback, no
-///                   continuing_subword_prefix / end_of_word_suffix
+///   normalizer      null, NFC, Replace({"String": s} -> content), or a Sequence of those
+///   pre_tokenizer   ByteLevel, Split(regex | string, behavior Isolated or MergedWithPrevious,
+///                   invert false), or a Sequence of those; ByteLevel with add_prefix_space
+///                   false (use_regex true adds GPT-2's split regex before the byte mapping)
+///   model           BPE (merges as "a b" strings or [a, b] pairs, ignore_merges, unk_token,
+///                   fuse_unk); over the byte alphabet when a ByteLevel pre-tokenizer is there,
+///                   otherwise over characters, with byte_fallback (`<0xNN>` tokens); no
+///                   dropout, no continuing_subword_prefix / end_of_word_suffix
 ///   post_processor  null, ByteLevel, TemplateProcessing (single sequence), or a Sequence
-///   decoder         null or ByteLevel (or a Sequence of ByteLevel)
+///   decoder         null; ByteLevel; or Replace (string) steps, ByteFallback, Fuse in that
+///                   order, alone or in a Sequence
 ///   added_tokens    matched in the text before everything else (leftmost, longest), with
 ///                   their single_word / lstrip / rstrip / normalized flags
 /// Anything else (Unigram, WordPiece, another normalizer or pre-tokenizer, ...) is refused when
@@ -38,7 +41,8 @@ struct Encoding {
   std::vector<int64_t> ids;
   /// offsets[i]: byte offset in the input text of the first byte token i stands for. Tokens
   /// added by the post-processor sit at 0 (before the text) or at the text's size (after it).
-  /// Inside a stretch that NFC changed, every token maps to the start of that stretch.
+  /// Inside a stretch that the normalizer changed (NFC's recomposed characters; each space
+  /// Gemma's Replace writes as "▁"), every token maps to the start of that stretch.
   std::vector<size_t> offsets;
 };
 
@@ -69,9 +73,11 @@ class Tokenizer {
   /// encode() with the byte offset of each token in `text`.
   Encoding encode_with_offsets(std::string_view text, bool add_special_tokens = false) const;
 
-  /// The text of `ids`, as HF tokenizers' `decode`: the bytes of all tokens joined, ill-formed
-  /// UTF-8 replaced by U+FFFD (one per maximal ill-formed subsequence, as Rust's
-  /// `String::from_utf8_lossy`). `skip_special_tokens` leaves out added tokens marked special.
+  /// The text of `ids`, as HF tokenizers' `decode`. Byte-level: the bytes of all tokens joined,
+  /// ill-formed UTF-8 replaced by U+FFFD (one per maximal ill-formed subsequence, as Rust's
+  /// `String::from_utf8_lossy`). Gemma's decoders: each token's spelling with "▁" read as a
+  /// space; a run of `<0xNN>` tokens is its bytes when they are UTF-8, otherwise one U+FFFD
+  /// per byte (HF's ByteFallback). `skip_special_tokens` leaves out added tokens marked special.
   /// Ids that name no token (in the model's embedding but past the tokenizer's vocabulary) are
   /// left out, as HF does; a negative id is an InvalidArgument. No "clean up of tokenization
   /// spaces" is done (transformers' `clean_up_tokenization_spaces`), so decode(encode(x)) == x
@@ -79,7 +85,7 @@ class Tokenizer {
   std::string decode(std::span<const int64_t> ids, bool skip_special_tokens = false) const;
 
   /// The raw bytes token `id` stands for (possibly a partial UTF-8 character): the pieces that
-  /// decode() joins. InvalidArgument for an id that names no token.
+  /// decode() joins (Gemma: "▁the" stands for " the", `<0x0A>` for one byte 0x0A). InvalidArgument for an id that names no token.
   const std::string& token_bytes(int64_t id) const;
 
   /// One more than the largest token id (model vocabulary and added tokens).

@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "byte_level.h"
+#include "unicode.h"
 #include "streambp/error.h"
 #include "streambp/interrupt.h"
 
@@ -70,13 +71,56 @@ void BpeModel::MergeTable::insert_or_assign(uint64_t key, MergeTarget target) {
   }
 }
 
+namespace {
+
+// Bytes in the UTF-8 sequence that starts with `lead` (the text is valid UTF-8).
+size_t Utf8Length(unsigned char lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
+
+// HF's spelling of a byte-fallback token: "<0x0A>".
+std::string FallbackSpelling(int b) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  return std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
+}
+
+}  // namespace
+
 BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                    BpeOptions options)
     : vocab_(std::move(vocab)), options_(options), cache_(std::make_unique<WordCache>()) {
+  fallback_ids_.fill(-1);
   for (int b = 0; b < 256; ++b) {
-    auto it = vocab_.find(ByteToUtf8()[b]);
+    auto it = options_.byte_level ? vocab_.find(ByteToUtf8()[b])
+              : b < 0x80          ? vocab_.find(std::string(1, static_cast<char>(b)))
+                                  : vocab_.end();
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+    if (!options_.byte_level && options_.byte_fallback) {
+      auto f = vocab_.find(FallbackSpelling(b));
+      fallback_ids_[b] = f == vocab_.end() ? -1 : f->second;
+    }
   }
+  int32_t size = 0;
+  for (const auto& [token, id] : vocab_) size = std::max(size, id + 1);
+  span_.assign(static_cast<size_t>(size), 0);
+  for (const auto& [token, id] : vocab_) {
+    uint32_t span = 0;
+    if (options_.byte_level) {
+      // One byte per character of the byte alphabet; 0 (not fixed) for anything else.
+      for (size_t i = 0; i < token.size();) {
+        if (CharToByte(NextCodePoint(token, i)) < 0) {
+          span = 0;
+          break;
+        }
+        ++span;
+      }
+    } else {
+      span = static_cast<uint32_t>(token.size());
+    }
+    span_[static_cast<size_t>(id)] = span;
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (fallback_ids_[b] >= 0) span_[static_cast<size_t>(fallback_ids_[b])] = 1;
+  }
+  if (options_.unk_id && *options_.unk_id < size) span_[static_cast<size_t>(*options_.unk_id)] = 0;
   merges_.reserve(merges.size());
   std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -107,45 +151,114 @@ std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
 
 void BpeModel::clear_cache() const { cache_->clear(); }
 
-void BpeModel::encode_word(std::string_view word, std::vector<int64_t>& out) const {
+void BpeModel::encode_word(std::string_view word, std::vector<int64_t>& out,
+                           std::vector<uint32_t>* starts) const {
   if (word.empty()) return;
+  const size_t first = out.size();
   if (word.size() == 1 && byte_ids_[static_cast<unsigned char>(word[0])] >= 0) {
     out.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
-    return;
+  } else {
+    const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
+    const size_t hash = cacheable ? StringHash{}(word) : 0;
+    if (!cacheable || !cache_->lookup(word, hash, out)) {
+      merge_word(word, out, starts);
+      if (cacheable) cache_->insert(word, hash, out.data() + first, out.size() - first);
+      return;
+    }
   }
-  const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
-  const size_t hash = cacheable ? StringHash{}(word) : 0;
-  if (cacheable && cache_->lookup(word, hash, out)) return;
-  const size_t first = out.size();
-  merge_word(word, out);
-  if (cacheable) cache_->insert(word, hash, out.data() + first, out.size() - first);
+  if (!starts) return;
+  // Where each token begins, from what each stands for; when that is not fixed (an unk, a
+  // dropped byte) the word is merged again, keeping its symbols' positions.
+  const size_t first_start = starts->size();
+  uint32_t at = 0;
+  for (size_t k = first; k < out.size(); ++k) {
+    const auto id = static_cast<size_t>(out[k]);
+    const uint32_t span = id < span_.size() ? span_[id] : 0;
+    if (span == 0) {
+      at = UINT32_MAX;
+      break;
+    }
+    starts->push_back(at);
+    at += span;
+  }
+  if (at != word.size()) {
+    out.resize(first);
+    starts->resize(first_start);
+    merge_word(word, out, starts);
+  }
 }
 
-void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out) const {
+void BpeModel::initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const {
+  auto push = [&](int32_t id, size_t start, size_t len) {
+    const auto n = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, n - 1, -1, static_cast<uint32_t>(len), static_cast<uint32_t>(start)});
+    if (n > 0) symbols[static_cast<size_t>(n) - 1].next = n;
+  };
+  if (options_.byte_level) {
+    for (size_t i = 0; i < word.size(); ++i) {
+      int32_t id = byte_ids_[static_cast<unsigned char>(word[i])];
+      if (id < 0) {
+        if (!options_.unk_id) continue;  // no unk token: the byte is dropped, as HF does
+        id = *options_.unk_id;
+      }
+      push(id, i, 1);
+    }
+    return;
+  }
+  // Characters. Unknown ones wait in `unk` so that consecutive ones can be fused.
+  size_t unk_start = 0, unk_len = 0;
+  auto flush_unk = [&] {
+    if (unk_len > 0) push(*options_.unk_id, unk_start, unk_len);
+    unk_len = 0;
+  };
+  for (size_t i = 0; i < word.size();) {
+    const size_t n = std::min(Utf8Length(static_cast<unsigned char>(word[i])), word.size() - i);
+    int32_t id = -1;
+    if (n == 1) {
+      id = byte_ids_[static_cast<unsigned char>(word[i])];
+    } else if (auto it = vocab_.find(word.substr(i, n)); it != vocab_.end()) {
+      id = it->second;
+    }
+    if (id >= 0) {
+      flush_unk();
+      push(id, i, n);
+    } else if (options_.byte_fallback &&
+               std::all_of(word.begin() + static_cast<std::ptrdiff_t>(i),
+                           word.begin() + static_cast<std::ptrdiff_t>(i + n),
+                           [&](char c) { return fallback_ids_[static_cast<unsigned char>(c)] >= 0; })) {
+      flush_unk();
+      for (size_t k = i; k < i + n; ++k) push(fallback_ids_[static_cast<unsigned char>(word[k])], k, 1);
+    } else if (options_.unk_id) {
+      if (unk_len > 0 && !options_.fuse_unk) flush_unk();
+      if (unk_len == 0) unk_start = i;
+      unk_len += n;
+    }  // no unk token: the character is dropped, as HF does
+    i += n;
+  }
+  flush_unk();
+}
+
+void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out, std::vector<uint32_t>* starts) const {
   if (options_.ignore_merges) {
-    thread_local std::string mapped;
-    mapped.clear();
-    for (char c : word) mapped += ByteToUtf8()[static_cast<unsigned char>(c)];
-    auto it = vocab_.find(mapped);
+    Vocab::const_iterator it;
+    if (options_.byte_level) {
+      thread_local std::string mapped;
+      mapped.clear();
+      for (char c : word) mapped += ByteToUtf8()[static_cast<unsigned char>(c)];
+      it = vocab_.find(mapped);
+    } else {
+      it = vocab_.find(word);
+    }
     if (it != vocab_.end()) {
       out.push_back(it->second);
+      if (starts) starts->push_back(0);
       return;
     }
   }
 
-  // One symbol per byte, in a doubly linked list; a merged-away symbol has len 0.
   thread_local std::vector<Symbol> symbols;
   symbols.clear();
-  for (char c : word) {
-    int32_t id = byte_ids_[static_cast<unsigned char>(c)];
-    if (id < 0) {
-      if (!options_.unk_id) continue;  // no unk token: the byte is dropped, as HF does
-      id = *options_.unk_id;
-    }
-    const auto n = static_cast<int32_t>(symbols.size());
-    symbols.push_back({id, n - 1, -1, 1});
-    if (n > 0) symbols[n - 1].next = n;
-  }
+  initial_symbols(word, symbols);
   if (symbols.size() > kLongWord) {
     merge_long(symbols);
   } else {
@@ -153,6 +266,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out) cons
   }
   for (int32_t pos = symbols.empty() ? -1 : 0; pos >= 0; pos = symbols[pos].next) {
     out.push_back(symbols[pos].id);
+    if (starts) starts->push_back(symbols[pos].start);
   }
   if (symbols.capacity() > (size_t{1} << 16)) symbols = {};  // a huge word: do not keep its buffer
 }

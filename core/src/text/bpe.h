@@ -1,6 +1,10 @@
 #pragma once
-/// Byte-level BPE (internal): a vocabulary of byte-level strings, merges by rank, a cache of
-/// word -> ids. Thread-safe: encode_word may be called from several threads at once.
+/// BPE (internal), as Hugging Face tokenizers' BPE model: a vocabulary, merges by rank, a cache
+/// of word -> ids. Two alphabets: byte-level (GPT-2's: a word's symbols are its bytes, spelled
+/// in the byte alphabet: Qwen, Llama 3) and character-level (a word's symbols are its code
+/// points as UTF-8, a character missing from the vocabulary falls back to its bytes'
+/// `<0xNN>` tokens or to unk: Gemma). Thread-safe: encode_word may be called from several
+/// threads at once.
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -27,6 +31,13 @@ struct BpeOptions {
   bool ignore_merges = false;
   /// The id of unk_token: a character not in the vocabulary becomes it (otherwise it is dropped).
   std::optional<int32_t> unk_id;
+  /// Byte-level alphabet (the tokenizer has a ByteLevel pre-tokenizer); false: characters.
+  bool byte_level = true;
+  /// Character-level: a character not in the vocabulary becomes the tokens `<0xNN>` of its
+  /// bytes when all of them exist (before unk is tried).
+  bool byte_fallback = false;
+  /// Character-level: consecutive unknown characters become one unk token.
+  bool fuse_unk = false;
 };
 
 class BpeModel {
@@ -37,8 +48,10 @@ class BpeModel {
   BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options);
   ~BpeModel();
 
-  /// Appends the ids of one pre-tokenized word, given as raw bytes, to `out`.
-  void encode_word(std::string_view word, std::vector<int64_t>& out) const;
+  /// Appends the ids of one pre-tokenized word (raw bytes; valid UTF-8 when character-level)
+  /// to `out`. With `starts`, also appends where in `word` each of those tokens begins.
+  void encode_word(std::string_view word, std::vector<int64_t>& out,
+                   std::vector<uint32_t>* starts = nullptr) const;
 
   const Vocab& vocab() const { return vocab_; }
   std::optional<int32_t> token_to_id(std::string_view token) const;
@@ -80,12 +93,14 @@ class BpeModel {
   static uint64_t PairKey(int32_t left, int32_t right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   }
-  void merge_word(std::string_view word, std::vector<int64_t>& out) const;
-  /// One symbol per byte of a word, in a doubly linked list; a merged-away symbol has len 0.
+  void merge_word(std::string_view word, std::vector<int64_t>& out, std::vector<uint32_t>* starts) const;
+  /// One symbol per byte (byte-level) or character of a word, in a doubly linked list; a
+  /// merged-away symbol has len 0; `start` is where it begins in the word.
   struct Symbol {
     int32_t id, prev, next;
-    uint32_t len;
+    uint32_t len, start;
   };
+  void initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const;
   /// Words longer than this many bytes merge through per-rank buckets (linear time);
   /// shorter ones through a binary heap. Both give the same ids.
   static constexpr size_t kLongWord = 256;
@@ -94,7 +109,12 @@ class BpeModel {
 
   Vocab vocab_;
   MergeTable merges_;
-  std::array<int32_t, 256> byte_ids_;  // the token of each single byte, -1 when none
+  // Byte-level: the token of each byte; character-level: of each ASCII character. -1: none.
+  std::array<int32_t, 256> byte_ids_;
+  std::array<int32_t, 256> fallback_ids_;  // character-level: the `<0xNN>` tokens, -1 when none
+  /// By id: how many bytes of a word the token stands for (byte-level: its bytes; characters:
+  /// its spelling, 1 for `<0xNN>`), 0 when that is not fixed (unk).
+  std::vector<uint32_t> span_;
   BpeOptions options_;
   std::unique_ptr<WordCache> cache_;
 };

@@ -8,6 +8,11 @@
 
 namespace streambp::text {
 
+/// What Split does with a match (HF's SplitDelimiterBehavior): Isolated keeps it as a piece of
+/// its own; MergedWithPrevious appends it to the gap before it (a match at the start or right
+/// after another match stays a piece of its own).
+enum class SplitBehavior { kIsolated, kMergedWithPrevious };
+
 class RegexSplitter {
  public:
   /// Compiles `pattern` as HF tokenizers (Oniguruma) reads it: `\s` and `\S` are Unicode's
@@ -18,14 +23,22 @@ class RegexSplitter {
   static std::unique_ptr<RegexSplitter> Literal(std::string_view literal, const std::string& where);
   ~RegexSplitter();
 
-  /// Calls piece(begin, end) for every piece of valid UTF-8 `text`, in order, with the
-  /// behaviour "Isolated": every match is a piece and so is every non-empty gap between them.
+  /// How matches become pieces; Isolated unless set.
+  void set_behavior(SplitBehavior behavior) { behavior_ = behavior; }
+
+  /// Calls piece(begin, end) for every piece of valid UTF-8 `text`, in order: the non-empty
+  /// gaps between matches, and the matches as the behaviour says.
   template <class F>
   void split(std::string_view text, F&& piece) const {
     size_t start = 0, gap = 0;
     size_t match_begin, match_end;
     MatchState state(*this);
     while (start <= text.size() && find(state, text, start, match_begin, match_end)) {
+      if (match_end > match_begin && behavior_ == SplitBehavior::kMergedWithPrevious) {
+        piece(gap, match_end);  // the gap, if any, with the match
+        gap = start = match_end;
+        continue;
+      }
       if (match_begin > gap) piece(gap, match_begin);
       if (match_end > match_begin) {
         piece(match_begin, match_end);
@@ -55,6 +68,7 @@ class RegexSplitter {
   bool find(MatchState& state, std::string_view text, size_t start, size_t& begin, size_t& end) const;
 
   std::unique_ptr<Impl> impl_;
+  SplitBehavior behavior_ = SplitBehavior::kIsolated;
 };
 
 /// Rewrites `\s` and `\S` in a regex to explicit White_Space classes (see Compile). Exposed

@@ -22,44 +22,64 @@ void Tokenizer::Impl::split_pieces(std::string_view text, size_t level, size_t b
   });
 }
 
-void Tokenizer::Impl::encode_normalized(std::string_view text, size_t text_offset, const text::OffsetMap& map,
-                                        size_t segment_offset, std::vector<int64_t>& ids,
-                                        std::vector<size_t>* offsets) const {
+namespace {
+
+// The input offset of an offset in the text the normalizer steps (their maps, in order) made.
+size_t ToInput(std::span<const text::OffsetMap> maps, size_t offset) {
+  for (size_t k = maps.size(); k-- > 0;) offset = maps[k].to_input(offset);
+  return offset;
+}
+
+}  // namespace
+
+void Tokenizer::Impl::encode_normalized(std::string_view text, size_t text_offset,
+                                        std::span<const text::OffsetMap> maps, size_t segment_offset,
+                                        std::vector<int64_t>& ids, std::vector<size_t>* offsets) const {
+  thread_local std::vector<uint32_t> starts;
   split_pieces(text, 0, 0, [&](size_t begin, size_t end) {
     PollInterrupt(static_cast<int64_t>(end - begin) + 16);
-    const size_t first = ids.size();
-    model->encode_word(text.substr(begin, end - begin), ids);
-    if (!offsets) return;
-    size_t at = begin;
-    for (size_t k = first; k < ids.size(); ++k) {
-      offsets->push_back(segment_offset + map.to_input(text_offset + std::min(at, end)));
-      at += bytes[ids[k]].size();
+    if (!offsets) {
+      model->encode_word(text.substr(begin, end - begin), ids);
+      return;
     }
+    starts.clear();
+    model->encode_word(text.substr(begin, end - begin), ids, &starts);
+    for (uint32_t start : starts) offsets->push_back(segment_offset + ToInput(maps, text_offset + begin + start));
   });
+  if (starts.capacity() > (size_t{1} << 16)) starts = {};
 }
 
 void Tokenizer::Impl::encode_segment(std::string_view segment, size_t segment_offset,
                                      std::vector<int64_t>& ids, std::vector<size_t>* offsets) const {
   if (segment.empty()) return;
-  text::OffsetMap map;
-  std::string normalized_storage;
+  // Each normalizer step writes into the buffer the previous one did not.
+  std::vector<text::OffsetMap> maps;
+  std::string buffers[2];
   std::string_view normalized = segment;
-  if (nfc) {
-    normalized_storage.reserve(segment.size());
-    if (text::AppendNfc(segment, normalized_storage, map)) normalized = normalized_storage;
+  for (const NormalizerStep& step : normalizers) {
+    std::string& next = buffers[maps.size() % 2];
+    next.clear();
+    next.reserve(normalized.size() + normalized.size() / 4);
+    text::OffsetMap map;
+    const bool changed = step.nfc ? text::AppendNfc(normalized, next, map)
+                                  : text::AppendReplaced(normalized, step.from, step.to, next, map);
+    if (changed) {
+      maps.push_back(std::move(map));
+      normalized = next;
+    }
   }
   if (normalized_matcher->empty()) {
-    encode_normalized(normalized, 0, map, segment_offset, ids, offsets);
+    encode_normalized(normalized, 0, maps, segment_offset, ids, offsets);
     return;
   }
   size_t done = 0;
   for (const auto& m : normalized_matcher->find_all(normalized)) {
-    encode_normalized(normalized.substr(done, m.begin - done), done, map, segment_offset, ids, offsets);
+    encode_normalized(normalized.substr(done, m.begin - done), done, maps, segment_offset, ids, offsets);
     ids.push_back(m.token->id);
-    if (offsets) offsets->push_back(segment_offset + map.to_input(m.begin));
+    if (offsets) offsets->push_back(segment_offset + ToInput(maps, m.begin));
     done = m.end;
   }
-  encode_normalized(normalized.substr(done), done, map, segment_offset, ids, offsets);
+  encode_normalized(normalized.substr(done), done, maps, segment_offset, ids, offsets);
 }
 
 void Tokenizer::Impl::encode(std::string_view text, bool add_special_tokens, std::vector<int64_t>& ids,
@@ -102,18 +122,52 @@ Encoding Tokenizer::encode_with_offsets(std::string_view text, bool add_special_
   return encoding;
 }
 
+void Tokenizer::Impl::decode_pieces(std::span<const int64_t> ids, bool skip_special_tokens,
+                                    std::string& out) const {
+  // As HF's ByteFallback: a run of `<0xNN>` tokens is its bytes when they are valid UTF-8,
+  // otherwise one U+FFFD per byte.
+  std::string run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    if (text::FindInvalidUtf8(run) == std::string::npos) {
+      out += run;
+    } else {
+      for (size_t k = 0; k < run.size(); ++k) out += "\xEF\xBF\xBD";
+    }
+    run.clear();
+  };
+  for (const int64_t id : ids) {
+    if (id >= static_cast<int64_t>(exists.size()) || !exists[id]) continue;
+    if (skip_special_tokens && special[id]) continue;
+    PollInterrupt(static_cast<int64_t>(bytes[id].size()) + 16);
+    if (fallback_byte[id] >= 0) {
+      run += static_cast<char>(fallback_byte[id]);
+    } else {
+      flush();
+      out += bytes[id];
+    }
+  }
+  flush();
+}
+
 std::string Tokenizer::decode(std::span<const int64_t> ids, bool skip_special_tokens) const {
   const Impl& m = *impl_;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0)
+      throw InvalidArgument("ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) + " is negative");
+  }
+  if (m.decoder == Impl::Decoder::kPieces) {
+    std::string text;
+    m.decode_pieces(ids, skip_special_tokens, text);
+    return text;
+  }
   std::string joined;
   bool first = true;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t id = ids[i];
-    if (id < 0)
-      throw InvalidArgument("ids[" + std::to_string(i) + "] = " + std::to_string(id) + " is negative");
+  for (const int64_t id : ids) {
     if (id >= static_cast<int64_t>(m.exists.size()) || !m.exists[id]) continue;
     if (skip_special_tokens && m.special[id]) continue;
     PollInterrupt(static_cast<int64_t>(m.bytes[id].size()) + 16);
-    if (m.byte_level_decoder) {
+    if (m.decoder == Impl::Decoder::kByteLevel) {
       joined += m.bytes[id];
     } else {
       // No decoder: HF joins the token spellings with spaces.
@@ -122,7 +176,7 @@ std::string Tokenizer::decode(std::span<const int64_t> ids, bool skip_special_to
     }
     first = false;
   }
-  if (!m.byte_level_decoder) return joined;
+  if (m.decoder != Impl::Decoder::kByteLevel) return joined;
   std::string text;
   text.reserve(joined.size());
   text::AppendUtf8Lossy(joined, text);

@@ -3,6 +3,7 @@
 // special_tokens_map.json; every unsupported part is refused by name.
 #include "tokenizer_impl.h"
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -73,7 +74,19 @@ void Tokenizer::Impl::parse_normalizer(const json& j, const std::string& where) 
   if (j.is_null()) return;
   const std::string type = TypeOf(j);
   if (type == "NFC") {
-    nfc = true;
+    normalizers.push_back({true, "", ""});
+  } else if (type == "Replace") {
+    const json& pattern = j.contains("pattern") ? j["pattern"] : json();
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string()) {
+      throw InvalidArgument(where + ": Replace with a pattern other than {\"String\": ...} is not supported");
+    }
+    if (!j.contains("content") || !j["content"].is_string())
+      throw InvalidArgument(where + ".content must be a string");
+    NormalizerStep step{false, pattern["String"].get<std::string>(), j["content"].get<std::string>()};
+    if (step.from.empty()) throw InvalidArgument(where + ".pattern.String must not be empty");
+    if (text::FindInvalidUtf8(step.from) != std::string::npos || text::FindInvalidUtf8(step.to) != std::string::npos)
+      throw InvalidArgument(where + ": pattern and content must be UTF-8");
+    normalizers.push_back(std::move(step));
   } else if (type == "Sequence") {
     if (!j.contains("normalizers") || !j["normalizers"].is_array()) {
       throw InvalidArgument(where + ".normalizers must be a list");
@@ -83,11 +96,11 @@ void Tokenizer::Impl::parse_normalizer(const json& j, const std::string& where) 
     }
   } else {
     throw InvalidArgument(where + ": normalizer '" + (type.empty() ? j.dump() : type) +
-                          "' is not supported (supported: NFC, Sequence, null)");
+                          "' is not supported (supported: NFC, Replace, Sequence, null)");
   }
 }
 
-void Tokenizer::Impl::parse_pre_tokenizer(const json& j, const std::string& where, bool& byte_level) {
+void Tokenizer::Impl::parse_pre_tokenizer(const json& j, const std::string& where) {
   if (j.is_null()) return;
   const std::string type = TypeOf(j);
   if (type == "Sequence") {
@@ -95,15 +108,14 @@ void Tokenizer::Impl::parse_pre_tokenizer(const json& j, const std::string& wher
       throw InvalidArgument(where + ".pretokenizers must be a list");
     }
     for (size_t i = 0; i < j["pretokenizers"].size(); ++i) {
-      parse_pre_tokenizer(j["pretokenizers"][i], where + ".pretokenizers[" + std::to_string(i) + "]",
-                          byte_level);
+      parse_pre_tokenizer(j["pretokenizers"][i], where + ".pretokenizers[" + std::to_string(i) + "]");
     }
   } else if (type == "Split") {
     if (byte_level) throw InvalidArgument(where + ": a Split after ByteLevel is not supported");
     const std::string behavior = j.value("behavior", "");
-    if (behavior != "Isolated") {
+    if (behavior != "Isolated" && behavior != "MergedWithPrevious") {
       throw InvalidArgument(where + ": Split behavior '" + behavior +
-                            "' is not supported (supported: Isolated)");
+                            "' is not supported (supported: Isolated, MergedWithPrevious)");
     }
     if (BoolField(j, "invert", false, where))
       throw InvalidArgument(where + ": Split with invert true is not supported");
@@ -117,6 +129,7 @@ void Tokenizer::Impl::parse_pre_tokenizer(const json& j, const std::string& wher
     } else {
       throw InvalidArgument(where + ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
     }
+    if (behavior == "MergedWithPrevious") splitters.back()->set_behavior(text::SplitBehavior::kMergedWithPrevious);
   } else if (type == "ByteLevel") {
     if (BoolField(j, "add_prefix_space", true, where)) {
       throw InvalidArgument(where + ": ByteLevel with add_prefix_space true is not supported");
@@ -179,18 +192,46 @@ void Tokenizer::Impl::parse_post_processor(const json& j, const std::string& whe
   if (!seen_sequence) throw InvalidArgument(where + ".single has no sequence A");
 }
 
-void Tokenizer::Impl::parse_decoder(const json& j, const std::string& where) {
+// Decoders: ByteLevel alone, or Replace (string) steps, then ByteFallback, then Fuse, each
+// optional, in that order (what Gemma's and SentencePiece-converted files have). `fused`: a
+// Fuse has been read, after which nothing but another Fuse may come.
+void Tokenizer::Impl::parse_decoder(const json& j, const std::string& where, bool& fused) {
   if (j.is_null()) return;
   const std::string type = TypeOf(j);
+  auto piecewise = [&] {
+    if (decoder == Decoder::kByteLevel)
+      throw InvalidArgument(where + ": a " + type + " decoder with ByteLevel is not supported");
+    decoder = Decoder::kPieces;
+  };
   if (type == "ByteLevel") {
-    byte_level_decoder = true;
+    if (decoder == Decoder::kPieces)
+      throw InvalidArgument(where + ": ByteLevel with other decoders is not supported");
+    decoder = Decoder::kByteLevel;
   } else if (type == "Sequence" && j.contains("decoders") && j["decoders"].is_array()) {
     for (size_t i = 0; i < j["decoders"].size(); ++i) {
-      parse_decoder(j["decoders"][i], where + ".decoders[" + std::to_string(i) + "]");
+      parse_decoder(j["decoders"][i], where + ".decoders[" + std::to_string(i) + "]", fused);
     }
+  } else if (type == "Replace") {
+    piecewise();
+    if (decoder_byte_fallback || fused)
+      throw InvalidArgument(where + ": a Replace decoder after ByteFallback or Fuse is not supported");
+    const json& pattern = j.contains("pattern") ? j["pattern"] : json();
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string() ||
+        pattern["String"].get<std::string>().empty() || !j.contains("content") || !j["content"].is_string()) {
+      throw InvalidArgument(where + ": only a Replace of a non-empty {\"String\": ...} by a string content is supported");
+    }
+    decoder_replace.emplace_back(pattern["String"].get<std::string>(), j["content"].get<std::string>());
+  } else if (type == "ByteFallback") {
+    piecewise();
+    if (fused) throw InvalidArgument(where + ": ByteFallback after Fuse is not supported");
+    decoder_byte_fallback = true;
+  } else if (type == "Fuse") {
+    piecewise();
+    fused = true;  // pieces are joined without separators anyway
   } else {
     throw InvalidArgument(where + ": decoder '" + (type.empty() ? j.dump() : type) +
-                          "' is not supported (supported: ByteLevel, null)");
+                          "' is not supported (supported: ByteLevel; or Replace, ByteFallback, Fuse; "
+                          "Sequence, null)");
   }
 }
 
@@ -201,13 +242,14 @@ void Tokenizer::Impl::parse_model(const json& j) {
   if (type.empty() && j.contains("merges")) type = "BPE";
   if (type != "BPE") {
     throw InvalidArgument(where + ": model type '" + (type.empty() ? "(none)" : type) +
-                          "' is not supported (supported: BPE, byte-level)");
+                          "' is not supported (supported: BPE)");
   }
   if (j.contains("dropout") && !j["dropout"].is_null() && j["dropout"].get<double>() != 0.0) {
     throw InvalidArgument(where + ".dropout is not supported");
   }
-  if (BoolField(j, "byte_fallback", false, where))
-    throw InvalidArgument(where + ".byte_fallback true is not supported");
+  const bool byte_fallback = BoolField(j, "byte_fallback", false, where);
+  if (byte_fallback && byte_level)
+    throw InvalidArgument(where + ".byte_fallback true with a ByteLevel pre-tokenizer is not supported");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (j.contains(key) && !j[key].is_null() && !(j[key].is_string() && j[key].get<std::string>().empty())) {
       throw InvalidArgument(where + "." + key + " is not supported");
@@ -244,6 +286,9 @@ void Tokenizer::Impl::parse_model(const json& j) {
   }
   text::BpeOptions options;
   options.ignore_merges = BoolField(j, "ignore_merges", false, where);
+  options.byte_level = byte_level;
+  options.byte_fallback = byte_fallback;
+  options.fuse_unk = BoolField(j, "fuse_unk", false, where);
   if (j.contains("unk_token") && j["unk_token"].is_string()) {
     auto it = vocab.find(j["unk_token"].get<std::string>());
     if (it == vocab.end()) throw InvalidArgument(where + ".unk_token is not in the vocabulary");
@@ -313,9 +358,28 @@ void Tokenizer::Impl::build_tables() {
   bytes.assign(size, std::string());
   exists.assign(size, 0);
   special.assign(size, 0);
-  // As HF's ByteLevel decoder: a token whose characters are all in the byte alphabet stands
-  // for those bytes; any other token (an added token with a space, say) for its own UTF-8.
-  auto raw_bytes = [](std::string_view token) {
+  fallback_byte.assign(size, -1);
+  // What a token stands for when decoded. ByteLevel (and no decoder, for token_bytes): a token
+  // whose characters are all in the byte alphabet stands for those bytes, any other (an added
+  // token with a space, say) for its own UTF-8. Pieces: the spelling with the decoder's
+  // replacements, or the byte of a `<0xNN>` token (HF's ByteFallback: 6 characters, hex digits).
+  auto decoded = [&](std::string_view token, int32_t id) {
+    if (decoder == Decoder::kPieces) {
+      std::string out(token);
+      for (const auto& [from, to] : decoder_replace) {
+        std::string replaced;
+        text::OffsetMap unused;
+        if (text::AppendReplaced(out, from, to, replaced, unused)) out = std::move(replaced);
+      }
+      auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+      if (decoder_byte_fallback && out.size() == 6 && out.compare(0, 3, "<0x") == 0 && out[5] == '>' &&
+          hex(out[3]) && hex(out[4])) {
+        const int byte = std::stoi(out.substr(3, 2), nullptr, 16);
+        fallback_byte[static_cast<size_t>(id)] = static_cast<int16_t>(byte);
+        return std::string(1, static_cast<char>(byte));
+      }
+      return out;
+    }
     std::string out;
     size_t i = 0;
     while (i < token.size()) {
@@ -327,12 +391,12 @@ void Tokenizer::Impl::build_tables() {
   };
   for (const auto& [token, id] : model->vocab()) {
     tokens[id] = token;
-    bytes[id] = raw_bytes(token);
+    bytes[id] = decoded(token, id);
     exists[id] = 1;
   }
   for (const AddedToken& t : added) {
     tokens[t.id] = t.content;
-    bytes[t.id] = raw_bytes(t.content);
+    bytes[t.id] = decoded(t.content, t.id);
     exists[t.id] = 1;
     special[t.id] = t.special;
     added_ids.emplace(t.content, t.id);
@@ -341,7 +405,7 @@ void Tokenizer::Impl::build_tables() {
   for (const AddedToken& t : added) {
     if (t.special && split_special_tokens) continue;
     // Without a normalizer there is no difference; match everything in the raw text.
-    (t.normalized && nfc ? normalized : raw).push_back(&t);
+    (t.normalized && !normalizers.empty() ? normalized : raw).push_back(&t);
   }
   raw_matcher = std::make_unique<AddedTokenMatcher>(raw);
   normalized_matcher = std::make_unique<AddedTokenMatcher>(normalized);
@@ -365,16 +429,12 @@ std::unique_ptr<Tokenizer> Tokenizer::FromJson(const std::string& tokenizer_json
   static const json kNull;
   auto field = [&](const char* key) -> const json& { return j.contains(key) ? j[key] : kNull; };
   try {
-    impl->parse_model(field("model"));
     impl->parse_normalizer(field("normalizer"), "tokenizer.json: normalizer");
-    bool byte_level = false;
-    impl->parse_pre_tokenizer(field("pre_tokenizer"), "tokenizer.json: pre_tokenizer", byte_level);
-    if (!byte_level) {
-      throw InvalidArgument(
-          "tokenizer.json: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
-    }
+    impl->parse_pre_tokenizer(field("pre_tokenizer"), "tokenizer.json: pre_tokenizer");
+    impl->parse_model(field("model"));
     impl->parse_post_processor(field("post_processor"), "tokenizer.json: post_processor");
-    impl->parse_decoder(field("decoder"), "tokenizer.json: decoder");
+    bool fused = false;
+    impl->parse_decoder(field("decoder"), "tokenizer.json: decoder", fused);
     impl->parse_added_tokens(field("added_tokens"));
     impl->parse_config(config, special_map);
   } catch (const json::exception& e) {

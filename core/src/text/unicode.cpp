@@ -277,4 +277,23 @@ bool AppendNfc(std::string_view in, std::string& out, OffsetMap& map) {
   return changed;
 }
 
+bool AppendReplaced(std::string_view in, std::string_view from, std::string_view to, std::string& out,
+                    OffsetMap& map) {
+  size_t done = 0, hit = in.find(from);
+  if (hit == std::string_view::npos) {
+    out.append(in);
+    return false;
+  }
+  const size_t base = out.size();
+  for (; hit != std::string_view::npos; hit = in.find(from, done)) {
+    out.append(in.substr(done, hit - done));
+    const size_t at = out.size() - base;
+    out.append(to);
+    map.add_change(at, at + to.size(), hit, hit + from.size());
+    done = hit + from.size();
+  }
+  out.append(in.substr(done));
+  return true;
+}
+
 }  // namespace streambp::text

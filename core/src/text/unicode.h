@@ -57,4 +57,10 @@ class OffsetMap {
 /// `in` must be valid UTF-8.
 bool AppendNfc(std::string_view in, std::string& out, OffsetMap& map);
 
+/// Appends `in` with every occurrence of `from` (non-empty; left to right, not overlapping)
+/// replaced by `to`, recording each replacement in `map` (HF's Replace normalizer with a
+/// string pattern). Returns false, appending `in` unchanged, when `from` does not occur.
+bool AppendReplaced(std::string_view in, std::string_view from, std::string_view to, std::string& out,
+                    OffsetMap& map);
+
 }  // namespace streambp::text

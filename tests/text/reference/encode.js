@@ -7,12 +7,16 @@
 // the npm packages ship them) and OUT_DIR/ids/<model>.jsonl, one line per corpus line:
 //   text lines:    {"ids": [...], "ids_special": [...], "nfc": "...", "decoded": "...",
 //                   "decoded_skip_special": "..."}
-//   decode lines:  {"ids": [...], "decoded": "...", "text_decoder": "..."}
+//   decode lines:  {"ids": [...], "decoded": "...", "text_decoder": "..."}; for gemma3 the ids are
+//                  the bytes' <0xNN> tokens and "hf_decoded" is what HF tokenizers' ByteFallback
+//                  (Rust) gives: the bytes when they are UTF-8, else one U+FFFD per byte
+//                  (transformers.js decodes such a run as TextDecoder does instead)
 //   other lines:   {}
-// Models: qwen3 and llama3 as shipped; llama3-bos: llama3 with the post-processor Meta's
+// Models: qwen3, llama3 and gemma3 as shipped; llama3-bos: llama3 with the post-processor Meta's
 // current tokenizer.json has (ByteLevel, then TemplateProcessing adding <|begin_of_text|>),
 // since the packaged file predates it and adds nothing; qwen3-strip: qwen3 with lstrip/rstrip
-// on some added tokens.
+// on some added tokens; gemma3-unk: gemma3 without byte fallback (a character missing from the
+// vocabulary becomes <unk>, consecutive ones one <unk>: fuse_unk).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -79,6 +83,8 @@ const models = [
   { name: "qwen3-strip", source: packageModels("qwen3"), addedTokenFlags: stripFlags },
   { name: "llama3", source: packageModels("llama3") },
   { name: "llama3-bos", source: packageModels("llama3"), postProcessor: llama3BosPostProcessor },
+  { name: "gemma3", source: packageModels("gemma3"), byteFallback: true },
+  { name: "gemma3-unk", source: packageModels("gemma3"), byteFallback: true, model: { byte_fallback: false } },
 ];
 
 const corpus = fs
@@ -88,12 +94,22 @@ const corpus = fs
   .map((line) => JSON.parse(line));
 const bytesToChars = byteToChar();
 const textDecoder = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
+const strictDecoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+const hex2 = (b) => b.toString(16).toUpperCase().padStart(2, "0");
+function byteFallbackDecode(bytes) {
+  try {
+    return strictDecoder.decode(bytes);
+  } catch {
+    return "\uFFFD".repeat(bytes.length);
+  }
+}
 const noCleanup = { clean_up_tokenization_spaces: false };
 
 for (const model of models) {
   const tokenizerJSON = readJson(path.join(model.source, "tokenizer.json"));
   const tokenizerConfig = readJson(path.join(model.source, "tokenizer_config.json"));
   if (model.postProcessor) tokenizerJSON.post_processor = model.postProcessor;
+  Object.assign(tokenizerJSON.model, model.model);
   for (const token of tokenizerJSON.added_tokens) Object.assign(token, model.addedTokenFlags?.[token.content]);
   const modelDir = path.join(outDir, "models", model.name);
   fs.mkdirSync(modelDir, { recursive: true });
@@ -107,15 +123,11 @@ for (const model of models) {
       out.push("{}");
     } else if (entry.kind === "decode") {
       const bytes = Buffer.from(entry.hex, "hex");
-      const tokens = [...bytes].map((b) => bytesToChars[b]);
+      const tokens = [...bytes].map((b) => (model.byteFallback ? `<0x${hex2(b)}>` : bytesToChars[b]));
       const ids = tokenizer.model.convert_tokens_to_ids(tokens).map(Number);
-      out.push(
-        JSON.stringify({
-          ids,
-          decoded: tokenizer.decode(ids, noCleanup),
-          text_decoder: textDecoder.decode(bytes),
-        })
-      );
+      const line = { ids, decoded: tokenizer.decode(ids, noCleanup), text_decoder: textDecoder.decode(bytes) };
+      if (model.byteFallback) line.hf_decoded = byteFallbackDecode(bytes);
+      out.push(JSON.stringify(line));
     } else {
       const ids = tokenizer.encode(entry.text, { add_special_tokens: false }).map(Number);
       const idsSpecial = tokenizer.encode(entry.text, { add_special_tokens: true }).map(Number);
