@@ -21,7 +21,7 @@ struct ModelSection {
   uint64_t seed = 0;             ///< seed of the embedded preset
   std::string dtype = "float32";  ///< float32 | float64 | bfloat16 (float16 on cuda only)
   std::string device = "cpu";    ///< cpu | cuda | cuda:N
-  /// The chat format of messages: qwen3 | llama3 | llama3.1 | llama3.2 | chatml; "" = the one
+  /// The chat format of messages: qwen3 | llama3 | llama3.1 | llama3.2 | gemma | chatml; "" = the one
   /// the tokenizer's chat_template is recognized as.
   std::string chat_format;
 };

@@ -86,7 +86,7 @@ int64_t TextCodec::token_bytes(int64_t id) const {
 TokenizerReport TextCodec::report() const {
   TokenizerReport r;
   r.available = true;
-  r.type = "BPE (byte-level)";
+  r.type = tokenizer_->kind();
   r.vocab_size = tokenizer_->vocab_size();
   r.chat_format = chat_ ? std::string(chat_->name()) : "";
   r.bos_token = tokenizer_->bos_token();

@@ -20,7 +20,7 @@ namespace streambp::server {
 /// What GetInfo says about the tokenizer.
 struct TokenizerReport {
   bool available = false;
-  std::string type;         ///< e.g. "BPE (byte-level)"
+  std::string type;         ///< "BPE (byte-level)", "BPE (characters, byte fallback)"
   int64_t vocab_size = 0;
   std::string chat_format;  ///< "" = none recognized (messages are refused)
   std::string bos_token, eos_token;

@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
   auto* render_cmd = app.add_subcommand(
       "render", "JSON lines {\"messages\": [...]} on stdin -> {\"text\", \"ids\", \"loss_mask\"} (chat format)");
   render_cmd->add_option("--model", render.model, "model folder with a tokenizer.json")->required();
-  render_cmd->add_option("--format", render.format, "qwen3 | llama3 | llama3.1 | llama3.2 | chatml (default: inferred)")
-      ->check(CLI::IsMember({"qwen3", "llama3", "llama3.1", "llama3.2", "chatml"}));
+  render_cmd->add_option("--format", render.format, "qwen3 | llama3 | llama3.1 | llama3.2 | gemma | chatml (default: inferred)")
+      ->check(CLI::IsMember({"qwen3", "llama3", "llama3.1", "llama3.2", "gemma", "chatml"}));
   render_cmd->add_flag("--add-generation-prompt", render.add_generation_prompt,
                        "end with the assistant header (what sampling starts from)");
   render_cmd->add_flag("--disable-thinking", render.disable_thinking, "qwen3: an empty think block in the prompt");

@@ -25,4 +25,22 @@ const std::string& QwenModelDir() {
   return dir;
 }
 
+const std::string& GemmaModelDir() {
+  static const std::string dir = [] {
+    const auto out = TempDir("text-model-gemma");
+    const auto tokenizer_dir = ReferenceModels() + "/gemma3";
+    auto tokenizer = Tokenizer::FromDir(tokenizer_dir);
+    auto config = PresetConfig("tiny", "gemma3");
+    config.vocab_size = (tokenizer->vocab_size() + 63) / 64 * 64;
+    config.eos_token_ids = tokenizer->eos_token_ids();
+    config.eos_token_id = config.eos_token_ids.front();
+    config.pad_token_id = tokenizer->pad_token_id();
+    config.bos_token_id = tokenizer->bos_token_id();
+    SaveModel(InitModel(config, 7, torch::kFloat32), out);
+    WriteModelSideFiles(ReadModelSideFiles(tokenizer_dir), out);
+    return out;
+  }();
+  return dir;
+}
+
 }  // namespace streambp::testing

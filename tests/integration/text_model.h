@@ -14,6 +14,9 @@ std::string ReferenceModels();
 /// The tiny preset with the Qwen3 tokenizer's vocabulary and end token, its tokenizer files
 /// copied in (what `streambp-server init-model --tokenizer` writes). Made once per process.
 const std::string& QwenModelDir();
+/// The same for Gemma 3: the tiny preset as a gemma3 folder (tied head, pad and bos ids from
+/// the tokenizer) around the real Gemma 3 tokenizer (262145 tokens).
+const std::string& GemmaModelDir();
 
 }  // namespace streambp::testing
 

@@ -116,6 +116,7 @@ TEST(ChatReference, FormatFromTheModelFolder) {
   STREAMBP_REQUIRE_REFERENCE();
   EXPECT_EQ(ChatFormat::ForTokenizer(Load("qwen3"))->name(), "qwen3");
   EXPECT_EQ(ChatFormat::ForTokenizer(Load("llama3"))->name(), "llama3");
+  EXPECT_EQ(ChatFormat::ForTokenizer(Load("gemma3"))->name(), "gemma");
   EXPECT_EQ(ChatFormat::ForTokenizer(Load("qwen3"), "chatml")->name(), "chatml");
   EXPECT_THROW(ChatFormat::ForTokenizer(Load("qwen3"), "vicuna"), InvalidArgument);
 }
@@ -171,8 +172,22 @@ TEST(Chat, BadInputNamesTheField) {
     ChatFormat::Create("alpaca");
     ADD_FAILURE() << "no error";
   } catch (const InvalidArgument& e) {
-    EXPECT_STREQ(e.what(), "chat format 'alpaca' is not one of qwen3, llama3, llama3.1, llama3.2, chatml");
+    EXPECT_STREQ(e.what(), "chat format 'alpaca' is not one of qwen3, llama3, llama3.1, llama3.2, gemma, chatml");
   }
+  // Gemma's template raises unless the turns alternate from user (after a system turn).
+  const std::string alternate =
+      "': the gemma format needs the turns after an optional system turn to alternate user, "
+      "assistant, user, ... starting with user";
+  EXPECT_EQ(ErrorOf({{"assistant", "x", std::nullopt, std::nullopt}}, "gemma"),
+            "messages[0].role 'assistant" + alternate);
+  EXPECT_EQ(ErrorOf({{"system", "s", std::nullopt, std::nullopt},
+                     {"user", "a", std::nullopt, std::nullopt},
+                     {"user", "b", std::nullopt, std::nullopt}},
+                    "gemma"),
+            "messages[2].role 'user" + alternate);
+  EXPECT_EQ(ErrorOf({{"user", "a", std::nullopt, std::nullopt}, {"system", "late", std::nullopt, std::nullopt}},
+                    "gemma"),
+            "(no error)");  // the template renders a later system turn as "<start_of_turn>system"
   EXPECT_EQ(ChatFormat::InferName("{{ messages }}"), "");
 }
 

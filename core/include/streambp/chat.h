@@ -20,11 +20,16 @@
 ///             add_generation_prompt.
 ///   llama3.2  Llama 3.2: as llama3.1, but the default date is today's ("%d %b %Y", local time),
 ///             as the template's strftime_now gives it.
+///   gemma     Gemma 3's template: <bos>, then <start_of_turn>role\n + trimmed content +
+///             <end_of_turn>\n per turn, the assistant's role written "model"; a leading
+///             system turn's content (untrimmed) + "\n\n" opens the first turn's body; the
+///             turns after it must alternate user, assistant, ... from user (the template
+///             raises otherwise: InvalidArgument here); generation prompt <start_of_turn>model\n.
 ///   chatml    <|im_start|>role\n + content + <|im_end|>\n per turn, nothing else.
 ///
 /// Loss mask: a token is in the mask when any of its bytes lies in a trained turn's body: what
 /// the template writes for the turn after its role header, through the turn's end token
-/// (<|im_end|>, <|eot_id|>) — not the header, not the newline after the end token. That is the
+/// (<|im_end|>, <|eot_id|>, <end_of_turn>) — not the header, not the newline after the end token. That is the
 /// completion as TRL's assistant-only masks take it (transformers' assistant_masks take the
 /// tokens from the one holding a span's first character to the one holding its last, so a
 /// token that straddles the header and the body, "\n\n" before a body starting with "\n", is
@@ -87,7 +92,7 @@ class ChatFormat {
  public:
   virtual ~ChatFormat() = default;
 
-  /// qwen3 | llama3 | llama3.1 | llama3.2 | chatml
+  /// qwen3 | llama3 | llama3.1 | llama3.2 | gemma | chatml
   virtual std::string_view name() const = 0;
 
   /// Renders `messages`. InvalidArgument naming the field for: no messages, a role that is not
@@ -101,10 +106,10 @@ class ChatFormat {
   RenderedChat render(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
                       const ChatOptions& options = {}) const;
 
-  /// The format called `name`; `bos_token` is what llama formats begin with.
+  /// The format called `name`; `bos_token` is what llama and gemma formats begin with (empty:
+  /// the family's own, <|begin_of_text|> / <bos>).
   /// InvalidArgument for an unknown name, listing the known ones.
-  static std::unique_ptr<ChatFormat> Create(std::string_view name,
-                                            std::string_view bos_token = "<|begin_of_text|>");
+  static std::unique_ptr<ChatFormat> Create(std::string_view name, std::string_view bos_token = "");
 
   /// The format of a model folder's tokenizer: `name` when given, otherwise the one its
   /// chat_template is recognized as (InferName). FailedPrecondition when the tokenizer has no

@@ -88,6 +88,9 @@ class Tokenizer {
   /// decode() joins (Gemma: "▁the" stands for " the", `<0x0A>` for one byte 0x0A). InvalidArgument for an id that names no token.
   const std::string& token_bytes(int64_t id) const;
 
+  /// What kind of tokenizer this is: "BPE (byte-level)" or "BPE (characters, byte fallback)".
+  std::string kind() const;
+
   /// One more than the largest token id (model vocabulary and added tokens).
   int64_t vocab_size() const;
   /// The id of a token given in the vocabulary's own spelling (byte-level: "Ġthe"), or of an

@@ -54,6 +54,7 @@ class BpeModel {
                    std::vector<uint32_t>* starts = nullptr) const;
 
   const Vocab& vocab() const { return vocab_; }
+  const BpeOptions& options() const { return options_; }
   std::optional<int32_t> token_to_id(std::string_view token) const;
 
   /// Empties the word cache (for measuring cold throughput).

@@ -252,6 +252,42 @@ class Llama31Format : public ChatFormat {
   bool today_by_default_;
 };
 
+// --- gemma -----------------------------------------------------------------------------------
+
+class GemmaFormat : public ChatFormat {
+ public:
+  explicit GemmaFormat(std::string bos_token) : bos_token_(std::move(bos_token)) {}
+  std::string_view name() const override { return "gemma"; }
+
+ protected:
+  void render_into(std::span<const ChatMessage> messages, const ChatOptions& options,
+                   Builder& out) const override {
+    out.add(bos_token_);
+    // A leading system turn is folded into the first turn, before its content, untrimmed.
+    const bool has_system = messages[0].role == "system";
+    const size_t first = has_system ? 1 : 0;
+    for (size_t i = first; i < messages.size(); ++i) {
+      const ChatMessage& m = messages[i];
+      // The template raises unless turns alternate user, other, user, ... from the first one.
+      if ((m.role == "user") != ((i - first) % 2 == 0)) {
+        throw InvalidArgument("messages[" + std::to_string(i) + "].role '" + m.role +
+                              "': the gemma format needs the turns after an optional system "
+                              "turn to alternate user, assistant, user, ... starting with user");
+      }
+      out.add("<start_of_turn>" + std::string(m.role == "assistant" ? "model" : m.role) + "\n");
+      if (i == first && has_system) {
+        out.add(messages[0].content + "\n\n", Trained(messages[0]));
+      }
+      out.add(std::string(PyStrip(m.content)) + "<end_of_turn>", Trained(m));
+      out.add("\n");
+    }
+    if (options.add_generation_prompt) out.add("<start_of_turn>model\n");
+  }
+
+ private:
+  std::string bos_token_;
+};
+
 // --- chatml ----------------------------------------------------------------------------------
 
 class ChatMlFormat : public ChatFormat {
@@ -337,10 +373,12 @@ RenderedChat ChatFormat::render(const Tokenizer& tokenizer, std::span<const Chat
 }
 
 std::unique_ptr<ChatFormat> ChatFormat::Create(std::string_view name, std::string_view bos_token) {
+  auto bos = [&](std::string_view fallback) { return std::string(bos_token.empty() ? fallback : bos_token); };
   if (name == "qwen3") return std::make_unique<Qwen3Format>();
-  if (name == "llama3") return std::make_unique<Llama3Format>(std::string(bos_token));
-  if (name == "llama3.1") return std::make_unique<Llama31Format>(std::string(bos_token), false);
-  if (name == "llama3.2") return std::make_unique<Llama31Format>(std::string(bos_token), true);
+  if (name == "llama3") return std::make_unique<Llama3Format>(bos("<|begin_of_text|>"));
+  if (name == "llama3.1") return std::make_unique<Llama31Format>(bos("<|begin_of_text|>"), false);
+  if (name == "llama3.2") return std::make_unique<Llama31Format>(bos("<|begin_of_text|>"), true);
+  if (name == "gemma") return std::make_unique<GemmaFormat>(bos("<bos>"));
   if (name == "chatml") return std::make_unique<ChatMlFormat>();
   std::string known;
   for (const auto& n : Names()) known += (known.empty() ? "" : ", ") + n;
@@ -353,13 +391,13 @@ std::unique_ptr<ChatFormat> ChatFormat::ForTokenizer(const Tokenizer& tokenizer,
     if (tokenizer.chat_template().empty()) {
       throw FailedPrecondition(
           "the tokenizer has no chat_template: name the chat format (one of qwen3, llama3, "
-          "llama3.1, llama3.2, chatml)");
+          "llama3.1, llama3.2, gemma, chatml)");
     }
     chosen = InferName(tokenizer.chat_template());
     if (chosen.empty()) {
       throw FailedPrecondition(
           "the tokenizer's chat_template is not one this server renders: name the chat "
-          "format (one of qwen3, llama3, llama3.1, llama3.2, chatml)");
+          "format (one of qwen3, llama3, llama3.1, llama3.2, gemma, chatml)");
     }
   }
   return Create(chosen, tokenizer.bos_token());
@@ -372,6 +410,8 @@ std::string ChatFormat::InferName(std::string_view chat_template) {
     return has("strftime_now") ? "llama3.2" : "llama3.1";
   }
   if (has("<|im_start|>") && has("<think>") && has("</think>") && has("last_query_index")) return "qwen3";
+  // Gemma 3's (Gemma 2's refuses a system turn; its template has no first_user_prefix).
+  if (has("<start_of_turn>") && has("<end_of_turn>") && has("first_user_prefix")) return "gemma";
   // ChatML only as its common template has it: anything more (a default system prompt, say)
   // would render differently.
   static const std::string kChatMl[] = {
@@ -392,6 +432,8 @@ std::string ChatFormat::InferName(std::string_view chat_template) {
   return "";
 }
 
-std::vector<std::string> ChatFormat::Names() { return {"qwen3", "llama3", "llama3.1", "llama3.2", "chatml"}; }
+std::vector<std::string> ChatFormat::Names() {
+  return {"qwen3", "llama3", "llama3.1", "llama3.2", "gemma", "chatml"};
+}
 
 }  // namespace streambp

@@ -190,6 +190,12 @@ const std::string& Tokenizer::token_bytes(int64_t id) const {
   return impl_->bytes[id];
 }
 
+std::string Tokenizer::kind() const {
+  const text::BpeOptions& o = impl_->model->options();
+  if (o.byte_level) return "BPE (byte-level)";
+  return o.byte_fallback ? "BPE (characters, byte fallback)" : "BPE (characters)";
+}
+
 int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->exists.size()); }
 
 std::optional<int64_t> Tokenizer::token_to_id(std::string_view token) const {
