@@ -126,6 +126,30 @@ TEST(Decoder, SlidingWindowChangesAttention) {
   EXPECT_GT((a.slice(0, 6) - b.slice(0, 6)).abs().max().item<double>(), 1e-6);
 }
 
+// Gemma3's local RoPE table is built only when a layer is local: an all-global config gets the
+// global table alone, and its logits are those of the same weights with no local base at all.
+TEST(Decoder, LocalRopeTablesOnlyForLocalLayers) {
+  auto config = testing::TinyConfig("gemma3");
+  ASSERT_TRUE(config.rope_local_base_freq.has_value());
+  auto model = testing::RandomModel(config, 5, torch::kFloat64);
+  const auto positions = torch::arange(6, torch::kInt64).unsqueeze(0);
+  const auto like = torch::zeros({1}, torch::kFloat64);
+  EXPECT_EQ(model->rope_tables(positions, like).kinds.size(), 2u);
+  auto global = config;
+  global.layer_types.assign(static_cast<size_t>(config.num_hidden_layers), "full_attention");
+  CausalLM all_global(global);
+  all_global->to(torch::kFloat64);
+  all_global->load_hf_tensors(model->hf_tensors());
+  EXPECT_EQ(all_global->rope_tables(positions, like).kinds.size(), 1u);
+  auto no_local_base = global;
+  no_local_base.rope_local_base_freq.reset();
+  CausalLM plain(no_local_base);
+  plain->to(torch::kFloat64);
+  plain->load_hf_tensors(model->hf_tensors());
+  auto tokens = testing::RandomSequences({9}, config.vocab_size, 4)[0].tokens;
+  EXPECT_TRUE(torch::equal(testing::ReferenceLogits(*all_global, tokens), testing::ReferenceLogits(*plain, tokens)));
+}
+
 TEST(Config, ParsesEveryFamilyAndRoundTrips) {
   for (const auto& family : testing::TinyFamilies()) {
     auto c = testing::TinyConfig(family);

@@ -190,7 +190,11 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const Rope& rope
 CausalLMImpl::CausalLMImpl(const ModelConfig& config) : config_(config) {
   config_.Validate();
   rotary_.emplace_back(config.head_dim, config.rope_theta, config.rope_scaling);
-  if (config.rope_local_base_freq) rotary_.emplace_back(config.head_dim, *config.rope_local_base_freq, RopeScaling{});
+  // Gemma3's local RoPE, only when some layer is local (rope_kind 1): an all-global model
+  // would otherwise build a table per step that no layer reads.
+  bool any_local = false;
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) any_local = any_local || config.rope_kind(i) == 1;
+  if (any_local) rotary_.emplace_back(config.head_dim, *config.rope_local_base_freq, RopeScaling{});
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
