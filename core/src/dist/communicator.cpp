@@ -1,6 +1,7 @@
 // c10d process group (Gloo) and the collectives data parallelism needs.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -104,6 +105,11 @@ std::shared_ptr<Communicator> Communicator::Create(const DistOptions& o) {
   if (!o.backend.empty() && o.backend != "gloo" && o.backend != "nccl") {
     throw InvalidArgument("unknown c10d backend '" + o.backend + "' (gloo | nccl)");
   }
+  // A peer that dies closes its sockets; Gloo's next write to one would raise SIGPIPE, whose
+  // default action ends this process before the collective can fail with its error (seen
+  // under load in DataParallelFailure.ADeadPeerFailsTheCollectiveWithinTheTimeout). Ignored
+  // process-wide, the write fails with EPIPE instead and the collective reports the peer.
+  ::signal(SIGPIPE, SIG_IGN);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000));
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(o.master_port);
