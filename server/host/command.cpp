@@ -87,7 +87,11 @@ std::string EncodeCommand(const Command& command) {
                   {"options", c.options}, {"engine", EngineOptionsToJson(c.engine)}};
         } else if constexpr (std::is_same_v<T, SaveCommand> || std::is_same_v<T, LoadCommand>) {
           return {{"session", c.session}, {"dir", c.dir}};
-        } else if constexpr (std::is_same_v<T, OptimStepCommand> || std::is_same_v<T, ZeroGradientsCommand>) {
+        } else if constexpr (std::is_same_v<T, OptimStepCommand>) {
+          json j = {{"session", c.session}};
+          if (c.adam) j["adam"] = c.adam->ToJson();
+          return j;
+        } else if constexpr (std::is_same_v<T, ZeroGradientsCommand>) {
           return {{"session", c.session}};
         } else if constexpr (std::is_same_v<T, DropSessionCommand>) {
           return {{"session", c.session}, {"deleted", c.deleted}};
@@ -122,7 +126,11 @@ Command DecodeCommand(const std::string& bytes) {
       c.engine = EngineOptionsFromJson(j.at("engine"));
       return c;
     }
-    if (op == "optim_step") return OptimStepCommand{j.at("session").get<std::string>()};
+    if (op == "optim_step") {
+      OptimStepCommand c{j.at("session").get<std::string>(), std::nullopt};
+      if (j.contains("adam")) c.adam = AdamStepParams::FromJson(j.at("adam"));
+      return c;
+    }
     if (op == "zero_gradients") return ZeroGradientsCommand{j.at("session").get<std::string>()};
     if (op == "save") return SaveCommand{j.at("session").get<std::string>(), j.at("dir").get<std::string>()};
     if (op == "load") return LoadCommand{j.at("session").get<std::string>(), j.at("dir").get<std::string>()};
@@ -168,7 +176,7 @@ CommandResult Apply(Replica& replica, const Command& command, const ApplyHooks& 
             r.optim = t.optim;
           }
         } else if constexpr (std::is_same_v<T, OptimStepCommand>) {
-          r.optim = replica.trainer(c.session).optim_step();
+          r.optim = replica.trainer(c.session).optim_step(c.adam ? &*c.adam : nullptr);
         } else if constexpr (std::is_same_v<T, ZeroGradientsCommand>) {
           replica.trainer(c.session).zero_gradients();
         } else if constexpr (std::is_same_v<T, SaveCommand>) {

@@ -5,6 +5,7 @@
 // drift from what rank 0 runs.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "replica.h"
 #include "streambp/batch.h"
 #include "streambp/engine.h"
+#include "streambp/optimizer.h"
 
 namespace streambp::server {
 
@@ -33,6 +35,7 @@ struct StepCommand {
 };
 struct OptimStepCommand {
   std::string session;
+  std::optional<AdamStepParams> adam;  ///< this step's Adam parameters (OptimStep's adam_params)
 };
 struct ZeroGradientsCommand {
   std::string session;

@@ -32,11 +32,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <optional>
 #include <thread>
 
 #include "config.h"
 #include "device_worker.h"
 #include "policy_hub.h"
+#include "streambp/optimizer.h"
 #include "telemetry.h"
 #include "types.h"
 
@@ -92,7 +94,8 @@ class TrainingHost {
   // --- Work on the device (each names its session in ctx.session) ----------------------------
   void forward_backward(CallContext ctx, StepRequest request, Done<StepStats> done);
   void train_step(CallContext ctx, StepRequest request, Done<TrainStats> done);
-  void optim_step(CallContext ctx, Done<OptimStats> done);
+  /// `adam`: this step's Adam parameters (unset: the session's optimizer and schedule).
+  void optim_step(CallContext ctx, std::optional<AdamStepParams> adam, Done<OptimStats> done);
   void compute_logprobs(CallContext ctx, LogprobsRequest request, Done<LogprobsReply> done);
   /// Generation runs in slices of decode steps: other sessions' jobs take turns between them.
   void sample(CallContext ctx, SampleRequest request, Done<SampleReply> done);
@@ -163,7 +166,7 @@ class TrainingHost {
   // host_steps.cpp
   StepStats run_forward_backward(const CallContext& ctx, HostSession& s, const StepCommand& command,
                                  const EngineOptions& resolved);
-  OptimStats run_optim_step(HostSession& s);
+  OptimStats run_optim_step(HostSession& s, const std::optional<AdamStepParams>& adam = std::nullopt);
   StepCommand prepare_step(const CallContext& ctx, HostSession& s, StepRequest& request, StepKind kind,
                            EngineOptions* resolved);
 

@@ -112,11 +112,16 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
   return st;
 }
 
-OptimStats TrainingHost::run_optim_step(HostSession& s) {
+OptimStats TrainingHost::run_optim_step(HostSession& s, const std::optional<AdamStepParams>& adam) {
   const auto start = Clock::now();
   auto& trainer = use(s);
+  // Refused here, before any rank sees the command; the gradients stay pending.
+  if (adam) adam->Apply(trainer.options().optimizer);
+  if (adam && !trainer.has_pending_gradients()) {
+    throw FailedPrecondition("optim_step: there are no accumulated gradients (call forward_backward first)");
+  }
   OptimStats o;
-  o.optim = executor_->run(OptimStepCommand{s.spec.name}).optim;
+  o.optim = executor_->run(OptimStepCommand{s.spec.name, adam}).optim;
   if (!o.optim.skipped) ++s.weights_generation;
   o.policy_version = trainer.policy_version();
   o.step = trainer.step();
@@ -182,19 +187,20 @@ void TrainingHost::train_step(CallContext ctx, StepRequest request, Done<TrainSt
       std::move(done));
 }
 
-void TrainingHost::optim_step(CallContext ctx, Done<OptimStats> done) {
+void TrainingHost::optim_step(CallContext ctx, std::optional<AdamStepParams> adam, Done<OptimStats> done) {
   std::shared_ptr<HostSession> s;
   try {
     check_admitted(ctx);
     s = find(ctx.session);
+    if (adam) adam->Validate();
   } catch (...) {
     done({nullptr, std::current_exception()});
     return;
   }
   submit<OptimStats>(
       ctx, s, true,
-      [this, s] {
-        auto o = run_optim_step(*s);
+      [this, s, adam] {
+        auto o = run_optim_step(*s, adam);
         if (!o.optim.skipped) announce(*s, "train", nullptr, 0);
         return Share(std::move(o));
       },

@@ -235,8 +235,20 @@ TEST(Host, AFollowerFedTheRecordedCommandsEndsBitIdentical) {
     auto step = SftStep({{1, 5, 9, 13, 17 + i}, {2, 4, 6, 8}});
     auto fb = Wait<StepStats>([&](auto done) { host->forward_backward(Ctx("ForwardBackward"), step, done); });
     ASSERT_TRUE(fb.ok()) << ErrorOf(fb.error);
-    auto o = Wait<OptimStats>([&](auto done) { host->optim_step(Ctx("OptimStep"), done); });
+    // The second step carries its own Adam parameters, which the follower must receive too.
+    std::optional<AdamStepParams> adam;
+    if (i == 1) {
+      adam.emplace();
+      adam->lr = 3e-3;
+      adam->beta1 = 0.8;
+      adam->weight_decay = 0.1;
+      adam->grad_clip_norm = 0.5;
+    }
+    auto o = Wait<OptimStats>([&](auto done) { host->optim_step(Ctx("OptimStep"), adam, done); });
     ASSERT_TRUE(o.ok()) << ErrorOf(o.error);
+    if (adam) {
+      EXPECT_EQ(o.value->optim.lr, 3e-3);
+    }
   }
   auto saved = Wait<CheckpointReply>([&](auto done) { host->save_checkpoint(Ctx("SaveCheckpoint"), "c", done); });
   ASSERT_TRUE(saved.ok()) << ErrorOf(saved.error);

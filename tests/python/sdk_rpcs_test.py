@@ -102,6 +102,10 @@ def main() -> int:
     custom = tc.forward_backward_custom(SFT, lambda s, lp: (-sum(map(sum, lp)), [[-1.0] * len(x) for x in lp]),
                                         mode="gradients")
     check(custom.policy_version == 4 and custom.forward_backward.stats.targets == 12, f"custom: {custom}")
+    # Per-step Adam parameters need an adamw optimizer (alice's is sgd); unknown fields stop in the SDK.
+    expect_error(grpc.StatusCode.FAILED_PRECONDITION, tc.optim_step, streambp.AdamParams(),
+                 contains="the optimizer is sgd, not adamw")
+    expect_error(grpc.StatusCode.INVALID_ARGUMENT, tc.optim_step, {"lr": 1e-3}, contains="unknown field(s) lr")
     tc.optim_step()
 
     # Memory, state, weights.
@@ -164,6 +168,19 @@ def main() -> int:
 
     check(service.delete_session("alice") == "alice", "DeleteSession")
     expect_error(grpc.StatusCode.NOT_FOUND, service.get_session, "alice")
+
+    # Tinker's AdamParams on an adamw session: the step takes its learning rate; bad values are
+    # refused naming the field, and the gradients stay for the next step.
+    adam = service.training_client(service.create_session("tinker", lora={"r": 4}).name)
+    adam.forward_backward(SFT)
+    step = adam.optim_step(streambp.AdamParams(learning_rate=3e-3))
+    check(step.learning_rate == 3e-3 and step.policy_version == 1, f"OptimStep(AdamParams): {step}")
+    adam.forward_backward(SFT)
+    expect_error(grpc.StatusCode.INVALID_ARGUMENT, adam.optim_step, {"beta1": 1.0},
+                 contains="adam_params.beta1 must be in [0, 1), got 1")
+    step = adam.optim_step({"learning_rate": 1e-3})
+    check(step.learning_rate == 1e-3 and step.policy_version == 2, f"OptimStep(adam_params dict): {step}")
+    service.delete_session("tinker")
 
     names = {m.name for m in pb.DESCRIPTOR.services_by_name["Trainer"].methods}
     check(recorder.methods == names, f"RPCs not called: {sorted(names - recorder.methods)}")

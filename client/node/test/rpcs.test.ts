@@ -84,7 +84,10 @@ test('every RPC once against a real server', { skip }, async () => {
   for await (const p of s.forwardBackwardProgress({ batch })) done = p;
   assert.equal(done?.state, 'done');
   assert.ok(done?.forward_backward?.stats?.loss);
-  await s.optimStep();
+  // This step with its own Adam parameters (Tinker's AdamParams; unset fields take its defaults).
+  const tinker = await s.optimStep({ adam_params: { learning_rate: 2e-3, grad_clip_norm: 1 } });
+  assert.equal(tinker.learning_rate, 2e-3);
+  assert.equal(tinker.policy_version, 4);
 
   const logprobs = await s.computeLogprobs({ sequences: [{ tokens: hello.ids }], fp64: true });
   assert.equal(logprobs.sequences[0].logprobs.length, hello.ids.length - 1);

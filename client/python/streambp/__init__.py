@@ -21,7 +21,7 @@ from .data import (batch_from_records, dpo_batch, grpo_batch, objective_options,
 from .errors import StreambpError
 from .safetensors import Tensor, load_safetensors
 from .training import RolloutStream, TrainingClient
-from .types import (CheckpointInfo, Completion, CustomLossResult, ExportedWeights, ForwardBackwardResult,
+from .types import (AdamParams, CheckpointInfo, Completion, CustomLossResult, ExportedWeights, ForwardBackwardResult,
                     LoadedCheckpoint, LogprobsResult, LoraConfig, MemoryEstimate, OptimStepResult, PolicyUpdate,
                     RolloutAck, RolloutStats, SampleResult, ServerInfo, SessionInfo, SessionList, StepProgress,
                     StepStats, TokenizedText, TokenizerInfo, TrainStepResult)
@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ServiceClient", "TrainingClient", "RolloutStream", "StreamIterator", "StreambpError", "RetryPolicy", "TlsConfig",
-    "new_request_id", "LossFn", "torch_available", "pb", "custom_loss", "data", "safetensors",
+    "new_request_id", "AdamParams", "LossFn", "torch_available", "pb", "custom_loss", "data", "safetensors",
     "batch_from_records", "dpo_batch", "grpo_batch", "objective_options", "parse_jsonl", "read_jsonl",
     "rollout_group", "sft_batch", "text_input", "weighted_batch", "Tensor", "load_safetensors",
     "CheckpointInfo", "Completion", "CustomLossResult", "ExportedWeights", "ForwardBackwardResult",

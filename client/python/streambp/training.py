@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import dataclasses
 import hashlib
 import os
 import threading
@@ -21,7 +22,7 @@ from .custom_loss import LossFn, run_loss
 from .data import (Messages, TextLike, batch_kind, engine_options, objective_options, sft_batch, text_input,
                    text_inputs, weighted_batch)
 from .errors import StreambpError, invalid
-from .types import (CheckpointInfo, CustomLossResult, ExportedWeights, ForwardBackwardResult, LoadedCheckpoint,
+from .types import (AdamParams, CheckpointInfo, CustomLossResult, ExportedWeights, ForwardBackwardResult, LoadedCheckpoint,
                     LogprobsResult, MemoryEstimate, OptimStepResult, PolicyUpdate, RolloutAck, RolloutStats,
                     SampleResult, ServerInfo, TokenizedText, TrainStepResult, from_proto)
 from .v1 import trainer_pb2 as pb
@@ -176,12 +177,24 @@ class TrainingClient:
     forward_backward_custom, forward_backward_custom_future, forward_backward_custom_async = call_forms(
         _forward_backward_custom, ordered=True)
 
-    async def _optim_step(self, *, request_id: Optional[str] = None,
-                          timeout: Optional[float] = None) -> OptimStepResult:
+    async def _optim_step(self, adam_params: Union[AdamParams, Mapping[str, float], None] = None, *,
+                          request_id: Optional[str] = None, timeout: Optional[float] = None) -> OptimStepResult:
         """OptimStep: applies the accumulated gradients (the session's optimizer, clipping and
         LR schedule); the policy version then increases by one. A non-finite gradient skips
-        the step (OptimStepResult.skipped). Mutating (request id)."""
+        the step (OptimStepResult.skipped). Mutating (request id).
+
+        ``adam_params`` (an AdamParams, or a dict of some of its fields, the others taking
+        Tinker's defaults) replaces the optimizer configuration and schedule for this step."""
         request = pb.OptimStepRequest(request_id=request_id or new_request_id(), session=self.session)
+        if adam_params is not None:
+            fields = dataclasses.asdict(adam_params) if isinstance(adam_params, AdamParams) else dict(adam_params)
+            known = {f.name for f in dataclasses.fields(AdamParams)}
+            unknown = sorted(set(fields) - known)
+            if unknown:
+                raise invalid(f"adam_params: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+            request.adam_params.SetInParent()
+            for name, value in fields.items():
+                setattr(request.adam_params, name, float(value))
         response = await self._conn.unary("OptimStep", request, timeout, request.request_id)
         return from_proto(OptimStepResult, response)
 

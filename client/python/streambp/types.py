@@ -18,7 +18,7 @@ __all__ = [
     "ForwardBackwardResult", "OptimStepResult", "TrainStepResult", "StepProgress", "LogprobsResult",
     "Completion", "SampleResult", "TokenizedText", "CheckpointInfo", "LoadedCheckpoint",
     "MemoryEstimate", "PolicyUpdate", "RolloutAck", "RolloutStats", "ExportedWeights",
-    "CustomLossResult", "from_proto",
+    "CustomLossResult", "AdamParams", "from_proto",
 ]
 
 T = TypeVar("T")
@@ -185,6 +185,20 @@ class OptimStepResult:
     grad_norm: float
     skipped: bool
     skip_reason: str
+
+
+@dataclass(frozen=True)
+class AdamParams:
+    """Adam parameters for one ``optim_step``, as Tinker's ``AdamParams`` (and with its
+    defaults): this step's learning rate (no schedule applies), betas, eps, decoupled weight
+    decay and gradient clipping norm (0 = no clipping) instead of the session's optimizer
+    configuration. The session's optimizer must be adamw; its moments carry on."""
+    learning_rate: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-12
+    weight_decay: float = 0.0
+    grad_clip_norm: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,29 @@ struct OptimizerOptions {
   nlohmann::json ToJson() const;
 };
 
+/// The Adam parameters of one optimizer step, given with the step instead of taken from the
+/// configuration (Tinker's AdamParams; docs/api.md OptimStep): the learning rate (no schedule
+/// applies), the moment decay rates, eps, decoupled weight decay and the gradient clipping
+/// norm (0 = no clipping). The defaults are Tinker's. Only for an adamw optimizer; its state
+/// (moments, step counts) carries on across steps whatever each step's parameters were.
+struct AdamStepParams {
+  double lr = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-12;
+  double weight_decay = 0.0;
+  double grad_clip_norm = 0.0;
+
+  /// InvalidArgument naming the field ("adam_params.beta2 must be in [0, 1), got 1").
+  void Validate() const;
+  /// `base` (an adamw configuration) with these values. FailedPrecondition when `base` is
+  /// not adamw.
+  OptimizerOptions Apply(const OptimizerOptions& base) const;
+  /// Every field; FromJson reads the fields present (the others keep the defaults).
+  nlohmann::json ToJson() const;
+  static AdamStepParams FromJson(const nlohmann::json& j);
+};
+
 /// The learning-rate multiplier as a function of the optimizer step s (0-based: the first
 /// update uses s = 0), as in Hugging Face transformers:
 ///   s < warmup_steps:  s / max(1, warmup_steps)

@@ -101,7 +101,11 @@ class Trainer {
   /// Applies the pending gradients: norm, non-finite check, clipping, schedule, update;
   /// then clears the gradients and advances step() and policy_version() (unless skipped).
   /// Throws FailedPrecondition when there are no pending gradients.
-  OptimResult optim_step();
+  /// With `adam`, this step uses its learning rate, betas, eps, weight decay and clipping
+  /// norm instead of the configured ones (and no schedule); the configuration is unchanged
+  /// for later steps. Bad `adam` (InvalidArgument), or an optimizer that is not adamw
+  /// (FailedPrecondition), is refused before anything changes: the gradients stay pending.
+  OptimResult optim_step(const AdamStepParams* adam = nullptr);
 
   /// forward_backward then optim_step. In a data-parallel run with
   /// options().overlap_grad_reduce, the gradient buckets of each layer are launched from

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <sstream>
 
 #include <torch/torch.h>
 
@@ -46,6 +47,38 @@ void OptimizerOptions::Validate() const {
   if (name == "adamw" && momentum != 0) {
     throw InvalidArgument("optimizer.momentum applies to sgd only (adamw uses betas)");
   }
+}
+
+void AdamStepParams::Validate() const {
+  auto check = [](const char* field, double v, bool ok, const char* rule) {
+    if (!ok) {
+      std::ostringstream got;
+      got << v;
+      throw InvalidArgument(std::string("adam_params.") + field + " must be " + rule + ", got " + got.str());
+    }
+  };
+  check("learning_rate", lr, std::isfinite(lr) && lr >= 0, "a finite number >= 0");
+  check("beta1", beta1, beta1 >= 0 && beta1 < 1, "in [0, 1)");
+  check("beta2", beta2, beta2 >= 0 && beta2 < 1, "in [0, 1)");
+  check("eps", eps, std::isfinite(eps) && eps > 0, "a finite number > 0");
+  check("weight_decay", weight_decay, std::isfinite(weight_decay) && weight_decay >= 0, "a finite number >= 0");
+  check("grad_clip_norm", grad_clip_norm, std::isfinite(grad_clip_norm) && grad_clip_norm >= 0,
+        "a finite number >= 0 (0 = no clipping)");
+}
+
+OptimizerOptions AdamStepParams::Apply(const OptimizerOptions& base) const {
+  Validate();
+  if (base.name != "adamw") {
+    throw FailedPrecondition("adam_params: the optimizer is " + base.name +
+                             ", not adamw; leave adam_params out or use an adamw optimizer");
+  }
+  OptimizerOptions o = base;
+  o.lr = lr;
+  o.betas = {beta1, beta2};
+  o.eps = eps;
+  o.weight_decay = weight_decay;
+  o.Validate();
+  return o;
 }
 
 void ScheduleOptions::Validate() const {

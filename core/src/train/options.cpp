@@ -112,6 +112,30 @@ EngineOptions ReadEngine(const json& j, const std::string& prefix) {
 
 }  // namespace
 
+json AdamStepParams::ToJson() const {
+  return {{"learning_rate", lr}, {"beta1", beta1},          {"beta2", beta2},
+          {"eps", eps},          {"weight_decay", weight_decay}, {"grad_clip_norm", grad_clip_norm}};
+}
+
+AdamStepParams AdamStepParams::FromJson(const json& j) {
+  if (!j.is_object()) throw InvalidArgument("adam_params must be a JSON object");
+  AdamStepParams p;
+  for (const auto& [key, value] : j.items()) {
+    double* field = key == "learning_rate"    ? &p.lr
+                    : key == "beta1"          ? &p.beta1
+                    : key == "beta2"          ? &p.beta2
+                    : key == "eps"            ? &p.eps
+                    : key == "weight_decay"   ? &p.weight_decay
+                    : key == "grad_clip_norm" ? &p.grad_clip_norm
+                                              : nullptr;
+    if (!field) throw InvalidArgument("adam_params: unknown field '" + key + "'");
+    if (!value.is_number()) throw InvalidArgument("adam_params." + key + " must be a number");
+    *field = value.get<double>();
+  }
+  p.Validate();
+  return p;
+}
+
 OptimizerOptions OptimizerOptions::FromJson(const json& j) { return ReadOptimizer(j, "optimizer"); }
 
 json OptimizerOptions::ToJson() const {

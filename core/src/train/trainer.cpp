@@ -258,12 +258,15 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
   return total;
 }
 
-OptimResult Trainer::optim_step() {
+OptimResult Trainer::optim_step(const AdamStepParams* adam) {
   if (!pending_) {
     throw FailedPrecondition("optim_step: there are no accumulated gradients (call forward_backward first)");
   }
+  // This step's optimizer options, checked before anything changes.
+  const OptimizerOptions step_options = adam ? adam->Apply(optimizer_->options()) : optimizer_->options();
+  const double max_grad_norm = adam ? adam->grad_clip_norm : options_.max_grad_norm;
   OptimResult result;
-  result.lr = current_lr();
+  result.lr = adam ? adam->lr : current_lr();
   const bool distributed = comm_ && comm_->world_size() > 1;
   if (distributed) {
     nonfinite_loss_ = comm_->all_reduce_scalar(nonfinite_loss_ ? 1.0 : 0.0, /*max=*/true) > 0;
@@ -319,10 +322,23 @@ OptimResult Trainer::optim_step() {
     return result;
   }
   double scale = 1.0;
-  if (options_.max_grad_norm > 0) {
-    const double coef = options_.max_grad_norm / (result.grad_norm + 1e-6);
+  if (max_grad_norm > 0) {
+    const double coef = max_grad_norm / (result.grad_norm + 1e-6);
     if (coef < 1.0) scale = coef;
   }
+  // The step's options for this update only; the configured ones are back afterwards.
+  const OptimizerOptions configured = optimizer_->options();
+  struct Restore {
+    Optimizer& optimizer;
+    const OptimizerOptions& options;
+    ~Restore() {
+      try {
+        optimizer.set_options(options);  // valid: it was accepted before
+      } catch (...) {
+      }
+    }
+  } restore{*optimizer_, configured};
+  if (adam) optimizer_->set_options(step_options);
   try {
     if (distributed && comm_->options().zero_stage >= 1) {
       // Only the owned parameters are updated here (the optimizer skips parameters

@@ -1,6 +1,7 @@
 import type * as grpc from '@grpc/grpc-js';
 import type { MessageTypeDefinition } from '@grpc/proto-loader';
 
+import type { AdamParams as _streambp_v1_AdamParams, AdamParams__Output as _streambp_v1_AdamParams__Output } from './streambp/v1/AdamParams';
 import type { Batch as _streambp_v1_Batch, Batch__Output as _streambp_v1_Batch__Output } from './streambp/v1/Batch';
 import type { ChatMessage as _streambp_v1_ChatMessage, ChatMessage__Output as _streambp_v1_ChatMessage__Output } from './streambp/v1/ChatMessage';
 import type { Completion as _streambp_v1_Completion, Completion__Output as _streambp_v1_Completion__Output } from './streambp/v1/Completion';
@@ -79,6 +80,7 @@ type SubtypeConstructor<Constructor extends new (...args: any) => any, Subtype> 
 export interface ProtoGrpcType {
   streambp: {
     v1: {
+      AdamParams: MessageTypeDefinition<_streambp_v1_AdamParams, _streambp_v1_AdamParams__Output>
       Batch: MessageTypeDefinition<_streambp_v1_Batch, _streambp_v1_Batch__Output>
       ChatMessage: MessageTypeDefinition<_streambp_v1_ChatMessage, _streambp_v1_ChatMessage__Output>
       Completion: MessageTypeDefinition<_streambp_v1_Completion, _streambp_v1_Completion__Output>

@@ -5,6 +5,22 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AdamParams(_message.Message):
+    __slots__ = ["beta1", "beta2", "eps", "grad_clip_norm", "learning_rate", "weight_decay"]
+    BETA1_FIELD_NUMBER: _ClassVar[int]
+    BETA2_FIELD_NUMBER: _ClassVar[int]
+    EPS_FIELD_NUMBER: _ClassVar[int]
+    GRAD_CLIP_NORM_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    beta1: float
+    beta2: float
+    eps: float
+    grad_clip_norm: float
+    learning_rate: float
+    weight_decay: float
+    def __init__(self, learning_rate: _Optional[float] = ..., beta1: _Optional[float] = ..., beta2: _Optional[float] = ..., eps: _Optional[float] = ..., weight_decay: _Optional[float] = ..., grad_clip_norm: _Optional[float] = ...) -> None: ...
+
 class Batch(_message.Message):
     __slots__ = ["dpo", "grpo", "sft", "weighted"]
     DPO_FIELD_NUMBER: _ClassVar[int]
@@ -436,12 +452,14 @@ class LoraConfig(_message.Message):
     def __init__(self, r: _Optional[int] = ..., alpha: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., use_rslora: bool = ..., seed: _Optional[int] = ...) -> None: ...
 
 class OptimStepRequest(_message.Message):
-    __slots__ = ["request_id", "session"]
+    __slots__ = ["adam_params", "request_id", "session"]
+    ADAM_PARAMS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    adam_params: AdamParams
     request_id: str
     session: str
-    def __init__(self, request_id: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., session: _Optional[str] = ..., adam_params: _Optional[_Union[AdamParams, _Mapping]] = ...) -> None: ...
 
 class OptimStepResponse(_message.Message):
     __slots__ = ["grad_norm", "learning_rate", "policy_version", "skip_reason", "skipped", "step"]

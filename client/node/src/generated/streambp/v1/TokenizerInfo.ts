@@ -11,7 +11,7 @@ export interface TokenizerInfo {
    */
   'available'?: (boolean);
   /**
-   * e.g. "BPE (byte-level)"
+   * "BPE (byte-level)" or "BPE (characters, byte fallback)"
    */
   'type'?: (string);
   /**
@@ -19,7 +19,7 @@ export interface TokenizerInfo {
    */
   'vocab_size'?: (number | string | Long);
   /**
-   * qwen3 | llama3 | llama3.1 | llama3.2 | chatml | ""
+   * qwen3 | llama3 | llama3.1 | llama3.2 | gemma | chatml | ""
    */
   'chat_format'?: (string);
   /**
@@ -39,7 +39,7 @@ export interface TokenizerInfo__Output {
    */
   'available': (boolean);
   /**
-   * e.g. "BPE (byte-level)"
+   * "BPE (byte-level)" or "BPE (characters, byte fallback)"
    */
   'type': (string);
   /**
@@ -47,7 +47,7 @@ export interface TokenizerInfo__Output {
    */
   'vocab_size': (number);
   /**
-   * qwen3 | llama3 | llama3.1 | llama3.2 | chatml | ""
+   * qwen3 | llama3 | llama3.1 | llama3.2 | gemma | chatml | ""
    */
   'chat_format': (string);
   /**
