@@ -20,7 +20,7 @@ from ._connection import ProgressCallback, StreamIterator, new_request_id, strea
 from ._runtime import Sequencer, call_forms
 from .custom_loss import LossFn, run_loss
 from .data import (Messages, TextLike, batch_kind, engine_options, objective_options, sft_batch, text_input,
-                   text_inputs, weighted_batch)
+                   text_inputs, to_message, weighted_batch)
 from .errors import StreambpError, invalid
 from .types import (AdamParams, CheckpointInfo, CustomLossResult, ExportedWeights, ForwardBackwardResult, LoadedCheckpoint,
                     LogprobsResult, MemoryEstimate, OptimStepResult, PolicyUpdate, RolloutAck, RolloutStats,
@@ -180,21 +180,14 @@ class TrainingClient:
     async def _optim_step(self, adam_params: Union[AdamParams, Mapping[str, float], None] = None, *,
                           request_id: Optional[str] = None, timeout: Optional[float] = None) -> OptimStepResult:
         """OptimStep: applies the accumulated gradients (the session's optimizer, clipping and
-        LR schedule); the policy version then increases by one. A non-finite gradient skips
-        the step (OptimStepResult.skipped). Mutating (request id).
-
-        ``adam_params`` (an AdamParams, or a dict of some of its fields, the others taking
-        Tinker's defaults) replaces the optimizer configuration and schedule for this step."""
+        LR schedule, or ``adam_params`` for this step: an AdamParams, or a dict of some of its
+        fields, the others taking Tinker's defaults); the policy version then increases by one.
+        A non-finite gradient skips the step (OptimStepResult.skipped). Mutating (request id)."""
         request = pb.OptimStepRequest(request_id=request_id or new_request_id(), session=self.session)
         if adam_params is not None:
-            fields = dataclasses.asdict(adam_params) if isinstance(adam_params, AdamParams) else dict(adam_params)
-            known = {f.name for f in dataclasses.fields(AdamParams)}
-            unknown = sorted(set(fields) - known)
-            if unknown:
-                raise invalid(f"adam_params: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-            request.adam_params.SetInParent()
-            for name, value in fields.items():
-                setattr(request.adam_params, name, float(value))
+            fields = dataclasses.asdict(adam_params) if isinstance(adam_params, AdamParams) else adam_params
+            request.adam_params.SetInParent()  # present even when no field is set (all defaults)
+            request.adam_params.MergeFrom(to_message(fields, pb.AdamParams, "adam_params"))
         response = await self._conn.unary("OptimStep", request, timeout, request.request_id)
         return from_proto(OptimStepResult, response)
 
