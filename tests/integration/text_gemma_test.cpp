@@ -10,6 +10,7 @@
 
 #include "integration/server_fixture.h"
 #include "integration/text_model.h"
+#include "integration/wire.h"
 #include "streambp/chat.h"
 #include "streambp/tokenizer.h"
 #include "streambp/v1/trainer.grpc.pb.h"
@@ -20,23 +21,9 @@ namespace {
 
 using testing::GemmaModelDir;
 
-std::unique_ptr<v1::Trainer::Stub> Connect(const std::string& target) {
-  return v1::Trainer::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
-}
-
-std::unique_ptr<grpc::ClientContext> Ctx() {
-  auto c = std::make_unique<grpc::ClientContext>();
-  c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  return c;
-}
-
-void Add(google::protobuf::RepeatedPtrField<v1::ChatMessage>* to, const std::string& role, const std::string& content) {
-  auto* m = to->Add();
-  m->set_role(role);
-  m->set_content(content);
-}
-
-std::vector<int64_t> Ids(const google::protobuf::RepeatedField<int32_t>& ids) { return {ids.begin(), ids.end()}; }
+using testing::Add;
+using testing::Ids;
+using testing::Wire;
 
 TEST(TextGemma, AGemma3FolderTokenizesTrainsAndSamplesWithItsOwnTokenizerAndChatFormat) {
   REQUIRE_REFERENCE();
@@ -46,12 +33,13 @@ TEST(TextGemma, AGemma3FolderTokenizesTrainsAndSamplesWithItsOwnTokenizerAndChat
   config.trainer.optimizer.name = "sgd";
   config.trainer.optimizer.lr = 1e-2;
   auto s = testing::StartServer(config);
-  auto stub = Connect(s.target);
+  Wire w(s.target);
+  auto& stub = w.stub;
   const auto tokenizer = Tokenizer::FromDir(GemmaModelDir());
   const auto chat = ChatFormat::Create("gemma", "<bos>");
 
   v1::GetInfoResponse info;
-  ASSERT_TRUE(stub->GetInfo(Ctx().get(), {}, &info).ok());
+  ASSERT_TRUE(stub->GetInfo(Wire::ctx().get(), {}, &info).ok());
   EXPECT_EQ(info.architecture(), "Gemma3ForCausalLM");
   EXPECT_TRUE(info.tokenizer().available());
   EXPECT_EQ(info.tokenizer().type(), "BPE (characters, byte fallback)");
@@ -68,7 +56,7 @@ TEST(TextGemma, AGemma3FolderTokenizesTrainsAndSamplesWithItsOwnTokenizerAndChat
   Add(conv->mutable_messages(), "user", "What is 2+2?");
   Add(conv->mutable_messages(), "assistant", " 4 ");
   v1::TokenizeResponse out;
-  ASSERT_TRUE(stub->Tokenize(Ctx().get(), req, &out).ok());
+  ASSERT_TRUE(stub->Tokenize(Wire::ctx().get(), req, &out).ok());
   ASSERT_EQ(out.outputs_size(), 2);
   EXPECT_EQ(Ids(out.outputs(0).ids()), tokenizer->encode(text));
   const std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "What is 2+2?"}, {"assistant", " 4 "}};
@@ -85,7 +73,7 @@ TEST(TextGemma, AGemma3FolderTokenizesTrainsAndSamplesWithItsOwnTokenizerAndChat
   v1::DetokenizeRequest d;
   d.add_sequences()->mutable_tokens()->CopyFrom(out.outputs(0).ids());
   v1::DetokenizeResponse texts;
-  ASSERT_TRUE(stub->Detokenize(Ctx().get(), d, &texts).ok());
+  ASSERT_TRUE(stub->Detokenize(Wire::ctx().get(), d, &texts).ok());
   EXPECT_EQ(texts.texts(0), text);
 
   // An SFT step from the conversation: a finite loss over the assistant's tokens only.
@@ -94,7 +82,7 @@ TEST(TextGemma, AGemma3FolderTokenizesTrainsAndSamplesWithItsOwnTokenizerAndChat
   auto* example = step.mutable_batch()->mutable_sft()->add_examples();
   for (const auto& m : messages) Add(example->mutable_messages(), m.role, m.content);
   v1::TrainStepResponse trained_step;
-  const grpc::Status status = stub->TrainStep(Ctx().get(), step, &trained_step);
+  const grpc::Status status = stub->TrainStep(Wire::ctx().get(), step, &trained_step);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_TRUE(std::isfinite(trained_step.stats().loss()));
   EXPECT_GT(trained_step.stats().loss(), 0.0);
@@ -107,7 +95,7 @@ TEST(TextGemma, AGemma3FolderTokenizesTrainsAndSamplesWithItsOwnTokenizerAndChat
   sample.set_temperature(0);
   sample.set_ignore_eos(true);
   v1::SampleResponse sampled;
-  ASSERT_TRUE(stub->Sample(Ctx().get(), sample, &sampled).ok());
+  ASSERT_TRUE(stub->Sample(Wire::ctx().get(), sample, &sampled).ok());
   ASSERT_EQ(sampled.completions_size(), 1);
   ASSERT_EQ(sampled.completions(0).tokens_size(), 5);
   EXPECT_EQ(sampled.completions(0).text(), tokenizer->decode(Ids(sampled.completions(0).tokens()), true));

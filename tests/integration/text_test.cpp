@@ -1,5 +1,4 @@
-// Text in, text out over the wire (issue 16), custom losses from the client (issue 19) and
-// step progress (issue 18). The model is the tiny preset around the real Qwen3 tokenizer
+// Text in, text out over the wire (issue 16). The model is the tiny preset around the real Qwen3 tokenizer
 // (from the npm reference packages, tests/text/reference/setup.sh); the expected ids come
 // from the tokenizer and chat-format library directly, following the documented rules, so
 // the server's own text path is what is checked.
@@ -19,6 +18,7 @@
 #include "host.h"
 #include "integration/server_fixture.h"
 #include "integration/text_model.h"
+#include "integration/wire.h"
 #include "streambp/chat.h"
 #include "streambp/model.h"
 #include "streambp/tokenizer.h"
@@ -32,6 +32,9 @@ namespace fs = std::filesystem;
 using testing::TestConfig;
 using testing::QwenModelDir;
 using testing::ReferenceModels;
+using testing::Add;
+using testing::Ids;
+using testing::Wire;
 
 server::ServerConfig TextConfig(const std::string& model_dir) {
   auto c = TestConfig();
@@ -43,26 +46,7 @@ server::ServerConfig TextConfig(const std::string& model_dir) {
   return c;
 }
 
-struct Wire {
-  std::unique_ptr<v1::Trainer::Stub> stub;
-  explicit Wire(const std::string& target)
-      : stub(v1::Trainer::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
-  static std::unique_ptr<grpc::ClientContext> ctx() {
-    auto c = std::make_unique<grpc::ClientContext>();
-    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-    return c;
-  }
-};
 
-v1::ChatMessage* Add(google::protobuf::RepeatedPtrField<v1::ChatMessage>* to, const std::string& role,
-                     const std::string& content) {
-  auto* m = to->Add();
-  m->set_role(role);
-  m->set_content(content);
-  return m;
-}
-
-std::vector<int64_t> Ids(const google::protobuf::RepeatedField<int32_t>& ids) { return {ids.begin(), ids.end()}; }
 
 class Text : public ::testing::Test {
  protected:
@@ -417,209 +401,6 @@ TEST_F(Text, TokenizerFilesTravelIntoCheckpointsAndExports) {
   EXPECT_EQ(files["tokenizer.json"], read(model / "tokenizer.json"));
   EXPECT_EQ(files["tokenizer_config.json"], read(model / "tokenizer_config.json"));
   EXPECT_EQ(digests.size(), files.size());
-}
-
-// --- Custom losses: weights computed by the client ----------------------------------------------------
-
-server::ServerConfig SgdF64() {
-  auto c = TestConfig();
-  c.trainer.optimizer.name = "sgd";
-  c.trainer.optimizer.lr = 0.5;
-  return c;
-}
-
-std::vector<std::vector<int32_t>> Sequences() {
-  std::vector<std::vector<int32_t>> out;
-  for (int s = 0; s < 3; ++s) {
-    std::vector<int32_t> t;
-    for (int i = 0; i < 9 + 3 * s; ++i) t.push_back((37 * s + 11 * i + 5) % 256);
-    out.push_back(t);
-  }
-  return out;
-}
-
-// log-probs of the sequences at the current policy, double precision.
-v1::ComputeLogprobsResponse Logprobs(Wire& w, const std::vector<std::vector<int32_t>>& seqs) {
-  v1::ComputeLogprobsRequest req;
-  req.set_fp64(true);
-  for (const auto& s : seqs) req.add_sequences()->mutable_tokens()->Add(s.begin(), s.end());
-  v1::ComputeLogprobsResponse out;
-  EXPECT_TRUE(w.stub->ComputeLogprobs(Wire::ctx().get(), req, &out).ok());
-  return out;
-}
-
-double MaxRelativeDifference(const TensorMap& a, const TensorMap& b) {
-  double worst = 0;
-  for (const auto& [name, t] : a) {
-    const auto d = (t - b.at(name)).abs().max().item<double>();
-    worst = std::max(worst, d / std::max(1e-30, t.abs().max().item<double>()));
-  }
-  return worst;
-}
-
-TEST(CustomLoss, HandWrittenDpoEqualsTheBuiltInObjective) {
-  const auto seqs = Sequences();
-  const int prompt = 4;
-  const double beta = 0.3, ref_c = -31.5, ref_r = -29.25;
-  // Built-in: DPO with given reference log-probs, one SGD step.
-  auto a = testing::StartServer(SgdF64());
-  {
-    v1::TrainStepRequest r;
-    auto* p = r.mutable_batch()->mutable_dpo()->add_pairs();
-    p->mutable_prompt()->Add(seqs[0].begin(), seqs[0].begin() + prompt);
-    p->mutable_chosen()->Add(seqs[0].begin() + prompt, seqs[0].end());
-    std::vector<int32_t> rejected(seqs[1].begin() + prompt, seqs[1].end());
-    p->mutable_rejected()->Add(rejected.begin(), rejected.end());
-    p->set_ref_chosen_logp(ref_c);
-    p->set_ref_rejected_logp(ref_r);
-    r.mutable_dpo()->set_beta(beta);
-    ASSERT_TRUE(a.client->TrainStep(r).ok());
-  }
-  // Hand-written: the same loss, L = -log sigmoid(beta z), differentiated here.
-  auto b = testing::StartServer(SgdF64());
-  Wire w(b.target);
-  std::vector<int32_t> chosen = seqs[0];
-  std::vector<int32_t> rejected(seqs[0].begin(), seqs[0].begin() + prompt);
-  rejected.insert(rejected.end(), seqs[1].begin() + prompt, seqs[1].end());
-  const auto lp = Logprobs(w, {chosen, rejected});
-  double S[2] = {0, 0};
-  for (int k = 0; k < 2; ++k) {
-    const auto& l = lp.sequences(k).logprobs_fp64();
-    for (int i = prompt - 1; i < l.size(); ++i) S[k] += l[i];
-  }
-  const double z = (S[0] - S[1]) - (ref_c - ref_r);
-  const double dL_dz = -beta / (1 + std::exp(beta * z));  // d/dz of -log sigmoid(beta z)
-  v1::ForwardBackwardRequest fb;
-  auto* weighted = fb.mutable_batch()->mutable_weighted();
-  weighted->set_policy_version(lp.policy_version());
-  for (int k = 0; k < 2; ++k) {
-    auto* s = weighted->add_sequences();
-    const auto& tokens = k == 0 ? chosen : rejected;
-    s->mutable_tokens()->Add(tokens.begin(), tokens.end());
-    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
-      s->add_weights(static_cast<int>(i) >= prompt - 1 ? (k == 0 ? dL_dz : -dL_dz) : 0.0);
-    }
-  }
-  fb.set_objective("weighted_logprobs");
-  ASSERT_TRUE(b.client->ForwardBackward(fb).ok());
-  ASSERT_TRUE(b.client->OptimStep().ok());
-  const auto built_in = testing::ExportedTensors(*a.client);
-  const auto custom = testing::ExportedTensors(*b.client);
-  const auto base = InitModel(PresetConfig("tiny"), 0, torch::kFloat64)->hf_tensors();
-  // Compare the updates (new - old), which SGD makes proportional to the gradients.
-  TensorMap ua, ub;
-  for (const auto& [name, t] : base) {
-    ua[name] = built_in.at(name) - t;
-    ub[name] = custom.at(name) - t;
-  }
-  EXPECT_LE(MaxRelativeDifference(ua, ub), 1e-10);
-  EXPECT_GT(ua.at("model.layers.0.mlp.up_proj.weight").abs().max().item<double>(), 0);
-}
-
-TEST(CustomLoss, WeightsFromAnOldPolicyAreRefusedAndChangeNothing) {
-  auto s = testing::StartServer(SgdF64());
-  Wire w(s.target);
-  const auto seqs = Sequences();
-  const auto lp = Logprobs(w, {seqs[0]});
-  ASSERT_TRUE(s.client->TrainStep([&] {
-                v1::TrainStepRequest r;
-                r.mutable_batch()->mutable_sft()->add_examples()->mutable_tokens()->Add(seqs[1].begin(), seqs[1].end());
-                return r;
-              }())
-                  .ok());
-  const auto before = testing::ExportedTensors(*s.client);
-  v1::ForwardBackwardRequest fb;
-  fb.set_objective("weighted_logprobs");
-  auto* weighted = fb.mutable_batch()->mutable_weighted();
-  weighted->set_policy_version(lp.policy_version());  // the version before the TrainStep
-  auto* seq = weighted->add_sequences();
-  seq->mutable_tokens()->Add(seqs[0].begin(), seqs[0].end());
-  for (size_t i = 0; i + 1 < seqs[0].size(); ++i) seq->add_weights(-0.1);
-  v1::ForwardBackwardResponse out;
-  auto st = w.stub->ForwardBackward(Wire::ctx().get(), fb, &out);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(st.error_message().find("computed at policy version 0"), std::string::npos) << st.error_message();
-  v1::GetInfoResponse info;
-  ASSERT_TRUE(w.stub->GetInfo(Wire::ctx().get(), {}, &info).ok());
-  EXPECT_EQ(info.pending_micro_batches(), 0);
-  testing::ExpectSameTensors(before, testing::ExportedTensors(*s.client));
-  // A weight count that does not match the tokens: INVALID_ARGUMENT naming the field.
-  weighted->clear_policy_version();
-  seq->add_weights(1.0);
-  st = w.stub->ForwardBackward(Wire::ctx().get(), fb, &out);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(st.error_message().find("batch.weighted.sequences[0].weights has"), std::string::npos) << st.error_message();
-}
-
-// --- Progress of a step -------------------------------------------------------------------------------
-
-TEST(StepProgress, AStepReportsQueuedStartedEveryLayerAndDone) {
-  auto s = testing::StartServer(TestConfig());
-  Wire w(s.target);
-  auto& worker = s.server->host().worker();
-  worker.pause();
-  // A step ahead of ours, so ours is queued behind it.
-  std::thread first([&] {
-    v1::TrainStepRequest r;
-    auto* tokens = r.mutable_batch()->mutable_sft()->add_examples()->mutable_tokens();
-    for (int t = 1; t <= 6; ++t) tokens->Add(t);
-    EXPECT_TRUE(s.client->TrainStep(r).ok());
-  });
-  while (worker.depth() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  v1::TrainStepRequest r;
-  auto* e = r.mutable_batch()->mutable_sft()->add_examples();
-  for (int t = 0; t < 40; ++t) e->add_tokens((t * 13) % 256);
-  auto ctx = Wire::ctx();
-  auto reader = w.stub->TrainStepProgress(ctx.get(), r);
-  std::vector<v1::StepProgress> seen;
-  v1::StepProgress p;
-  ASSERT_TRUE(reader->Read(&p));  // queued, behind the first step
-  seen.push_back(p);
-  worker.resume();
-  while (reader->Read(&p)) seen.push_back(p);
-  ASSERT_TRUE(reader->Finish().ok());
-  first.join();
-  EXPECT_EQ(seen.front().state(), "queued");
-  EXPECT_EQ(seen.front().queue_position(), 1);
-  std::vector<std::string> states;
-  std::set<int> forward_layers, backward_layers;
-  for (const auto& m : seen) {
-    if (states.empty() || states.back() != m.state()) states.push_back(m.state());
-    if (m.state() == "forward") forward_layers.insert(m.layer());
-    if (m.state() == "backward") backward_layers.insert(m.layer());
-    if (m.state() == "forward" || m.state() == "backward") {
-      EXPECT_EQ(m.num_layers(), 2);
-    }
-  }
-  ASSERT_GE(states.size(), 5u);
-  EXPECT_EQ(states.back(), "done");
-  EXPECT_NE(std::find(states.begin(), states.end(), "started"), states.end());
-  EXPECT_NE(std::find(states.begin(), states.end(), "head"), states.end());
-  EXPECT_NE(std::find(states.begin(), states.end(), "optimizer"), states.end());
-  // A slow reader may see only the latest of consecutive same-state events (they coalesce):
-  // the last layer of the forward always arrives.
-  ASSERT_FALSE(forward_layers.empty());
-  EXPECT_EQ(*forward_layers.rbegin(), 1);
-  EXPECT_FALSE(backward_layers.empty());
-  const auto& done = seen.back();
-  EXPECT_TRUE(done.has_train_step());
-  EXPECT_EQ(done.train_step().optim().step(), 2);
-  EXPECT_GT(done.train_step().stats().tokens(), 0);
-  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i].elapsed_seconds(), seen[i - 1].elapsed_seconds());
-}
-
-TEST(StepProgress, AnErrorEndsTheStreamWithTheUnaryStatus) {
-  auto s = testing::StartServer(TestConfig());
-  Wire w(s.target);
-  v1::TrainStepRequest r;
-  r.mutable_batch()->mutable_sft()->add_examples()->add_tokens(999);  // outside the vocabulary
-  auto ctx = Wire::ctx();
-  auto reader = w.stub->TrainStepProgress(ctx.get(), r);
-  v1::StepProgress p;
-  EXPECT_FALSE(reader->Read(&p));
-  auto st = reader->Finish();
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(st.error_message().find("batch.sft.examples[0].tokens[0] = 999"), std::string::npos) << st.error_message();
 }
 
 }  // namespace
