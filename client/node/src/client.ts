@@ -298,7 +298,7 @@ export class Client {
     return this.serverStream('ForwardBackwardProgress', request, options, (r) => r);
   }
 
-  /** Applies the accumulated gradients; the policy version then increases by one. Mutating. */
+  /** Applies the accumulated gradients (adam_params: this step's own, Tinker's AdamParams); the policy version then increases by one. Mutating. */
   optimStep(request: T.OptimStepRequest = {}, options?: CallOptions): Promise<T.OptimStepResponse__Output> {
     return this.unary('OptimStep', request, options);
   }
