@@ -18,13 +18,19 @@ inline torch::Tensor TargetLogprobs(const torch::Tensor& logits, const torch::Te
   return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1);
 }
 
-/// Sums values [B, c] into [n] by sequence id (ids of -1, padding, are dropped).
+/// Sums values [B, c] into [n] by sequence id (ids of -1, padding, are dropped), on the
+/// values' device. Padding adds an exact 0 to sequence 0 instead of being selected out, so
+/// nothing waits for the device to know a size.
 inline torch::Tensor SumPerSequence(const torch::Tensor& values, const torch::Tensor& sequence_ids, int64_t n) {
-  auto ids = sequence_ids.reshape(-1);
-  auto v = values.reshape(-1);
-  auto keep = ids >= 0;
+  auto ids = sequence_ids.reshape(-1).to(values.device());
+  auto v = values.reshape(-1).masked_fill(ids < 0, 0);
   auto out = torch::zeros({n}, v.options());
-  return out.index_add(0, ids.masked_select(keep), v.masked_select(keep));
+  return out.index_add(0, ids.clamp_min(0), v);
+}
+
+/// `sum` + `part`, where an undefined `sum` is none yet.
+inline torch::Tensor Accumulate(const torch::Tensor& sum, const torch::Tensor& part) {
+  return sum.defined() ? sum + part : part;
 }
 
 /// Gathers per-sequence values [n] onto positions [B, c] (0 at padding).

@@ -71,17 +71,19 @@ class DpoObjective final : public Objective {
     }
     ref_ = torch::tensor(ref, torch::kFloat64);
     length_ = torch::tensor(length, torch::kFloat64);
-    policy_ = torch::zeros({n}, torch::kFloat64);
+    policy_ = torch::Tensor();  // summed on the chunks' device, read once the pass ends
     n_ = n;
   }
 
   void observe(const LogitsChunk& chunk) override {
     auto logp = TargetLogprobs(chunk.logits, chunk.targets) * chunk.target_mask;
-    policy_ += SumPerSequence(logp.to(torch::kFloat64).cpu(), chunk.sequence_ids.cpu(), n_);
+    policy_ = objectives::Accumulate(policy_, SumPerSequence(logp.to(torch::kFloat64), chunk.sequence_ids, n_));
   }
 
   void end_sequence_pass() override {
     torch::AutoGradMode grad(true);
+    policy_ = policy_.defined() ? policy_.cpu() : torch::zeros({n_}, torch::kFloat64);
+    weights_on_device_ = torch::Tensor();
     auto s = policy_.clone().requires_grad_(true);
     auto policy = s, ref = ref_;
     if (o_.loss_type == "ipo") {
@@ -109,7 +111,8 @@ class DpoObjective final : public Objective {
 
   torch::Tensor chunk_loss(const LogitsChunk& chunk) override {
     auto logp = TargetLogprobs(chunk.logits, chunk.targets);
-    auto w = PerPosition(weights_, chunk.sequence_ids.cpu()).to(logp.device(), logp.scalar_type());
+    if (!weights_on_device_.defined()) weights_on_device_ = weights_.to(logp.device());
+    auto w = PerPosition(weights_on_device_, chunk.sequence_ids).to(logp.scalar_type());
     return (logp * w * chunk.target_mask).sum();
   }
 
@@ -161,6 +164,7 @@ class DpoObjective final : public Objective {
   bool prepared_ = false;
   int64_t n_ = 0;
   torch::Tensor chosen_, rejected_, ref_, length_, policy_, weights_;
+  torch::Tensor weights_on_device_;  // weights_ where the chunks are, copied once per pass
   double batch_loss_ = 0.0;
   MetricSums metrics_;
 };

@@ -164,8 +164,9 @@ class GrpoObjective final : public Objective {
     seq_advantage_ = torch::tensor(advantage, torch::kFloat64);
     sampler_ = batch.sampler_logprobs.defined() ? batch.sampler_logprobs.to(device) : torch::Tensor();
     ref_ = batch.ref_logprobs.defined() ? batch.ref_logprobs.to(device) : torch::Tensor();
-    log_ratio_sum_ = torch::zeros({n}, torch::kFloat64);
-    tis_mass_ = torch::zeros({n}, torch::kFloat64);
+    // Summed on the chunks' device, read once the sequence pass ends.
+    log_ratio_sum_ = torch::Tensor();
+    tis_mass_ = torch::Tensor();
     kl_value_ = torch::Tensor();
     sequence_loss_ = 0.0;
     for (int64_t i = 0; i < n; ++i) {
@@ -181,15 +182,19 @@ class GrpoObjective final : public Objective {
     auto mask = chunk.target_mask.to(torch::kFloat64);
     auto old = Slice(sampler_, chunk);
     auto log_ratio = o_.old_logprobs == "sampler" ? logp - old : torch::zeros_like(logp);
-    auto ids = chunk.sequence_ids.cpu();
-    log_ratio_sum_ += SumPerSequence((log_ratio * mask).cpu(), ids, n_);
+    const auto& ids = chunk.sequence_ids;
+    log_ratio_sum_ = objectives::Accumulate(log_ratio_sum_, SumPerSequence(log_ratio * mask, ids, n_));
     auto mass = Slice(aggregation_, chunk);
     if (tis_) mass = mass * ImportanceWeight(logp, chunk);
-    tis_mass_ += SumPerSequence(mass.cpu(), ids, n_);
+    tis_mass_ = objectives::Accumulate(tis_mass_, SumPerSequence(mass, ids, n_));
   }
 
   void end_sequence_pass() override {
     torch::AutoGradMode grad(true);
+    const auto zeros = torch::zeros({n_}, torch::kFloat64);
+    log_ratio_sum_ = log_ratio_sum_.defined() ? log_ratio_sum_.cpu() : zeros;
+    tis_mass_ = tis_mass_.defined() ? tis_mass_.cpu() : zeros;
+    sequence_weights_on_device_ = torch::Tensor();
     auto m = (log_ratio_sum_ / length_).requires_grad_(true);
     auto coef1 = torch::exp(m);
     auto coef2 = torch::clamp(coef1, 1 - o_.epsilon_low, 1 + o_.epsilon_high);
@@ -211,7 +216,8 @@ class GrpoObjective final : public Objective {
     auto agg = Slice(aggregation_, chunk).to(dtype);
     torch::Tensor loss;
     if (o_.importance_sampling_level == "sequence") {
-      auto w = PerPosition(sequence_weights_, chunk.sequence_ids.cpu()).to(logp.device(), dtype);
+      if (!sequence_weights_on_device_.defined()) sequence_weights_on_device_ = sequence_weights_.to(logp.device());
+      auto w = PerPosition(sequence_weights_on_device_, chunk.sequence_ids).to(dtype);
       loss = (logp * w * mask).sum();
     } else {
       auto adv = Slice(advantages_, chunk).to(dtype);
@@ -303,6 +309,7 @@ class GrpoObjective final : public Objective {
   int64_t n_ = 0;
   torch::Tensor advantages_, aggregation_, length_, seq_advantage_, sampler_, ref_;
   torch::Tensor log_ratio_sum_, tis_mass_, sequence_weights_;
+  torch::Tensor sequence_weights_on_device_;  // sequence_weights_ where the chunks are, copied once per pass
   MetricSums metrics_;
 };
 
