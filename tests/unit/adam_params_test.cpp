@@ -175,6 +175,32 @@ TEST(AdamParams, BadParametersAreRefusedAndChangeNothing) {
   EXPECT_TRUE(trainer->has_pending_gradients());
 }
 
+// The moments a step with adam_params leaves are in the checkpoint: a trainer restored from it
+// takes the next step (with the same parameters) to the same weights, bit for bit, and has the
+// session's configuration, not the step's.
+TEST(AdamParams, ACheckpointAfterSuchAStepResumesBitExactly) {
+  auto p = MakePair();
+  const ModelConfig& config = p.trainer->model()->config();
+  AdamStepParams a;
+  a.lr = 4e-3;
+  a.beta2 = 0.9;
+  a.weight_decay = 0.02;
+  auto step = [&](Trainer& t, uint64_t seed) {
+    auto sft = MakeSftObjective({});
+    t.forward_backward(testing::RandomSequences({8, 5}, config.vocab_size, seed), *sft);
+    ASSERT_FALSE(t.optim_step(&a).skipped);
+  };
+  step(*p.trainer, 1);
+  const std::string dir = testing::TempDir("adam-params-ckpt");
+  p.trainer->save_checkpoint(dir);
+  auto restored = Trainer::LoadCheckpoint(dir);
+  EXPECT_EQ(restored->options().optimizer.ToJson(), p.options.optimizer.ToJson());
+  step(*p.trainer, 2);
+  step(*restored, 2);
+  const auto x = p.trainer->model()->hf_tensors(), y = restored->model()->hf_tensors();
+  for (const auto& [name, t] : x) EXPECT_TRUE(torch::equal(t, y.at(name))) << name;
+}
+
 // What the ranks of a data-parallel run receive: every field, and only known ones.
 TEST(AdamParams, JsonCarriesEveryFieldAndRefusesUnknownOnes) {
   AdamStepParams a;
