@@ -131,6 +131,17 @@ EngineRequest ConvertEngine(const v1::EngineOptions& e) {
   return EngineRequest{e.engine(), e.chunk(), e.logits_chunk(), e.key_chunk()};
 }
 
+AdamStepParams ConvertAdam(const v1::AdamParams& a) {
+  AdamStepParams p;
+  if (a.has_learning_rate()) p.lr = a.learning_rate();
+  if (a.has_beta1()) p.beta1 = a.beta1();
+  if (a.has_beta2()) p.beta2 = a.beta2();
+  if (a.has_eps()) p.eps = a.eps();
+  if (a.has_weight_decay()) p.weight_decay = a.weight_decay();
+  if (a.has_grad_clip_norm()) p.grad_clip_norm = a.grad_clip_norm();
+  return p;
+}
+
 StepRequest ConvertStep(const v1::Batch& given, const std::string& objective, const google::protobuf::Message* options,
                         const v1::EngineOptions& engine, const InputLimits& limits) {
   std::optional<v1::Batch> resolved;  // text forms -> ids (a copy; only when there is text)

@@ -3,6 +3,7 @@
 // while converting, with messages that name it ("batch.grpo.groups[1].completions[0].logprobs:
 // 3 entries, ..."); the host never sees a wire type.
 #include <string>
+#include <type_traits>
 
 #include <google/protobuf/message.h>
 #include <nlohmann/json.hpp>
@@ -19,7 +20,11 @@ namespace streambp::server {
 StepRequest ConvertStep(const v1::Batch& batch, const std::string& objective, const google::protobuf::Message* options,
                         const v1::EngineOptions& engine, const InputLimits& limits);
 
-/// The three request types that carry a step.
+/// AdamParams in core terms: each unset field keeps Tinker's default (AdamStepParams' own).
+/// The values are checked by the host (InvalidArgument naming the field).
+AdamStepParams ConvertAdam(const v1::AdamParams& a);
+
+/// The three request types that carry a step (TrainStep's with its adam_params).
 template <typename Request>
 StepRequest ConvertStepRequest(const Request& r, const InputLimits& limits) {
   const google::protobuf::Message* options = nullptr;
@@ -27,7 +32,11 @@ StepRequest ConvertStepRequest(const Request& r, const InputLimits& limits) {
   if (r.has_dpo()) options = &r.dpo();
   if (r.has_grpo()) options = &r.grpo();
   if (r.has_weighted()) options = &r.weighted();
-  return ConvertStep(r.batch(), r.objective(), options, r.engine(), limits);
+  StepRequest step = ConvertStep(r.batch(), r.objective(), options, r.engine(), limits);
+  if constexpr (std::is_same_v<Request, v1::TrainStepRequest>) {
+    if (r.has_adam_params()) step.adam = ConvertAdam(r.adam_params());
+  }
+  return step;
 }
 
 /// An objective's options message as JSON: every field that is set, under its own name

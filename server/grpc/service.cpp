@@ -88,17 +88,7 @@ Unary* TrainerService::OptimStep(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::OptimStepRequest, v1::OptimStepResponse>;
   return Call::Run(ctx, in, out, "OptimStep", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
     std::optional<AdamStepParams> adam;
-    if (call->request.has_adam_params()) {
-      // Unset fields keep Tinker's defaults (AdamStepParams' own).
-      const v1::AdamParams& a = call->request.adam_params();
-      adam.emplace();
-      if (a.has_learning_rate()) adam->lr = a.learning_rate();
-      if (a.has_beta1()) adam->beta1 = a.beta1();
-      if (a.has_beta2()) adam->beta2 = a.beta2();
-      if (a.has_eps()) adam->eps = a.eps();
-      if (a.has_weight_decay()) adam->weight_decay = a.weight_decay();
-      if (a.has_grad_clip_norm()) adam->grad_clip_norm = a.grad_clip_norm();
-    }
+    if (call->request.has_adam_params()) adam = ConvertAdam(call->request.adam_params());
     host_->optim_step(call->context(), adam, call->template reply<OptimStats>([](const OptimStats& o, v1::OptimStepResponse* r) {
       ToProto(o, r);
     }));

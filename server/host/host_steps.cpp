@@ -161,6 +161,7 @@ void TrainingHost::train_step(CallContext ctx, StepRequest request, Done<TrainSt
   try {
     check_admitted(ctx);
     s = find(ctx.session);
+    if (request.adam) request.adam->Validate();
     // The step's last forward-backward: with several ranks the gradient sum starts during
     // its backward, and the optimizer step waits for it.
     command =
@@ -172,14 +173,16 @@ void TrainingHost::train_step(CallContext ctx, StepRequest request, Done<TrainSt
   const auto weights_version = request.weights_policy_version;
   submit<TrainStats>(
       ctx, s, true,
-      [this, ctx, s, command, resolved, weights_version] {
+      [this, ctx, s, command, resolved, weights_version, adam = request.adam] {
         CheckWeightsVersion(*s, weights_version);
+        // An optimizer that cannot take adam_params is refused before the forward pass.
+        if (adam) adam->Apply(use(*s).options().optimizer);
         const auto start = Clock::now();
         TrainStats t;
         t.forward = run_forward_backward(ctx, *s, *command, *resolved);
         t.forward.policy_version = executor_->replica().trainer(s->spec.name).policy_version();
         if (ctx.progress) ctx.progress(StepProgressEvent{"optimizer"});
-        t.optim = run_optim_step(*s);
+        t.optim = run_optim_step(*s, adam);
         if (!t.optim.optim.skipped) announce(*s, "train", &t.forward.result, 0);
         if (telemetry_) telemetry_->on_train_step(s->spec.name, t, "train", Since(start));
         return Share(std::move(t));

@@ -98,6 +98,8 @@ struct StepRequest {
   /// weighted_logprobs: the policy version the client's weights were computed at; the step
   /// is refused (FailedPrecondition) when the session has moved on. Unset = not checked.
   std::optional<int64_t> weights_policy_version;
+  /// TrainStep: this step's Adam parameters (OptimStep's adam_params); unset: the configuration.
+  std::optional<AdamStepParams> adam;
 };
 
 /// What a forward-backward did (StepStats on the wire).

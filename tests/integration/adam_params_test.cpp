@@ -1,6 +1,7 @@
-// OptimStep's adam_params over the wire (issue 28): a step with them equals a step of a server
-// configured with those Adam options; unset fields are Tinker's defaults; bad values are
-// refused with the field named and change nothing (the gradients stay, the policy version too).
+// OptimStep's and TrainStep's adam_params over the wire (issue 28): a step with them equals a
+// step of a server configured with those Adam options; unset fields are Tinker's defaults; bad
+// values are refused with the field named and change nothing (OptimStep: the gradients stay;
+// TrainStep: refused before the forward pass, so no gradients are left behind).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -17,11 +18,17 @@ std::unique_ptr<grpc::ClientContext> Ctx() {
   return c;
 }
 
+v1::Batch TwoExamples() {
+  v1::Batch batch;
+  for (const auto& tokens : std::vector<std::vector<int>>{{1, 5, 9, 13, 17, 21}, {2, 4, 8, 16, 32, 64, 128}}) {
+    batch.mutable_sft()->add_examples()->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  }
+  return batch;
+}
+
 void ForwardBackward(v1::Trainer::Stub& stub) {
   v1::ForwardBackwardRequest fb;
-  for (const auto& tokens : std::vector<std::vector<int>>{{1, 5, 9, 13, 17, 21}, {2, 4, 8, 16, 32, 64, 128}}) {
-    fb.mutable_batch()->mutable_sft()->add_examples()->mutable_tokens()->Add(tokens.begin(), tokens.end());
-  }
+  *fb.mutable_batch() = TwoExamples();
   v1::ForwardBackwardResponse r;
   const grpc::Status status = stub.ForwardBackward(Ctx().get(), fb, &r);
   ASSERT_TRUE(status.ok()) << status.error_message();
@@ -109,6 +116,55 @@ TEST(AdamParamsRpc, BadAdamParamsAreRefusedNamingTheFieldAndChangeNothing) {
   status = sgd_stub->OptimStep(Ctx().get(), defaults, &r);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(status.error_message().find("the optimizer is sgd, not adamw"), std::string::npos) << status.error_message();
+}
+
+TEST(AdamParamsRpc, TrainStepTakesThemAsForwardBackwardAndOptimStepDo) {
+  auto a = testing::StartServer(testing::TestConfig());
+  auto b = testing::StartServer(testing::TestConfig());
+  auto stub_a = v1::Trainer::NewStub(grpc::CreateChannel(a.target, grpc::InsecureChannelCredentials()));
+  auto stub_b = v1::Trainer::NewStub(grpc::CreateChannel(b.target, grpc::InsecureChannelCredentials()));
+  v1::AdamParams params;
+  params.set_learning_rate(4e-3);
+  params.set_beta1(0.85);
+  params.set_grad_clip_norm(0.5);
+  v1::TrainStepRequest train;
+  *train.mutable_batch() = TwoExamples();
+  *train.mutable_adam_params() = params;
+  v1::TrainStepResponse trained;
+  grpc::Status status = stub_a->TrainStep(Ctx().get(), train, &trained);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(trained.optim().learning_rate(), 4e-3);
+  ASSERT_NO_FATAL_FAILURE(ForwardBackward(*stub_b));
+  v1::OptimStepRequest optim;
+  *optim.mutable_adam_params() = params;
+  v1::OptimStepResponse optimized;
+  ASSERT_TRUE(stub_b->OptimStep(Ctx().get(), optim, &optimized).ok());
+  EXPECT_EQ(trained.optim().grad_norm(), optimized.grad_norm());
+  const TensorMap wa = testing::ExportedTensors(*a.client), wb = testing::ExportedTensors(*b.client);
+  for (const auto& [name, t] : wa) EXPECT_TRUE(torch::equal(t, wb.at(name))) << name;
+
+  // Bad values: refused before the forward pass; nothing pending afterwards, nothing applied.
+  train.mutable_adam_params()->set_weight_decay(-0.1);
+  status = stub_a->TrainStep(Ctx().get(), train, &trained);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "adam_params.weight_decay must be a finite number >= 0, got -0.1");
+  v1::OptimStepResponse r;
+  status = stub_a->OptimStep(Ctx().get(), {}, &r);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "gradients were left pending";
+  const TensorMap after = testing::ExportedTensors(*a.client);
+  for (const auto& [name, t] : wa) EXPECT_TRUE(torch::equal(t, after.at(name))) << name;
+
+  // An SGD server: FAILED_PRECONDITION before the forward pass, nothing pending.
+  auto sgd_config = testing::TestConfig();
+  sgd_config.trainer.optimizer.name = "sgd";
+  auto sgd = testing::StartServer(sgd_config);
+  auto sgd_stub = v1::Trainer::NewStub(grpc::CreateChannel(sgd.target, grpc::InsecureChannelCredentials()));
+  train.mutable_adam_params()->clear_weight_decay();
+  status = sgd_stub->TrainStep(Ctx().get(), train, &trained);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(status.error_message().find("not adamw"), std::string::npos) << status.error_message();
+  status = sgd_stub->OptimStep(Ctx().get(), {}, &r);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "gradients were left pending";
 }
 
 }  // namespace

@@ -180,6 +180,8 @@ def main() -> int:
                  contains="adam_params.beta1 must be in [0, 1), got 1")
     step = adam.optim_step({"learning_rate": 1e-3})
     check(step.learning_rate == 1e-3 and step.policy_version == 2, f"OptimStep(adam_params dict): {step}")
+    trained = adam.train_step(SFT, adam_params=streambp.AdamParams(learning_rate=5e-4, grad_clip_norm=1.0))
+    check(trained.optim.learning_rate == 5e-4 and trained.policy_version == 3, f"TrainStep(adam_params): {trained}")
     service.delete_session("tinker")
 
     names = {m.name for m in pb.DESCRIPTOR.services_by_name["Trainer"].methods}

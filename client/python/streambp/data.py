@@ -18,6 +18,7 @@ file, line and field ("data.jsonl:3: completions[1]: missing field 'reward'").
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import uuid
@@ -28,6 +29,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from .errors import StreambpError, invalid
+from .types import AdamParams
 from .v1 import trainer_pb2 as pb
 
 __all__ = [
@@ -525,6 +527,14 @@ def to_message(value: Union[Message, Mapping[str, Any]], cls: type, what: str) -
         return json_format.ParseDict(dict(value), cls())
     except (json_format.ParseError, TypeError, ValueError, AttributeError) as e:
         raise invalid(f"{what}: {e}") from None
+
+
+def set_adam_params(request: Any, value: Any) -> None:
+    """Sets ``request.adam_params`` (OptimStep, TrainStep) from an AdamParams or a dict of some of
+    its fields; present even with no field set (then every field takes Tinker's default)."""
+    fields = dataclasses.asdict(value) if isinstance(value, AdamParams) else value
+    request.adam_params.CopyFrom(to_message(fields, pb.AdamParams, "adam_params"))
+    request.adam_params.SetInParent()
 
 
 def objective_options(kind: str, options: Union[Message, Mapping[str, Any]]) -> Message:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import dataclasses
 import hashlib
 import os
 import threading
@@ -19,8 +18,8 @@ from google.protobuf.message import Message
 from ._connection import ProgressCallback, StreamIterator, new_request_id, stream_async
 from ._runtime import Sequencer, call_forms
 from .custom_loss import LossFn, run_loss
-from .data import (Messages, TextLike, batch_kind, engine_options, objective_options, sft_batch, text_input,
-                   text_inputs, to_message, weighted_batch)
+from .data import (Messages, TextLike, batch_kind, engine_options, objective_options, set_adam_params, sft_batch,
+                   text_input, text_inputs, weighted_batch)
 from .errors import StreambpError, invalid
 from .types import (AdamParams, CheckpointInfo, CustomLossResult, ExportedWeights, ForwardBackwardResult, LoadedCheckpoint,
                     LogprobsResult, MemoryEstimate, OptimStepResult, PolicyUpdate, RolloutAck, RolloutStats,
@@ -185,9 +184,7 @@ class TrainingClient:
         A non-finite gradient skips the step (OptimStepResult.skipped). Mutating (request id)."""
         request = pb.OptimStepRequest(request_id=request_id or new_request_id(), session=self.session)
         if adam_params is not None:
-            fields = dataclasses.asdict(adam_params) if isinstance(adam_params, AdamParams) else adam_params
-            request.adam_params.SetInParent()  # present even when no field is set (all defaults)
-            request.adam_params.MergeFrom(to_message(fields, pb.AdamParams, "adam_params"))
+            set_adam_params(request, adam_params)
         response = await self._conn.unary("OptimStep", request, timeout, request.request_id)
         return from_proto(OptimStepResult, response)
 
@@ -195,10 +192,13 @@ class TrainingClient:
 
     async def _train_step(self, batch: BatchLike, objective: str = "", options: OptionsLike = None, *,
                           engine: EngineLike = None, on_progress: Optional[ProgressCallback] = None,
+                          adam_params: Union[AdamParams, Mapping[str, float], None] = None,
                           request_id: Optional[str] = None, timeout: Optional[float] = None) -> TrainStepResult:
         """TrainStep: forward_backward + optim_step in one call, the usual path (arguments as in
-        forward_backward; on_progress also sees "optimizer"). Mutating (request id)."""
+        forward_backward and optim_step; on_progress also sees "optimizer"). Mutating (request id)."""
         request = _step_request(pb.TrainStepRequest(), batch, objective, options, engine, request_id, self.session)
+        if adam_params is not None:
+            set_adam_params(request, adam_params)
         response = await self._conn.step("TrainStep", request, timeout, on_progress, self.pipeline)
         return from_proto(TrainStepResult, response)
 

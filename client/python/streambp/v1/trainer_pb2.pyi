@@ -884,7 +884,8 @@ class TokenizerInfo(_message.Message):
     def __init__(self, available: bool = ..., type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., chat_format: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., bos_token: _Optional[str] = ..., eos_token: _Optional[str] = ...) -> None: ...
 
 class TrainStepRequest(_message.Message):
-    __slots__ = ["batch", "dpo", "engine", "grpo", "objective", "request_id", "session", "sft", "weighted"]
+    __slots__ = ["adam_params", "batch", "dpo", "engine", "grpo", "objective", "request_id", "session", "sft", "weighted"]
+    ADAM_PARAMS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     DPO_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -894,6 +895,7 @@ class TrainStepRequest(_message.Message):
     SESSION_FIELD_NUMBER: _ClassVar[int]
     SFT_FIELD_NUMBER: _ClassVar[int]
     WEIGHTED_FIELD_NUMBER: _ClassVar[int]
+    adam_params: AdamParams
     batch: Batch
     dpo: DpoOptions
     engine: EngineOptions
@@ -903,7 +905,7 @@ class TrainStepRequest(_message.Message):
     session: str
     sft: SftOptions
     weighted: WeightedOptions
-    def __init__(self, request_id: _Optional[str] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., objective: _Optional[str] = ..., sft: _Optional[_Union[SftOptions, _Mapping]] = ..., dpo: _Optional[_Union[DpoOptions, _Mapping]] = ..., grpo: _Optional[_Union[GrpoOptions, _Mapping]] = ..., weighted: _Optional[_Union[WeightedOptions, _Mapping]] = ..., engine: _Optional[_Union[EngineOptions, _Mapping]] = ..., session: _Optional[str] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., objective: _Optional[str] = ..., sft: _Optional[_Union[SftOptions, _Mapping]] = ..., dpo: _Optional[_Union[DpoOptions, _Mapping]] = ..., grpo: _Optional[_Union[GrpoOptions, _Mapping]] = ..., weighted: _Optional[_Union[WeightedOptions, _Mapping]] = ..., engine: _Optional[_Union[EngineOptions, _Mapping]] = ..., session: _Optional[str] = ..., adam_params: _Optional[_Union[AdamParams, _Mapping]] = ...) -> None: ...
 
 class TrainStepResponse(_message.Message):
     __slots__ = ["optim", "stats"]

@@ -6,6 +6,7 @@ import type { DpoOptions as _streambp_v1_DpoOptions, DpoOptions__Output as _stre
 import type { GrpoOptions as _streambp_v1_GrpoOptions, GrpoOptions__Output as _streambp_v1_GrpoOptions__Output } from '../../streambp/v1/GrpoOptions';
 import type { EngineOptions as _streambp_v1_EngineOptions, EngineOptions__Output as _streambp_v1_EngineOptions__Output } from '../../streambp/v1/EngineOptions';
 import type { WeightedOptions as _streambp_v1_WeightedOptions, WeightedOptions__Output as _streambp_v1_WeightedOptions__Output } from '../../streambp/v1/WeightedOptions';
+import type { AdamParams as _streambp_v1_AdamParams, AdamParams__Output as _streambp_v1_AdamParams__Output } from '../../streambp/v1/AdamParams';
 
 export interface TrainStepRequest {
   'request_id'?: (string);
@@ -20,6 +21,10 @@ export interface TrainStepRequest {
    */
   'session'?: (string);
   'weighted'?: (_streambp_v1_WeightedOptions | null);
+  /**
+   * This step's Adam parameters, as OptimStep's adam_params (checked before the forward pass).
+   */
+  'adam_params'?: (_streambp_v1_AdamParams | null);
   'options'?: "sft"|"dpo"|"grpo"|"weighted";
 }
 
@@ -36,5 +41,9 @@ export interface TrainStepRequest__Output {
    */
   'session': (string);
   'weighted'?: (_streambp_v1_WeightedOptions__Output | null);
+  /**
+   * This step's Adam parameters, as OptimStep's adam_params (checked before the forward pass).
+   */
+  'adam_params': (_streambp_v1_AdamParams__Output | null);
   'options'?: "sft"|"dpo"|"grpo"|"weighted";
 }
