@@ -60,6 +60,11 @@ void AddOptions(CLI::App& app, Args& a) {
                "done; from there a step only frees memory) and then counts as fitting: the same lengths in a "
                "fraction of the time");
   app.add_option("--search-start", a.search_start, "first length of the doubling");
+  app.add_option("--search-growth", a.search_growth,
+                 "max-length search: each probe before the first OOM this factor longer than the last (2 = doubling; "
+                 "e.g. 1.125 from a start just under the estimate's prediction, where probes are expensive)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.01, 16.0));
   app.add_option("--search-max", a.search_max, "longest length tried");
   app.add_option("--search-align", a.search_align, "lengths tried are multiples of this")->check(CLI::PositiveNumber);
   app.add_option("--ablation-seq-len", a.ablation_seq_len, "length of the K/V-once vs prefix-recompute ablation (0 = off)");
@@ -87,9 +92,11 @@ void AddOptions(CLI::App& app, Args& a) {
                  "LoRA mode: full fine-tuning vs an adapter of this rank on the same base (stream engine): "
                  "weights, adapter, gradient, optimizer and activation bytes, and the max length under --total-budget")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--lora-only", a.lora_only,
+               "LoRA mode: the adapter run only (the full fine-tuning run's search is the plain --engines stream one)");
   app.add_option("--lora-alpha", a.lora_alpha, "LoRA mode: alpha (default 2 x rank)");
   app.add_option("--total-budget", a.total_budget,
-                 "LoRA mode: memory budget of the max-length search, statics included (0 = no search)");
+                 "LoRA mode: memory budget of the max-length search, statics included (0 = no search; device: the whole GPU)");
   app.add_option("--tokenizer", a.tokenizer,
                  "text mode: a tokenizer folder; encode MB/s, chat rendering, and a text request vs its step");
   app.add_option("--text-file", a.text_file, "text mode: the English text to encode")->capture_default_str();
@@ -117,6 +124,9 @@ torch::Device CheckedDevice(const Args& a) {
   const torch::Device device(a.device);
   if (a.budget == "device" && device.is_cpu() && !a.no_search) {
     throw InvalidArgument("--budget device needs --device cuda (on the CPU give bytes, e.g. --budget 4GiB)");
+  }
+  if (a.total_budget == "device" && device.is_cpu() && a.lora_rank > 0 && !a.no_search) {
+    throw InvalidArgument("--total-budget device needs --device cuda (on the CPU give bytes, e.g. --total-budget 4GiB)");
   }
   if (device.is_cuda() && (!a.world_sizes.empty() || a.sample_prompts > 0 || !a.tokenizer.empty())) {
     throw InvalidArgument("--device cuda measures the engines' steps (the sweep, the search, --lora-rank); the "

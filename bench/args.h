@@ -22,7 +22,8 @@ struct Args {
   bool no_search = false, no_sweep = false, quick = false, check = false, profile = false;
   std::string search_chunks = "auto";
   bool predict_only = false, search_to_peak = false;
-  double search_tol = 0.01;
+  double search_tol = 0.01, search_growth = 2.0;
+  bool lora_only = false;
   int64_t search_start = 512, search_max = int64_t{1} << 20, search_align = 8;
   int64_t ablation_seq_len = 8192, gemm_n = 2048;
   std::string json_path, plot_path, replot;

@@ -157,6 +157,10 @@ struct Context {
   /// input of the one it finished; the next allocates what the last one freed). Times are then
   /// not step times. For the max-length search (--search-to-peak).
   bool stop_after_peak = false;
+  /// The max-length search's growth before its first OOM: each probe this factor longer than
+  /// the last (2: doubling; near 1, e.g. 1.125, from a start just under the estimate's
+  /// prediction, where each probe of a long sequence costs minutes on a GPU).
+  double search_growth = 2.0;
   /// LoRA: the adapter attached to `model` (its base frozen): what trains, has gradients
   /// and optimizer state. Null: full fine-tuning.
   std::shared_ptr<LoraAdapter> adapter;
@@ -233,6 +237,8 @@ struct LoraPlan {
   int64_t warmup = 0, repeat = 1;
   int64_t search_start = 512, search_max = int64_t{1} << 20, search_align = 8;
   double search_tol = 0.01;
+  bool auto_chunks = true;  ///< the search's chunks: the largest fitting the budget, or the variant's
+  bool lora_only = false;   ///< skip the full fine-tuning mode (its search is the plain one's)
 };
 nlohmann::json RunLoraComparison(Context& ctx, const LoraPlan& plan);
 

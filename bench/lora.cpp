@@ -21,7 +21,7 @@ nlohmann::json RunLoraComparison(Context& ctx, const LoraPlan& plan) {
   const auto adapter = LoraAdapter::Create(
       ctx.config, plan.lora, ctx.dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32, ctx.memory.device);
   int64_t max_len[2] = {0, 0};
-  for (int mode = 0; mode < 2; ++mode) {
+  for (int mode = plan.lora_only ? 1 : 0; mode < 2; ++mode) {
     ctx.adapter = mode == 1 ? adapter : nullptr;
     PrepareStatics(ctx);
     const int64_t adapter_bytes = ctx.adapter ? ctx.adapter->num_parameters() * (ctx.dtype == torch::kFloat64 ? 8 : 4) : 0;
@@ -46,19 +46,28 @@ nlohmann::json RunLoraComparison(Context& ctx, const LoraPlan& plan) {
                     HumanBytes(statics).c_str(), HumanBytes(plan.total_budget).c_str());
       } else {
         const auto s = SearchMaxLength(ctx, plan.stream, activation_budget, plan.search_start, plan.search_max,
-                                       plan.search_tol, /*auto_chunks=*/true, plan.search_align);
+                                       plan.search_tol, plan.auto_chunks, plan.search_align);
         max_len[mode] = s.max_seq_len;
-        std::printf("%-10s max T = %lld under %s in all (%s for activations; first OOM at %lld; %lld probes, %.0f s)%s\n",
+        std::printf("%-10s max T = %lld under %s in all (%s for activations; first OOM at %lld; %lld probes, %.0f s)%s; "
+                    "the estimate predicts %lld\n",
                     name.c_str(), (long long)s.max_seq_len, HumanBytes(plan.total_budget).c_str(),
                     HumanBytes(activation_budget).c_str(), (long long)s.first_oom, (long long)s.probes, s.seconds,
-                    s.capped ? " (search cap reached)" : "");
+                    s.capped ? " (search cap reached)" : "", (long long)s.predicted_max_seq_len);
         std::fflush(stdout);
         search = {{"total_budget_bytes", plan.total_budget},
                   {"activation_budget_bytes", activation_budget},
                   {"max_seq_len", s.max_seq_len},
                   {"first_oom_seq_len", s.first_oom},
+                  {"predicted_max_seq_len", s.predicted_max_seq_len},
                   {"capped", s.capped},
                   {"probes", s.probes},
+                  {"to_peak", ctx.stop_after_peak},
+                  {"growth", ctx.search_growth},
+                  {"runs", [&] {  // every probe
+                     auto probes = nlohmann::json::array();
+                     for (const auto& r : s.runs) probes.push_back(RunJson(r));
+                     return probes;
+                   }()},
                   {"seconds", s.seconds},
                   {"chunk", s.chunk},
                   {"logits_chunk", s.logits_chunk},

@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
     ctx.config = ctx.model->config();
     ctx.optimizer = a.optimizer;
     ctx.threads = torch::get_num_threads();
+    ctx.search_growth = a.search_growth;
     ctx.workload = {a.objective, a.batch, 1};
     ctx.profile = a.profile;
     PrepareStatics(ctx);
@@ -249,19 +250,28 @@ int main(int argc, char** argv) {
       plan.lora.alpha = a.lora_alpha > 0 ? a.lora_alpha : 2.0 * static_cast<double>(a.lora_rank);
       plan.stream = Variant{"stream", true, Engine(a, EngineKind::kStream, a.chunk, a.logits_chunk)};
       plan.seq_lens = a.seq_lens;
-      plan.total_budget = a.no_search ? 0 : ParseBytes(a.total_budget);
+      plan.total_budget = a.no_search                ? 0
+                          : a.total_budget == "device" ? ctx.memory.total()  // the whole GPU: the real OOM
+                                                       : ParseBytes(a.total_budget);
       plan.warmup = a.warmup;
       plan.repeat = a.repeat;
       plan.search_start = a.search_start;
       plan.search_max = a.search_max;
       plan.search_tol = a.search_tol;
       plan.search_align = a.search_align;
+      plan.auto_chunks = a.search_chunks == "auto";
+      plan.lora_only = a.lora_only;
+      ctx.stop_after_peak = a.search_to_peak;
       report["lora"] = RunLoraComparison(ctx, plan);
+      ctx.stop_after_peak = false;
       write_json();
       if (a.check) {
         const auto& modes = report["lora"]["modes"];
-        const bool ok = modes.size() == 2 && modes[1]["gradient_bytes"] < modes[0]["gradient_bytes"] &&
-                        modes[1]["optimizer_bytes"] < modes[0]["optimizer_bytes"];
+        const auto& lora = modes.back();
+        const bool ok = modes.size() == (a.lora_only ? 1u : 2u) && lora["mode"] != "full" &&
+                        (a.lora_only ? lora["gradient_bytes"] < lora["weights_bytes"]
+                                     : lora["gradient_bytes"] < modes[0]["gradient_bytes"] &&
+                                           lora["optimizer_bytes"] < modes[0]["optimizer_bytes"]);
         std::printf("check: %s (the adapter run keeps gradients and optimizer state of the adapter only)\n",
                     ok ? "PASS" : "FAIL");
         if (!ok) return 1;
@@ -331,8 +341,8 @@ int main(int argc, char** argv) {
     report["max_seq_len"] = nlohmann::json::array();
     std::vector<SearchResult> searches;
     if (budget > 0) {
-      std::printf("\n== max sequence length under an activation budget of %s (doubling from %lld, then bisection to %.0f%%)\n",
-                  HumanBytes(budget).c_str(), (long long)a.search_start, 100 * a.search_tol);
+      std::printf("\n== max sequence length under an activation budget of %s (from %lld, %gx per probe to the first OOM, then bisection to %.0f%%)\n",
+                  HumanBytes(budget).c_str(), (long long)a.search_start, a.search_growth, 100 * a.search_tol);
       if (a.search_to_peak && !a.predict_only) {
         std::printf("   (--search-to-peak: each probe stops once the backward of layer L-2 starts; its time is not a "
                     "step's)\n");
@@ -363,6 +373,7 @@ int main(int argc, char** argv) {
                                          {"predicted_max_seq_len", s.predicted_max_seq_len},
                                          {"probed", !a.predict_only},
                                          {"to_peak", a.search_to_peak},
+                                         {"growth", a.search_growth},
                                          {"probes", s.probes},
                                          {"seconds", s.seconds},
                                          {"batch", a.batch},

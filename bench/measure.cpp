@@ -437,7 +437,10 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
     return s;
   }
   int64_t lo = 0, hi = 0;
-  for (int64_t T = round(start);; T = round(2 * T)) {
+  const auto grow = [&](int64_t T) {
+    return std::max(T + align, round(static_cast<int64_t>(std::ceil(ctx.search_growth * static_cast<double>(T)))));
+  };
+  for (int64_t T = round(start);; T = grow(T)) {
     if (T > max_len) {
       s.capped = true;
       break;

@@ -7,6 +7,8 @@ BENCH=${1:?streambp-bench}; OUT=${2:-$(mktemp -d)}; mkdir -p "$OUT"
 common=(--quick --no-sweep --ablation-seq-len 0 --engines stream,checkpoint --search-align 32)  # --search-align: the GPU script uses it
 "$BENCH" "${common[@]}" --json "$OUT/full.json" > "$OUT/full.log"
 "$BENCH" "${common[@]}" --search-to-peak --json "$OUT/to_peak.json" > "$OUT/to_peak.log"
+# --search-growth (the GPU script's searches from just under the estimate): 1.25x per probe.
+"$BENCH" "${common[@]}" --search-to-peak --search-growth 1.25 --json "$OUT/growth.json" > "$OUT/growth.log"
 grep -q -- "--search-to-peak: each probe stops" "$OUT/to_peak.log"
 python3 - "$OUT/full.json" "$OUT/to_peak.json" <<'PY'
 import json, sys
@@ -33,4 +35,23 @@ for f, c in zip(full, cut):
     print(f'{c["label"]}: max {c["max_seq_len"]}, first OOM {c["first_oom_seq_len"]} with and without the cut')
 assert compared >= 3 and stopped >= 3 and bounded >= 3, (compared, stopped, bounded)
 print(f"{compared} lengths with equal peaks, {stopped} probes cut after their peak")
+PY
+python3 - "$OUT/full.json" "$OUT/growth.json" <<'PY'
+import json, sys
+full, grown = (json.load(open(p))["max_seq_len"] for p in sys.argv[1:3])
+bracketed = 0
+for f, g in zip(full, grown):
+    assert g["growth"] == 1.25 and f["growth"] == 2, (f["growth"], g["growth"])
+    lens = [p["seq_len"] for p in g["runs"]]
+    first_oom = next((i for i, p in enumerate(g["runs"]) if p["oom"]), len(lens))
+    growing = lens[:first_oom + 1]
+    for a, b in zip(growing, growing[1:]):  # before the first OOM: 1.25x per probe (aligned to 32)
+        assert a < b <= 1.25 * a + 32, (g["label"], growing)
+    if f["capped"] or g["capped"]:
+        continue
+    # Both bracket the same true maximum: [max, first OOM) of each overlap.
+    assert g["max_seq_len"] < f["first_oom_seq_len"] and f["max_seq_len"] < g["first_oom_seq_len"], (f, g)
+    bracketed += 1
+    print(f'{g["label"]}: 1.25x per probe finds [{g["max_seq_len"]}, {g["first_oom_seq_len"]}), doubling [{f["max_seq_len"]}, {f["first_oom_seq_len"]})')
+assert bracketed >= 3, bracketed
 PY

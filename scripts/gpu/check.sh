@@ -3,8 +3,8 @@
 # (its LibTorch) but no apt: Debian's -dev packages travel as .deb files (scripts/gpu/fetch-debs.sh)
 # and are unpacked into a private prefix. Run from the repository root:
 #   bash scripts/gpu/check.sh STEPS [OUT]
-# STEPS, comma separated, in order: probe, build, exact, serve, bench, attn_ab, probe_len, search,
-# pack. OUT (default $OUT or ./gpu-out) receives logs and results. GPU_DEADLINE (epoch seconds): no
+# STEPS, comma separated, in order: probe, build, exact, exact_models, serve, bench, attn_ab, probe_len,
+# search, lora_search, pack. OUT (default $OUT or ./gpu-out) receives logs and results. GPU_DEADLINE (epoch seconds): no
 # step starts after it, and long steps are cut to it. GPU_BIN: a folder with streambp-server,
 # streambp-bench and streambp built earlier on such a machine (then `build` only checks they run).
 # Each step's knobs are the environment variables it reads (GPU_TARGETS, EXACT_*, BENCH_*, SEARCH_*).
@@ -130,6 +130,59 @@ for r in rows: print(("PASS" if r["pass"] else "FAIL"), r["check"], r["file"].sp
   log "exact done: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 }
 
+# The families beside Qwen3 on CUDA against the CPU's float64: Gemma3 (scaled, tied embedding,
+# four norms per layer, GELU, local RoPE) and Mistral, both with a sliding window shorter than
+# the sequences (init-model's config.json edited to EXACT_WINDOW), so windows run on the GPU.
+exact_models() {
+  local cmp="python3 $ROOT/scripts/gpu/compare_grads.py" fail=0 G=/tmp/grads; mkdir -p $G
+  [ -f /tmp/tiny.jsonl ] || python3 -c 'import json, random
+r = random.Random(1)
+print("\n".join(json.dumps({"tokens": [r.randrange(256) for _ in range(n)]}) for n in (384, 301)))' > /tmp/tiny.jsonl
+  for fam in ${EXACT_FAMILIES:-gemma3 mistral}; do
+    local M=/tmp/model-$fam; rm -rf $M
+    "$SERVER" init-model --preset tiny --family $fam --dtype float64 --out $M >> "$OUT/grad.log" 2>&1 || { fail=1; log "init-model $fam FAILED"; continue; }
+    python3 -c 'import json, sys; p = sys.argv[1] + "/config.json"; c = json.load(open(p)); c["sliding_window"] = int(sys.argv[2])
+json.dump(c, open(p, "w"), indent=1)' $M ${EXACT_WINDOW:-96}
+    local win="window ${EXACT_WINDOW:-96}"; [ $fam = qwen3 ] && win="no window"  # Qwen3: use_sliding_window is off
+    log "$fam ($win) $DEV vs cpu"
+    timeout "$(cap 60)" "$SERVER" grad --model $M --dtype float64 --device cpu --engine full --data /tmp/tiny.jsonl \
+      --out $G/${fam}_cpu64.safetensors >> "$OUT/grad.log" 2>&1 || { fail=1; log "grad $fam cpu FAILED"; continue; }
+    local others=()
+    for e in full checkpoint stream; do
+      local tiles=; [ $e = stream ] && tiles="--chunk 64 --key-chunk 64"
+      timeout "$(cap 60)" "$SERVER" grad --model $M --dtype float64 --device $DEV --engine $e $tiles \
+        --data /tmp/tiny.jsonl --out $G/${fam}_${DEV}64_$e.safetensors >> "$OUT/grad.log" 2>&1 \
+        && others+=($G/${fam}_${DEV}64_$e.safetensors) || { fail=1; log "grad $fam $DEV $e FAILED"; }
+    done
+    $cmp "$fam float64 $DEV vs cpu ($win)" 1e-10 $G/${fam}_cpu64.safetensors "${others[@]}" >> "$OUT/exactness.jsonl" || fail=1
+    # bfloat16 against float64, on this device and on the CPU (the error bfloat16 itself makes:
+    # 5-6e-2 on these two, whose random weights give larger attention logits than Qwen3's q/k norm).
+    for d in $DEV cpu; do
+      local f=$G/${fam}_${d}_bf16.safetensors
+      timeout "$(cap 60)" "$SERVER" grad --model $M --dtype bfloat16 --device $d --engine stream --chunk 64 --key-chunk 64 \
+        --data /tmp/tiny.jsonl --out $f >> "$OUT/grad.log" 2>&1 \
+        && $cmp "$fam bfloat16 $d stream vs cpu float64 ($win)" 1e-1 $G/${fam}_cpu64.safetensors $f >> "$OUT/exactness.jsonl" || fail=1
+      [ $d = cpu ] && break
+    done
+  done
+  python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    if l.strip(): r = json.loads(l); print(("PASS" if r["pass"] else "FAIL"), r["check"], r["file"].split("/")[-1], "rel %.2e worst %.2e" % (r["global_rel"], r["worst_rel"]), *r["problems"])' "$OUT/exactness.jsonl"
+  log "exact_models done: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+}
+
+# LoRA (r = LORA_RANK, default 16) on the frozen bf16 base: the adapter run's max length over the
+# whole GPU (statics included), run to the first OOM and bisected, probes cut at their peak.
+lora_search() {
+  log "LoRA r${LORA_RANK:-16} max-length search from ${LORA_START:-131072}"
+  timeout "$(cap ${LORA_SECONDS:-300})" "$BENCH" --device $DEV --preset ${SEARCH_PRESET:-qwen3-8b} --dtype bfloat16 \
+    --optimizer none --lora-rank ${LORA_RANK:-16} --lora-only --total-budget ${LORA_BUDGET:-device} --seq-lens ${LORA_LENS:-8192} \
+    --warmup 0 --repeat 1 --search-start ${LORA_START:-131072} --search-growth ${SEARCH_GROWTH:-2} --search-tol ${SEARCH_TOL:-0.06} \
+    --search-align 1024 --search-to-peak --search-chunks fixed --gemm-n ${GEMM_N:-8192} --json "$OUT/lora_search.json" \
+    > "$OUT/lora_search.log" 2>&1
+  log "lora search rc $?"; grep -E "search |max T|lora r" "$OUT/lora_search.log" | tail -20
+}
+
 # The server on the GPU through the real gRPC client: train, sample, log-probs, export.
 serve() {
   local M=/tmp/gpu-model port=50077
@@ -194,7 +247,7 @@ search() {
   log "max-length search: ${SEARCH_ENGINES:-checkpoint:tiled}"
   timeout "$(cap ${SEARCH_SECONDS:-300})" "$BENCH" --device $DEV --preset ${SEARCH_PRESET:-qwen3-8b} --dtype bfloat16 \
     --optimizer none --engines ${SEARCH_ENGINES:-checkpoint:tiled} --no-sweep --budget ${SEARCH_BUDGET:-device} \
-    --search-start ${SEARCH_START:-16384} --search-tol ${SEARCH_TOL:-0.05} --search-align 1024 --ablation-seq-len 0 \
+    --search-start ${SEARCH_START:-16384} --search-growth ${SEARCH_GROWTH:-2} --search-tol ${SEARCH_TOL:-0.05} --search-align 1024 --ablation-seq-len 0 \
     --gemm-n ${GEMM_N:-8192} ${SEARCH_EXTRA:-} --json "$OUT/${SEARCH_NAME:-gpu_search}.json" > "$OUT/${SEARCH_NAME:-search}.log" 2>&1
   log "search rc $?"; grep -E "search |max T" "$OUT/${SEARCH_NAME:-search}.log" | tail -40
 }
@@ -208,6 +261,6 @@ pack() {
 setup
 for step in ${STEPS//,/ }; do
   if (( $(left) < 10 )); then log "deadline: $step and later steps not run"; break; fi
-  case $step in probe|build|exact|serve|bench|attn_ab|probe_len|search|pack) $step ;; *) echo "unknown step $step"; exit 2 ;; esac
+  case $step in probe|build|exact|exact_models|serve|bench|attn_ab|probe_len|search|lora_search|pack) $step ;; *) echo "unknown step $step"; exit 2 ;; esac
 done
 log "done"
