@@ -7,7 +7,8 @@
 # (--search-to-peak) with the chunks the engine would use (--search-chunks fixed): a probe of a
 # 200K-token sequence of an 8B model takes about a minute.
 #   GPU_DEADLINE=$(( $(date +%s) + 570 )) bash scripts/gpu/max-lengths.sh OUT
-# PARTS picks and orders the parts (default: exact stream lora offload checkpoint); with
+# PARTS picks and orders the parts (default: exact stream lora offload checkpoint); PACK=1 packs the
+# binaries; with
 # GPU_BIN (the binaries of an earlier call, `pack`) nothing is built.
 # A dry run on a CPU build: GPU_DEVICE=cpu GPU_BIN=DIR SEARCH_PRESET=tiny SEARCH_BUDGET=8MiB
 # LORA_BUDGET=16MiB STREAM_START=512 LORA_START=512 OFFLOAD_LEN=1024 CKPT_START=128 GEMM_N=256.
@@ -15,7 +16,7 @@ set -uo pipefail
 W=${1:-${OUT:-$PWD/gpu-out}}; mkdir -p "$W"
 export GPU_DEADLINE=${GPU_DEADLINE:-$(( $(date +%s) + 570 ))}
 S="bash scripts/gpu/check.sh"
-first=probe,build; [ -z "${GPU_BIN:-}" ] && first=$first,pack
+first=probe,build; [ "${PACK:-0}" = 1 ] && first=$first,pack  # the binaries for a later, cold machine (GPU_BIN)
 GPU_TARGETS=${GPU_TARGETS:-"streambp-server streambp-bench"} $S $first "$W" || exit 1
 # The budgets are an H100's on a larger GPU (an H200 lent instead): 48.67 GiB of activations past
 # the statics of full fine-tuning (what the first H100 session had), 79 GiB in all for LoRA.
