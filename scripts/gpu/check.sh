@@ -155,8 +155,9 @@ json.dump(c, open(p, "w"), indent=1)' $M ${EXACT_WINDOW:-96}
         && others+=($G/${fam}_${DEV}64_$e.safetensors) || { fail=1; log "grad $fam $DEV $e FAILED"; }
     done
     $cmp "$fam float64 $DEV vs cpu ($win)" 1e-10 $G/${fam}_cpu64.safetensors "${others[@]}" >> "$OUT/exactness.jsonl" || fail=1
-    # bfloat16 against float64, on this device and on the CPU (the error bfloat16 itself makes:
-    # 5-6e-2 on these two, whose random weights give larger attention logits than Qwen3's q/k norm).
+    # bfloat16 against float64, on this device and on the CPU (the error bfloat16 itself makes: on
+    # an H100 with LibTorch 2.11, 0.7-1.8e-2 on CUDA and on that machine's CPU alike; Debian's 1.13
+    # CPU build gives 4-6e-2 on Gemma3 and Mistral, hence the tolerance).
     for d in $DEV cpu; do
       local f=$G/${fam}_${d}_bf16.safetensors
       timeout "$(cap 60)" "$SERVER" grad --model $M --dtype bfloat16 --device $d --engine stream --chunk 64 --key-chunk 64 \
