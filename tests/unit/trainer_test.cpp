@@ -334,7 +334,7 @@ TEST(Trainer, NonFiniteLossSkipsTheStepAndChangesNothing) {
   ASSERT_FALSE(trainer->train_step(seqs, *sft).optim.skipped);  // some optimizer state exists
   {
     torch::NoGradGuard no_grad;
-    trainer->model()->layer_list[1]->up_proj->weight[3][5].fill_(std::numeric_limits<float>::quiet_NaN());
+    trainer->model()->layer_list[1]->projections().at(5).second->weight[3][5].fill_(std::numeric_limits<float>::quiet_NaN());
   }
   const auto weights = trainer->model()->hf_tensors();
   const auto state = trainer->optimizer().state();

@@ -11,8 +11,8 @@
 ///
 /// Files follow PEFT exactly (adapter_config.json + adapter_model.safetensors, tensor
 /// names "base_model.model.<HF module>.lora_A.weight"), so PEFT, vLLM and SGLang load them.
-#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,11 +25,9 @@
 
 namespace streambp {
 
-/// The projections an adapter can target, in the order of the decoder.
-enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown, kLmHead };
-constexpr int kLoraLayerTargets = 7;  ///< q k v o gate up down (lm_head is not per layer)
-/// "q_proj" ... "down_proj", "lm_head".
-const char* LoraTargetName(LoraTarget target);
+/// The module names an adapter may target (PEFT's target_modules), in the decoder's order;
+/// which of them a model has, and where, is ProjectionSites() (streambp/model.h).
+const std::vector<std::string>& LoraModuleNames();
 
 /// The largest |alpha / r| (|alpha / sqrt(r)| with rsLoRA) an adapter may have.
 constexpr double kMaxLoraScale = 65536.0;
@@ -91,8 +89,9 @@ class LoraAdapter {
   const LoraConfig& config() const { return config_; }
   double scale() const { return scale_; }
   torch::Dtype dtype() const { return dtype_; }
-  /// The weights of `target` in decoder layer `layer` (ignored for kLmHead), or null.
-  const LoraWeights* find(int64_t layer, LoraTarget target) const;
+  /// The weights of the projection at HF module path `path` ("model.layers.3.self_attn.q_proj",
+  /// "lm_head"), or null when the adapter does not target it.
+  const LoraWeights* find(const std::string& path) const;
 
   /// The trainable tensors (the adapter's own, updated in place) under names that follow
   /// the model's: "model.layers.0.self_attn.q_proj.lora_A.weight", "lm_head.lora_B.weight".
@@ -114,8 +113,9 @@ class LoraAdapter {
   LoraConfig config_;
   double scale_ = 1.0;
   torch::Dtype dtype_ = torch::kFloat32;
-  std::vector<std::array<std::unique_ptr<LoraWeights>, kLoraLayerTargets>> layers_;
-  std::unique_ptr<LoraWeights> lm_head_;
+  // Per targeted projection, in the model's order (ProjectionSites), and by path.
+  std::vector<std::pair<std::string, std::unique_ptr<LoraWeights>>> weights_;
+  std::map<std::string, const LoraWeights*> by_path_;
   ModelConfig model_;
 };
 

@@ -5,7 +5,6 @@
 ///   kv = layer->keys_values(x, positions)            (N1, k/v projections, k-norm, RoPE)
 ///   y  = layer->forward_queries(x_c, positions_c, kv, mask_c)  (queries of one chunk)
 /// and layer->forward(x, positions, mask) is both over the whole sequence.
-#include <array>
 #include <memory>
 #include <string>
 #include <utility>
@@ -90,6 +89,106 @@ struct AttentionTiling {
   const KeysValues* grad_sink = nullptr;
 };
 
+/// A linear projection y = x W^T (+ b), HF's nn.Linear (parameters "weight", "bias"), plus
+/// the term s · B(A x) of the LoRA adapter that targets it, when one does
+/// (CausalLMImpl::set_adapter): adapters address projections by module, not by index.
+class ProjectionImpl : public torch::nn::Module {
+ public:
+  ProjectionImpl(int64_t in, int64_t out, bool bias);
+  torch::Tensor forward(const torch::Tensor& x);
+  /// The adapter term from now on (null: none).
+  void set_lora(const LoraWeights* weights, double scale);
+  torch::Tensor weight;  ///< [out, in]
+  torch::Tensor bias;    ///< [out], undefined without a bias
+
+ private:
+  const LoraWeights* lora_ = nullptr;
+  double lora_scale_ = 0.0;
+};
+TORCH_MODULE(Projection);
+
+/// A projection of a layer module as its spec gives it: name (PEFT's module name), shape.
+struct ProjectionSpec {
+  std::string name;  ///< "q_proj", "gate_proj", ...
+  int64_t in = 0, out = 0;
+  bool bias = false;
+};
+
+/// A projection an adapter can target, anywhere in the model: its HF module path
+/// ("model.layers.3.self_attn.q_proj", "lm_head"), PEFT's name for it (the path's last part)
+/// and its shape.
+struct ProjectionSite {
+  std::string path;
+  std::string name;
+  int64_t in = 0, out = 0;
+};
+/// Every projection of a model of `config` an adapter can target, in the order of its
+/// parameters (per layer the attention's, then the feed-forward's; the untied lm_head last):
+/// what the modules below are built from.
+std::vector<ProjectionSite> ProjectionSites(const ModelConfig& config);
+
+/// Self-attention (HF's `self_attn`): q/k/v/o projections and Qwen3's q/k norms, over
+/// normalized layer inputs. K/V once per layer, queries per chunk (the engines' halves).
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& config, int64_t layer);
+  /// The projections of this module for `config` (names, shapes): q_proj k_proj v_proj o_proj.
+  static std::vector<ProjectionSpec> Projections(const ModelConfig& config);
+  /// K/V of normalized inputs h [B, T, d] (k-norm, RoPE), [B, KVH, T, hd] contiguous.
+  KeysValues keys_values(const torch::Tensor& h, const Rope& rope);
+  /// o_proj(attention) of the query rows h_q [B, c, d] against kv under `pattern`.
+  torch::Tensor forward(const torch::Tensor& h_q, const Rope& rope_q, const KeysValues& kv,
+                        const AttentionPattern& pattern, const AttentionTiling& tiling);
+  /// Parameters under HF's names below `prefix` ("model.layers.3.self_attn"), in HF's order.
+  void append_hf_parameters(const std::string& prefix, std::vector<std::pair<std::string, torch::Tensor>>& out) const;
+  /// The projections by name, in Projections()' order.
+  std::vector<std::pair<std::string, Projection>> projections() const;
+
+  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // only with config.qk_norm
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+  double scale_;
+  int rope_kind_;
+};
+TORCH_MODULE(Attention);
+
+/// The feed-forward seam (HF's `mlp`): what a layer applies to its normalized post-attention
+/// state. A dense gated MLP today; a mixture of experts is another implementation
+/// (MakeFeedForward picks one from the config).
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  ~FeedForwardImpl() override = default;
+  virtual torch::Tensor forward(const torch::Tensor& h) = 0;
+  virtual void append_hf_parameters(const std::string& prefix,
+                                    std::vector<std::pair<std::string, torch::Tensor>>& out) const = 0;
+  virtual std::vector<std::pair<std::string, Projection>> projections() const = 0;
+};
+
+/// act(gate_proj(h)) * up_proj(h), then down_proj: SwiGLU (SiLU) or Gemma's tanh-GELU.
+class GatedMlpImpl : public FeedForwardImpl {
+ public:
+  explicit GatedMlpImpl(const ModelConfig& config);
+  /// gate_proj up_proj down_proj.
+  static std::vector<ProjectionSpec> Projections(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& h) override;
+  void append_hf_parameters(const std::string& prefix,
+                            std::vector<std::pair<std::string, torch::Tensor>>& out) const override;
+  std::vector<std::pair<std::string, Projection>> projections() const override;
+
+  Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  Activation activation_;
+};
+
+/// The feed-forward module of layer `layer` and its projections' specs.
+std::shared_ptr<FeedForwardImpl> MakeFeedForward(const ModelConfig& config, int64_t layer);
+std::vector<ProjectionSpec> FeedForwardProjections(const ModelConfig& config, int64_t layer);
+
+/// One decoder layer composed of its modules: input_layernorm, self_attn,
+/// post_attention_layernorm, (Gemma3's pre/post_feedforward_layernorm,) mlp.
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, int64_t index);
@@ -107,25 +206,16 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const Rope& rope, const AttentionPattern& mask,
                         const AttentionTiling& tiling = {});
 
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  /// Parameters under HF's names below `prefix` ("model.layers.3"), in HF's order.
+  void append_hf_parameters(const std::string& prefix, std::vector<std::pair<std::string, torch::Tensor>>& out) const;
+  /// The projections an adapter can target, by module path within the layer
+  /// ("self_attn.q_proj", ..., "mlp.down_proj").
+  std::vector<std::pair<std::string, Projection>> projections() const;
+
+  Attention self_attn{nullptr};
+  std::shared_ptr<FeedForwardImpl> mlp;
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich_norms only
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // only with config.qk_norm
-
-  /// The adapter terms of this layer (set by CausalLMImpl::set_adapter): per projection
-  /// (q k v o gate up down) its A/B or null, and the scale.
-  void set_lora(const std::array<const LoraWeights*, 7>& weights, double scale);
-
- private:
-  /// base(x) plus the adapter term of projection `target` when it has one.
-  torch::Tensor project(int target, torch::nn::Linear& base, const torch::Tensor& x);
-  int64_t heads_, kv_heads_, head_dim_;
-  double scale_;
-  int rope_kind_;
-  Activation activation_;
-  std::array<const LoraWeights*, 7> lora_{};
-  double lora_scale_ = 0.0;
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -1,5 +1,6 @@
 // The decoder layers and the causal LM (docs/architecture.md: Models): one implementation, switched by config.
 #include <cmath>
+#include <map>
 
 #include <ATen/record_function.h>
 #include <torch/torch.h>
@@ -89,69 +90,84 @@ torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, const RopeTable& ro
   return x * cos + RotateHalf(x) * sin;
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index)
-    : heads_(c.num_attention_heads),
-      kv_heads_(c.num_key_value_heads),
-      head_dim_(c.head_dim),
-      scale_(c.attention_scale()),
-      rope_kind_(c.rope_kind(index)),
-      activation_(c.activation) {
-  q_proj = register_module("q_proj", MakeLinear(c.hidden_size, c.q_dim(), c.attention_bias));
-  k_proj = register_module("k_proj", MakeLinear(c.hidden_size, c.kv_dim(), c.attention_bias));
-  v_proj = register_module("v_proj", MakeLinear(c.hidden_size, c.kv_dim(), c.attention_bias));
-  o_proj = register_module("o_proj", MakeLinear(c.q_dim(), c.hidden_size, c.o_proj_bias));
-  gate_proj = register_module("gate_proj", MakeLinear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  up_proj = register_module("up_proj", MakeLinear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  down_proj = register_module("down_proj", MakeLinear(c.intermediate_size, c.hidden_size, c.mlp_bias));
-  auto norm = [&](const char* name, int64_t dim) {
-    return register_module(name, RMSNorm(dim, c.rms_norm_eps, c.norm_kind));
-  };
-  input_layernorm = norm("input_layernorm", c.hidden_size);
-  post_attention_layernorm = norm("post_attention_layernorm", c.hidden_size);
-  if (c.sandwich_norms) {
-    pre_feedforward_layernorm = norm("pre_feedforward_layernorm", c.hidden_size);
-    post_feedforward_layernorm = norm("post_feedforward_layernorm", c.hidden_size);
-  }
-  if (c.qk_norm) {
-    q_norm = norm("q_norm", c.head_dim);
-    k_norm = norm("k_norm", c.head_dim);
-  }
+ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool bias) {
+  // Values come from InitModel or a checkpoint; nn.Linear's own initialization would only
+  // draw from the global generator here.
+  weight = register_parameter("weight", torch::empty({out, in}));
+  if (bias) this->bias = register_parameter("bias", torch::zeros({out}));
 }
 
-void DecoderLayerImpl::set_lora(const std::array<const LoraWeights*, 7>& weights, double scale) {
+void ProjectionImpl::set_lora(const LoraWeights* weights, double scale) {
   lora_ = weights;
   lora_scale_ = scale;
 }
 
-torch::Tensor DecoderLayerImpl::project(int target, torch::nn::Linear& base, const torch::Tensor& x) {
+torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
   RECORD_USER_SCOPE("streambp::projection");
-  auto y = base(x);
-  const LoraWeights* w = lora_[target];
-  if (w == nullptr) return y;
+  auto y = F::linear(x, weight, bias);
+  if (lora_ == nullptr) return y;
   // PEFT: the input in the adapter's dtype, the term scaled and added in the output's.
-  auto term = F::linear(F::linear(x.to(w->a.scalar_type()), w->a), w->b) * lora_scale_;
+  auto term = F::linear(F::linear(x.to(lora_->a.scalar_type()), lora_->a), lora_->b) * lora_scale_;
   return y + term.to(y.scalar_type());
 }
 
-KeysValues DecoderLayerImpl::keys_values(const torch::Tensor& x, const Rope& rope) {
-  const int64_t B = x.size(0), T = x.size(1);
-  auto h = input_layernorm(x);
-  auto k = project(1, k_proj, h).view({B, T, kv_heads_, head_dim_});
+namespace {
+
+// Registers the projections of `specs` on `module` in order and returns them by name.
+std::map<std::string, Projection> RegisterProjections(torch::nn::Module& module, const std::vector<ProjectionSpec>& specs) {
+  std::map<std::string, Projection> out;
+  for (const auto& p : specs) out.emplace(p.name, module.register_module(p.name, Projection(p.in, p.out, p.bias)));
+  return out;
+}
+
+void AppendProjection(std::vector<std::pair<std::string, torch::Tensor>>& out, const std::string& path,
+                      const Projection& p) {
+  out.emplace_back(path + ".weight", p->weight);
+  if (p->bias.defined()) out.emplace_back(path + ".bias", p->bias);
+}
+
+}  // namespace
+
+std::vector<ProjectionSpec> AttentionImpl::Projections(const ModelConfig& c) {
+  return {{"q_proj", c.hidden_size, c.q_dim(), c.attention_bias},
+          {"k_proj", c.hidden_size, c.kv_dim(), c.attention_bias},
+          {"v_proj", c.hidden_size, c.kv_dim(), c.attention_bias},
+          {"o_proj", c.q_dim(), c.hidden_size, c.o_proj_bias}};
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer)
+    : heads_(c.num_attention_heads),
+      kv_heads_(c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      scale_(c.attention_scale()),
+      rope_kind_(c.rope_kind(layer)) {
+  auto p = RegisterProjections(*this, Projections(c));
+  q_proj = p.at("q_proj");
+  k_proj = p.at("k_proj");
+  v_proj = p.at("v_proj");
+  o_proj = p.at("o_proj");
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(c.head_dim, c.rms_norm_eps, c.norm_kind));
+    k_norm = register_module("k_norm", RMSNorm(c.head_dim, c.rms_norm_eps, c.norm_kind));
+  }
+}
+
+KeysValues AttentionImpl::keys_values(const torch::Tensor& h, const Rope& rope) {
+  const int64_t B = h.size(0), T = h.size(1);
+  auto k = k_proj(h).view({B, T, kv_heads_, head_dim_});
   if (k_norm) k = k_norm(k);
   k = RotaryEmbedding::apply(k, rope.kinds.at(rope_kind_));
-  auto v = project(2, v_proj, h).view({B, T, kv_heads_, head_dim_});
+  auto v = v_proj(h).view({B, T, kv_heads_, head_dim_});
   // [B, KVH, T, hd] contiguous: a tile of keys is then a plain view for the attention GEMMs.
   RECORD_USER_SCOPE("streambp::layout");
   return KeysValues{k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()};
 }
 
-torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
-                                                const KeysValues& kv, const AttentionPattern& mask,
-                                                const AttentionTiling& tiling) {
-  const int64_t B = x_q.size(0), C = x_q.size(1);
+torch::Tensor AttentionImpl::forward(const torch::Tensor& h_q, const Rope& rope_q, const KeysValues& kv,
+                                     const AttentionPattern& pattern, const AttentionTiling& tiling) {
+  const int64_t B = h_q.size(0), C = h_q.size(1);
   const int64_t groups = heads_ / kv_heads_;
-  auto h = input_layernorm(x_q);
-  auto q = project(0, q_proj, h).view({B, C, heads_, head_dim_});
+  auto q = q_proj(h_q).view({B, C, heads_, head_dim_});
   if (q_norm) q = q_norm(q);
   q = RotaryEmbedding::apply(q, rope_q.kinds.at(rope_kind_));  // [B, C, H, hd]
   // The rows of one kv head: position major with its G query heads adjacent (row c*G + g),
@@ -165,26 +181,123 @@ torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const 
   }
   // [B, KVH, C*G, hd] from the first backend that computes this call exactly
   // (docs/architecture.md: Attention backends).
-  auto attn = Attend(AttentionCall{qg, kv.k, kv.v, mask, groups, scale_, tiling}).out;
+  auto attn = Attend(AttentionCall{qg, kv.k, kv.v, pattern, groups, scale_, tiling}).out;
   {
     RECORD_USER_SCOPE("streambp::layout");
     attn = attn.view({B, kv_heads_, C, groups, head_dim_}).permute({0, 2, 1, 3, 4}).reshape({B, C, heads_ * head_dim_});
   }
-  auto attn_out = project(3, o_proj, attn);
+  return o_proj(attn);
+}
+
+void AttentionImpl::append_hf_parameters(const std::string& prefix,
+                                         std::vector<std::pair<std::string, torch::Tensor>>& out) const {
+  for (const auto& [name, p] : projections()) AppendProjection(out, prefix + "." + name, p);
+  if (q_norm) {
+    out.emplace_back(prefix + ".q_norm.weight", q_norm->weight);
+    out.emplace_back(prefix + ".k_norm.weight", k_norm->weight);
+  }
+}
+
+std::vector<std::pair<std::string, Projection>> AttentionImpl::projections() const {
+  return {{"q_proj", q_proj}, {"k_proj", k_proj}, {"v_proj", v_proj}, {"o_proj", o_proj}};
+}
+
+std::vector<ProjectionSpec> GatedMlpImpl::Projections(const ModelConfig& c) {
+  return {{"gate_proj", c.hidden_size, c.intermediate_size, c.mlp_bias},
+          {"up_proj", c.hidden_size, c.intermediate_size, c.mlp_bias},
+          {"down_proj", c.intermediate_size, c.hidden_size, c.mlp_bias}};
+}
+
+GatedMlpImpl::GatedMlpImpl(const ModelConfig& c) : activation_(c.activation) {
+  auto p = RegisterProjections(*this, Projections(c));
+  gate_proj = p.at("gate_proj");
+  up_proj = p.at("up_proj");
+  down_proj = p.at("down_proj");
+}
+
+torch::Tensor GatedMlpImpl::forward(const torch::Tensor& h) {
+  RECORD_USER_SCOPE("streambp::mlp");
+  auto gate = gate_proj(h);
+  gate = activation_ == Activation::kGeluTanh ? F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) : F::silu(gate);
+  return down_proj(gate * up_proj(h));
+}
+
+void GatedMlpImpl::append_hf_parameters(const std::string& prefix,
+                                        std::vector<std::pair<std::string, torch::Tensor>>& out) const {
+  for (const auto& [name, p] : projections()) AppendProjection(out, prefix + "." + name, p);
+}
+
+std::vector<std::pair<std::string, Projection>> GatedMlpImpl::projections() const {
+  return {{"gate_proj", gate_proj}, {"up_proj", up_proj}, {"down_proj", down_proj}};
+}
+
+std::shared_ptr<FeedForwardImpl> MakeFeedForward(const ModelConfig& config, int64_t /*layer*/) {
+  return std::make_shared<GatedMlpImpl>(config);
+}
+
+std::vector<ProjectionSpec> FeedForwardProjections(const ModelConfig& config, int64_t /*layer*/) {
+  return GatedMlpImpl::Projections(config);
+}
+
+std::vector<ProjectionSite> ProjectionSites(const ModelConfig& c) {
+  std::vector<ProjectionSite> out;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string layer = "model.layers." + std::to_string(i);
+    for (const auto& p : AttentionImpl::Projections(c)) out.push_back({layer + ".self_attn." + p.name, p.name, p.in, p.out});
+    for (const auto& p : FeedForwardProjections(c, i)) out.push_back({layer + ".mlp." + p.name, p.name, p.in, p.out});
+  }
+  if (!c.tie_word_embeddings) out.push_back({"lm_head", "lm_head", c.hidden_size, c.vocab_size});
+  return out;
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index) {
+  auto norm = [&](const char* name) { return register_module(name, RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_kind)); };
+  input_layernorm = norm("input_layernorm");
+  self_attn = register_module("self_attn", Attention(c, index));
+  post_attention_layernorm = norm("post_attention_layernorm");
+  if (c.sandwich_norms) pre_feedforward_layernorm = norm("pre_feedforward_layernorm");
+  mlp = register_module("mlp", MakeFeedForward(c, index));
+  if (c.sandwich_norms) post_feedforward_layernorm = norm("post_feedforward_layernorm");
+}
+
+KeysValues DecoderLayerImpl::keys_values(const torch::Tensor& x, const Rope& rope) {
+  return self_attn->keys_values(input_layernorm(x), rope);
+}
+
+torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
+                                                const KeysValues& kv, const AttentionPattern& mask,
+                                                const AttentionTiling& tiling) {
+  auto attn_out = self_attn->forward(input_layernorm(x_q), rope_q, kv, mask, tiling);
   // Llama: x + attn, then the MLP reads post_attention_layernorm. Gemma3 (sandwich): the
   // attention and MLP outputs are normalized before their residual adds.
   auto x1 = x_q + (pre_feedforward_layernorm ? post_attention_layernorm(attn_out) : attn_out);
   auto h2 = pre_feedforward_layernorm ? pre_feedforward_layernorm(x1) : post_attention_layernorm(x1);
-  RECORD_USER_SCOPE("streambp::mlp");
-  auto gate = project(4, gate_proj, h2);
-  gate = activation_ == Activation::kGeluTanh ? F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) : F::silu(gate);
-  auto mlp = project(6, down_proj, gate * project(5, up_proj, h2));
-  return x1 + (post_feedforward_layernorm ? post_feedforward_layernorm(mlp) : mlp);
+  auto ff = mlp->forward(h2);
+  return x1 + (post_feedforward_layernorm ? post_feedforward_layernorm(ff) : ff);
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const Rope& rope, const AttentionPattern& mask,
                                         const AttentionTiling& tiling) {
   return forward_queries(x, rope, keys_values(x, rope), mask, tiling);
+}
+
+void DecoderLayerImpl::append_hf_parameters(const std::string& p,
+                                            std::vector<std::pair<std::string, torch::Tensor>>& out) const {
+  self_attn->append_hf_parameters(p + ".self_attn", out);
+  mlp->append_hf_parameters(p + ".mlp", out);
+  out.emplace_back(p + ".input_layernorm.weight", input_layernorm->weight);
+  out.emplace_back(p + ".post_attention_layernorm.weight", post_attention_layernorm->weight);
+  if (pre_feedforward_layernorm) {
+    out.emplace_back(p + ".pre_feedforward_layernorm.weight", pre_feedforward_layernorm->weight);
+    out.emplace_back(p + ".post_feedforward_layernorm.weight", post_feedforward_layernorm->weight);
+  }
+}
+
+std::vector<std::pair<std::string, Projection>> DecoderLayerImpl::projections() const {
+  std::vector<std::pair<std::string, Projection>> out;
+  for (auto& [name, p] : self_attn->projections()) out.emplace_back("self_attn." + name, p);
+  for (auto& [name, p] : mlp->projections()) out.emplace_back("mlp." + name, p);
+  return out;
 }
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& config) : config_(config) {
@@ -252,7 +365,7 @@ torch::Tensor CausalLMImpl::logits_outside_head(const torch::Tensor& h_last, tor
   if (normed != nullptr) *normed = h;
   if (projected != nullptr) *projected = out;
   if (adapter_) {
-    if (const LoraWeights* w = adapter_->find(-1, LoraTarget::kLmHead)) {
+    if (const LoraWeights* w = adapter_->find("lm_head")) {
       auto term = F::linear(F::linear(h.to(w->a.scalar_type()), w->a), w->b) * adapter_->scale();
       out = out + term.to(out.scalar_type());
     }
@@ -267,12 +380,12 @@ torch::Tensor CausalLMImpl::logits_outside_head(const torch::Tensor& h_last, tor
 
 void CausalLMImpl::set_adapter(std::shared_ptr<const LoraAdapter> adapter) {
   if (adapter) adapter->check_fits(config_);
+  // Every projection by its module path: the adapter's weights for it, or none.
   for (int64_t i = 0; i < static_cast<int64_t>(layer_list.size()); ++i) {
-    std::array<const LoraWeights*, 7> w{};
-    if (adapter) {
-      for (int t = 0; t < kLoraLayerTargets; ++t) w[t] = adapter->find(i, static_cast<LoraTarget>(t));
+    const std::string layer = "model.layers." + std::to_string(i) + ".";
+    for (auto& [name, p] : layer_list[i]->projections()) {
+      p->set_lora(adapter ? adapter->find(layer + name) : nullptr, adapter ? adapter->scale() : 0.0);
     }
-    layer_list[i]->set_lora(w, adapter ? adapter->scale() : 0.0);
   }
   adapter_ = std::move(adapter);
 }

@@ -1,6 +1,7 @@
 // LoRA adapters: PEFT's definition, initialization and files.
 #include "streambp/lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -19,26 +20,10 @@ namespace {
 
 using nlohmann::json;
 
-const char* kLayerTargetNames[kLoraLayerTargets] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                    "gate_proj", "up_proj", "down_proj"};
-
-// The HF module path of a projection of layer i.
-std::string ModulePath(int64_t layer, int target) {
-  const std::string p = "model.layers." + std::to_string(layer);
-  return p + (target < 4 ? ".self_attn." : ".mlp.") + kLayerTargetNames[target];
-}
-
-// [out, in] of a projection.
-std::pair<int64_t, int64_t> Shape(const ModelConfig& c, int target) {
-  switch (target) {
-    case 0: return {c.q_dim(), c.hidden_size};
-    case 1:
-    case 2: return {c.kv_dim(), c.hidden_size};
-    case 3: return {c.hidden_size, c.q_dim()};
-    case 4:
-    case 5: return {c.intermediate_size, c.hidden_size};
-    default: return {c.hidden_size, c.intermediate_size};
-  }
+// A name's place in LoraModuleNames() (the decoder's order; past the end when unknown).
+size_t ModuleRank(const std::string& name) {
+  const auto& names = LoraModuleNames();
+  return static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
 }
 
 std::string ShapeText(at::IntArrayRef s) {
@@ -53,21 +38,18 @@ bool Targets(const LoraConfig& c, const std::string& name) {
 
 }  // namespace
 
-int64_t LoraParameterCount(const ModelConfig& model, const LoraConfig& config) {
-  int64_t n = 0;
-  for (int t = 0; t < kLoraLayerTargets; ++t) {
-    if (!Targets(config, kLayerTargetNames[t])) continue;
-    const auto [out, in] = Shape(model, t);
-    n += config.r * (in + out);
-  }
-  n *= model.num_hidden_layers;
-  if (Targets(config, "lm_head")) n += config.r * (model.hidden_size + model.vocab_size);
-  return n;
+const std::vector<std::string>& LoraModuleNames() {
+  static const std::vector<std::string> names{"q_proj",  "k_proj",    "v_proj", "o_proj",
+                                              "gate_proj", "up_proj", "down_proj", "lm_head"};
+  return names;
 }
 
-const char* LoraTargetName(LoraTarget target) {
-  const int t = static_cast<int>(target);
-  return t < kLoraLayerTargets ? kLayerTargetNames[t] : "lm_head";
+int64_t LoraParameterCount(const ModelConfig& model, const LoraConfig& config) {
+  int64_t n = 0;
+  for (const auto& site : ProjectionSites(model)) {
+    if (Targets(config, site.name)) n += config.r * (site.in + site.out);
+  }
+  return n;
 }
 
 double LoraConfig::scale() const {
@@ -91,9 +73,7 @@ void LoraConfig::Validate(const ModelConfig* model) const {
   if (target_modules.empty()) throw InvalidArgument("lora: target_modules is empty");
   std::set<std::string> seen;
   for (const auto& m : target_modules) {
-    bool known = m == "lm_head";
-    for (const char* n : kLayerTargetNames) known = known || m == n;
-    if (!known) {
+    if (ModuleRank(m) == LoraModuleNames().size()) {
       throw InvalidArgument("lora: target_modules has '" + m +
                             "', which this model does not have (known: q_proj, k_proj, v_proj, o_proj, gate_proj, "
                             "up_proj, down_proj, lm_head)");
@@ -154,15 +134,8 @@ LoraConfig LoraConfig::FromPeftJson(const json& j) {
       c.target_modules = LoraConfig{}.target_modules;
     } else {
       c.target_modules = t.get<std::vector<std::string>>();
-      std::sort(c.target_modules.begin(), c.target_modules.end(), [](const std::string& a, const std::string& b) {
-        auto rank = [](const std::string& n) {
-          for (int i = 0; i < kLoraLayerTargets; ++i) {
-            if (n == kLayerTargetNames[i]) return i;
-          }
-          return kLoraLayerTargets;
-        };
-        return rank(a) < rank(b);
-      });
+      std::stable_sort(c.target_modules.begin(), c.target_modules.end(),
+                       [](const std::string& a, const std::string& b) { return ModuleRank(a) < ModuleRank(b); });
     }
     c.Validate();
     return c;
@@ -252,37 +225,25 @@ std::shared_ptr<LoraAdapter> LoraAdapter::Create(const ModelConfig& model, const
     w->b = torch::zeros({out, config.r}, torch::TensorOptions().dtype(dtype).device(device));
     return w;
   };
-  a->layers_.resize(model.num_hidden_layers);
-  for (int64_t i = 0; i < model.num_hidden_layers; ++i) {
-    for (int t = 0; t < kLoraLayerTargets; ++t) {
-      if (!Targets(config, kLayerTargetNames[t])) continue;
-      const auto [out, in] = Shape(model, t);
-      a->layers_[i][t] = make(out, in);
-    }
+  // In the model's order, each drawn from the one generator: the same A for the same config.
+  for (const auto& site : ProjectionSites(model)) {
+    if (!Targets(config, site.name)) continue;
+    a->weights_.emplace_back(site.path, make(site.out, site.in));
+    a->by_path_[site.path] = a->weights_.back().second.get();
   }
-  if (Targets(config, "lm_head")) a->lm_head_ = make(model.vocab_size, model.hidden_size);
   return a;
 }
 
-const LoraWeights* LoraAdapter::find(int64_t layer, LoraTarget target) const {
-  if (target == LoraTarget::kLmHead) return lm_head_.get();
-  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size())) return nullptr;
-  return layers_[layer][static_cast<int>(target)].get();
+const LoraWeights* LoraAdapter::find(const std::string& path) const {
+  auto it = by_path_.find(path);
+  return it == by_path_.end() ? nullptr : it->second;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> LoraAdapter::named_parameters() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    for (int t = 0; t < kLoraLayerTargets; ++t) {
-      if (!layers_[i][t]) continue;
-      const std::string p = ModulePath(static_cast<int64_t>(i), t);
-      out.emplace_back(p + ".lora_A.weight", layers_[i][t]->a);
-      out.emplace_back(p + ".lora_B.weight", layers_[i][t]->b);
-    }
-  }
-  if (lm_head_) {
-    out.emplace_back("lm_head.lora_A.weight", lm_head_->a);
-    out.emplace_back("lm_head.lora_B.weight", lm_head_->b);
+  for (const auto& [path, w] : weights_) {
+    out.emplace_back(path + ".lora_A.weight", w->a);
+    out.emplace_back(path + ".lora_B.weight", w->b);
   }
   return out;
 }
@@ -334,9 +295,14 @@ int64_t LoraAdapter::num_parameters() const {
 }
 
 void LoraAdapter::check_fits(const ModelConfig& m) const {
-  const auto& a = model_;
-  if (a.num_hidden_layers != m.num_hidden_layers || a.hidden_size != m.hidden_size || a.q_dim() != m.q_dim() ||
-      a.kv_dim() != m.kv_dim() || a.intermediate_size != m.intermediate_size || a.vocab_size != m.vocab_size) {
+  // The same projections at the same paths with the same shapes.
+  const auto mine = ProjectionSites(model_), theirs = ProjectionSites(m);
+  const bool same = mine.size() == theirs.size() &&
+                    std::equal(mine.begin(), mine.end(), theirs.begin(), [](const auto& a, const auto& b) {
+                      return a.path == b.path && a.in == b.in && a.out == b.out;
+                    });
+  if (!same) {
+    const auto& a = model_;
     throw InvalidArgument("the adapter was made for a model of another shape (" + std::to_string(a.num_hidden_layers) +
                           " layers, hidden " + std::to_string(a.hidden_size) + ") than this one (" +
                           std::to_string(m.num_hidden_layers) + " layers, hidden " + std::to_string(m.hidden_size) + ")");
@@ -378,21 +344,10 @@ TensorMap CausalLMImpl::merged_hf_tensors() const {
   auto out = hf_tensors();
   if (!adapter_) return out;
   torch::NoGradGuard no_grad;
-  for (const auto& [name, t] : adapter_->named_parameters()) {
-    if (!name.ends_with(".lora_A.weight")) continue;
-    const std::string module = name.substr(0, name.size() - std::string(".lora_A.weight").size());
-    const LoraWeights* w = nullptr;
-    if (module == "lm_head") {
-      w = adapter_->find(-1, LoraTarget::kLmHead);
-    } else {
-      const auto after = module.substr(std::string("model.layers.").size());
-      const int64_t layer = std::stoll(after.substr(0, after.find('.')));
-      const auto leaf = module.substr(module.rfind('.') + 1);
-      for (int tgt = 0; tgt < kLoraLayerTargets; ++tgt) {
-        if (leaf == kLayerTargetNames[tgt]) w = adapter_->find(layer, static_cast<LoraTarget>(tgt));
-      }
-    }
-    auto& base = out.at(module + ".weight");
+  for (const auto& site : ProjectionSites(config_)) {
+    const LoraWeights* w = adapter_->find(site.path);
+    if (w == nullptr) continue;
+    auto& base = out.at(site.path + ".weight");
     const auto delta = torch::matmul(w->b, w->a) * adapter_->scale();
     base = (base.to(delta.scalar_type()) + delta).to(base.scalar_type());
   }

@@ -23,38 +23,12 @@ std::string ShapeString(at::IntArrayRef shape) {
   return s + "]";
 }
 
-void AddLinear(std::vector<std::pair<std::string, torch::Tensor>>& out, const std::string& prefix,
-               const torch::nn::Linear& linear) {
-  out.emplace_back(prefix + ".weight", linear->weight);
-  if (linear->bias.defined()) out.emplace_back(prefix + ".bias", linear->bias);
-}
-
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::named_hf_parameters() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   out.emplace_back("model.embed_tokens.weight", embed_tokens->weight);
-  for (size_t i = 0; i < layer_list.size(); ++i) {
-    const auto& l = layer_list[i];
-    const std::string p = "model.layers." + std::to_string(i);
-    AddLinear(out, p + ".self_attn.q_proj", l->q_proj);
-    AddLinear(out, p + ".self_attn.k_proj", l->k_proj);
-    AddLinear(out, p + ".self_attn.v_proj", l->v_proj);
-    AddLinear(out, p + ".self_attn.o_proj", l->o_proj);
-    if (l->q_norm) {
-      out.emplace_back(p + ".self_attn.q_norm.weight", l->q_norm->weight);
-      out.emplace_back(p + ".self_attn.k_norm.weight", l->k_norm->weight);
-    }
-    AddLinear(out, p + ".mlp.gate_proj", l->gate_proj);
-    AddLinear(out, p + ".mlp.up_proj", l->up_proj);
-    AddLinear(out, p + ".mlp.down_proj", l->down_proj);
-    out.emplace_back(p + ".input_layernorm.weight", l->input_layernorm->weight);
-    out.emplace_back(p + ".post_attention_layernorm.weight", l->post_attention_layernorm->weight);
-    if (l->pre_feedforward_layernorm) {
-      out.emplace_back(p + ".pre_feedforward_layernorm.weight", l->pre_feedforward_layernorm->weight);
-      out.emplace_back(p + ".post_feedforward_layernorm.weight", l->post_feedforward_layernorm->weight);
-    }
-  }
+  for (size_t i = 0; i < layer_list.size(); ++i) layer_list[i]->append_hf_parameters("model.layers." + std::to_string(i), out);
   out.emplace_back("model.norm.weight", norm->weight);
   if (lm_head) out.emplace_back("lm_head.weight", lm_head->weight);
   return out;
