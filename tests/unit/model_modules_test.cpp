@@ -52,7 +52,8 @@ TEST_P(ModelModules, ProjectionSitesAreTheLayersProjections) {
   EXPECT_EQ(sites.size(), 7 * config.num_hidden_layers + (config.tie_word_embeddings ? 0 : 1));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ModelModules, ::testing::ValuesIn(FamilyNames()));
+INSTANTIATE_TEST_SUITE_P(Families, ModelModules, ::testing::ValuesIn(FamilyNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // HF's order within a layer (what checkpoints, the deterministic initialization and the
 // optimizer's state follow): attention, then MLP, then the norms.
