@@ -278,6 +278,8 @@ void PrintRun(const Run& r, double gemm);
 /// activation memory, or (`by_time`) the fastest one.
 const Run* StrongestBaseline(const std::vector<Run>& runs, int64_t T, bool by_time);
 nlohmann::json RunJson(const Run& r);
+/// Every probe of a max-length search, as RunJson (a search's "runs"; "probes" is their count).
+nlohmann::json ProbesJson(const SearchResult& s);
 std::string HumanBytes(int64_t bytes);
 /// Memory and time against T, one series per variant; OOM or refused points as crosses at
 /// their estimate; `budget` (0 = none) as a line; `machine` printed under the title.

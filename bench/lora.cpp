@@ -63,11 +63,7 @@ nlohmann::json RunLoraComparison(Context& ctx, const LoraPlan& plan) {
                   {"probes", s.probes},
                   {"to_peak", ctx.stop_after_peak},
                   {"growth", ctx.search_growth},
-                  {"runs", [&] {  // every probe
-                     auto probes = nlohmann::json::array();
-                     for (const auto& r : s.runs) probes.push_back(RunJson(r));
-                     return probes;
-                   }()},
+                  {"runs", ProbesJson(s)},
                   {"seconds", s.seconds},
                   {"chunk", s.chunk},
                   {"logits_chunk", s.logits_chunk},

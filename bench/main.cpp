@@ -378,11 +378,7 @@ int main(int argc, char** argv) {
                                          {"seconds", s.seconds},
                                          {"batch", a.batch},
                                          {"objective", a.objective},
-                                         {"runs", [&] {  // every probe ("probes" is their count)
-                                            auto probes = nlohmann::json::array();
-                                            for (const auto& r : s.runs) probes.push_back(RunJson(r));
-                                            return probes;
-                                          }()}});
+                                         {"runs", ProbesJson(s)}});
       }
       ctx.stop_after_peak = false;
     }

@@ -22,6 +22,12 @@ std::string HumanBytes(int64_t bytes) {
   return buf;
 }
 
+nlohmann::json ProbesJson(const SearchResult& s) {
+  auto probes = nlohmann::json::array();
+  for (const auto& r : s.runs) probes.push_back(RunJson(r));
+  return probes;
+}
+
 nlohmann::json RunJson(const Run& r) {
   nlohmann::json j{{"engine", r.variant.engine},
                    {"logits_chunked", r.variant.logits_chunked},
