@@ -12,9 +12,9 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_option("--model", a.model_dir, "Hugging Face model folder (default: the embedded preset)");
   app.add_option("--family", a.family,
                  "the embedded preset's family (its config.json's architecture and settings, the preset's shapes): "
-                 "llama | qwen2 | qwen3 | mistral | gemma3")
+                 "llama | qwen2 | qwen3 | qwen3_moe | mistral | gemma3")
       ->capture_default_str();
-  app.add_option("--preset", a.preset, "embedded model: tiny | small | qwen3-8b")
+  app.add_option("--preset", a.preset, "embedded model: tiny | small | qwen3-8b | qwen3-30b-a3b")
       ->check(CLI::IsMember(PresetNames()));
   app.add_option("--device", a.device,
                  "cpu | cuda | cuda:N (CUDA builds): memory from the caching allocator's device statistics, "
@@ -46,8 +46,8 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_flag("--no-search", a.no_search, "skip the max-length search");
   app.add_flag("--no-sweep", a.no_sweep, "skip the sequence-length sweep");
   app.add_flag("--profile", a.profile,
-               "sweep: one more step per point with the time split into attention, MLP, projections, head, "
-               "norms/RoPE, copies, embedding, other (RecordFunction callbacks)");
+               "sweep: one more step per point with the time split into attention, MLP, experts (a mixture of "
+               "experts), projections, head, norms/RoPE, copies, embedding, other (RecordFunction callbacks)");
   app.add_option("--search-chunks", a.search_chunks,
                  "stream chunks in the search: auto (largest fitting the budget, as the server) | fixed")
       ->check(CLI::IsMember({"auto", "fixed"}));

@@ -46,7 +46,7 @@ struct StaticBytes {
 };
 
 /// Where one step's wall time went, in seconds per category (BreakdownCategories():
-/// attention, mlp, projections, head, norms_rope, copies, embedding, other); the categories
+/// attention, mlp, experts, projections, head, norms_rope, copies, embedding, other); the categories
 /// sum to total_seconds. See profile.cpp.
 struct TimeBreakdown {
   double total_seconds = 0;

@@ -131,6 +131,11 @@ int main(int argc, char** argv) {
                 (long long)c.num_hidden_layers, (long long)c.hidden_size, (long long)c.intermediate_size,
                 (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.head_dim,
                 (long long)c.vocab_size, params / 1e6, a.dtype.c_str());
+    if (c.num_experts > 0) {
+      std::printf("experts:   %lld sparse layers of %lld experts (d_ff %lld), %lld per token%s\n",
+                  (long long)c.sparse_layers(), (long long)c.num_experts, (long long)c.moe_intermediate_size,
+                  (long long)c.num_experts_per_tok, c.norm_topk_prob ? ", renormalised" : "");
+    }
     std::printf("objective: %s, batch %lld; weights %s, gradients %s, %s state %s; sweep limit %s of activations\n\n",
                 a.objective.c_str(), (long long)a.batch, HumanBytes(ctx.statics.weights).c_str(),
                 HumanBytes(ctx.statics.grads).c_str(), a.optimizer.c_str(), HumanBytes(ctx.statics.optimizer).c_str(),

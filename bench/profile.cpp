@@ -23,11 +23,13 @@ using Clock = std::chrono::steady_clock;
 
 // The categories, in report order.
 const std::vector<std::string>& Names() {
-  static const std::vector<std::string> names{"attention", "mlp", "projections", "head", "norms_rope",
-                                              "copies",    "embedding", "other"};
+  static const std::vector<std::string> names{"attention", "mlp",       "experts", "projections", "head",
+                                              "norms_rope", "copies",   "embedding", "other"};
   return names;
 }
-enum Category : int { kAttention, kMlp, kProjections, kHead, kNormsRope, kCopies, kEmbedding, kOther, kCount };
+enum Category : int {
+  kAttention, kMlp, kExperts, kProjections, kHead, kNormsRope, kCopies, kEmbedding, kOther, kCount
+};
 
 struct State {
   bool active = false;
@@ -45,6 +47,7 @@ int RegionOf(const char* name) {
   const char* r = name + 10;
   if (!std::strcmp(r, "attention")) return kAttention;
   if (!std::strcmp(r, "mlp")) return kMlp;
+  if (!std::strcmp(r, "moe")) return kExperts;  // a mixture of experts: router, grouping, experts, gather
   if (!std::strcmp(r, "projection")) return kProjections;
   if (!std::strcmp(r, "head")) return kHead;
   if (!std::strcmp(r, "norm") || !std::strcmp(r, "rope")) return kNormsRope;
@@ -75,8 +78,9 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
   Charge(Clock::now());
   const int parent = s.stack.empty() ? -1 : s.stack.back();
   int c = parent;
-  // The head and the MLP own what runs inside them (the MLP's projections are MLP GEMMs).
-  const bool owned = parent == kHead || parent == kMlp;
+  // The head, the MLP and a mixture of experts own what runs inside them (the MLP's
+  // projections are MLP GEMMs; the experts' MLPs are the mixture's).
+  const bool owned = parent == kHead || parent == kMlp || parent == kExperts;
   if (fn.scope() == at::RecordScope::USER_SCOPE) {
     const int r = RegionOf(fn.name());
     if (r >= 0 && !owned) c = r;

@@ -18,6 +18,7 @@ json SequencesToJson(const std::vector<Sequence>& sequences) {
     if (!s.advantages.empty()) j["advantages"] = s.advantages;
     if (!s.ref_logprobs.empty()) j["ref_logprobs"] = s.ref_logprobs;
     if (!s.token_weights.empty()) j["token_weights"] = s.token_weights;
+    if (!s.routed_experts.empty()) j["routed_experts"] = s.routed_experts;
     out.push_back(std::move(j));
   }
   return out;
@@ -37,6 +38,7 @@ std::vector<Sequence> SequencesFromJson(const json& j) {
     if (e.contains("advantages")) s.advantages = e["advantages"].get<std::vector<double>>();
     if (e.contains("ref_logprobs")) s.ref_logprobs = e["ref_logprobs"].get<std::vector<double>>();
     if (e.contains("token_weights")) s.token_weights = e["token_weights"].get<std::vector<double>>();
+    if (e.contains("routed_experts")) s.routed_experts = e["routed_experts"].get<std::vector<int32_t>>();
     out.push_back(std::move(s));
   }
   return out;

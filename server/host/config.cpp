@@ -205,7 +205,7 @@ void ServerConfig::Validate() const {
     fail("model.preset must be tiny or small, got '" + model.preset + "'");
   }
   if (const auto families = FamilyNames(); std::find(families.begin(), families.end(), model.family) == families.end()) {
-    fail("model.family must be llama, qwen2, qwen3, mistral or gemma3, got '" + model.family + "'");
+    fail("model.family must be llama, qwen2, qwen3, qwen3_moe, mistral or gemma3, got '" + model.family + "'");
   }
   if (model.device != "cpu" && model.device.rfind("cuda", 0) != 0) {
     fail("model.device must be cpu, cuda or cuda:N, got '" + model.device + "'");

@@ -17,7 +17,7 @@ namespace streambp::server {
 struct ModelSection {
   std::string dir;               ///< HF model folder; empty = the embedded preset
   std::string preset = "tiny";   ///< embedded preset when dir is empty: tiny | small
-  std::string family = "qwen3";  ///< the preset's architecture: llama | qwen2 | qwen3 | mistral | gemma3
+  std::string family = "qwen3";  ///< the preset's architecture: llama | qwen2 | qwen3 | qwen3_moe | mistral | gemma3
   uint64_t seed = 0;             ///< seed of the embedded preset
   std::string dtype = "float32";  ///< float32 | float64 | bfloat16 (float16 on cuda only)
   std::string device = "cpu";    ///< cpu | cuda | cuda:N

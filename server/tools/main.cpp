@@ -21,9 +21,9 @@ namespace {
 void AddModelFlags(CLI::App* cmd, streambp::ModelSource& m) {
   cmd->add_option("--model", m.dir, "Hugging Face model folder (config.json + safetensors); "
                                     "default: the embedded preset");
-  cmd->add_option("--preset", m.preset, "embedded model when --model is not given: tiny | small | qwen3-8b")
+  cmd->add_option("--preset", m.preset, "embedded model when --model is not given: tiny | small | qwen3-8b | qwen3-30b-a3b")
       ->check(CLI::IsMember(streambp::PresetNames()));
-  cmd->add_option("--family", m.family, "architecture of the embedded model: llama | qwen2 | qwen3 | mistral | gemma3")
+  cmd->add_option("--family", m.family, "architecture of the embedded model: llama | qwen2 | qwen3 | qwen3_moe | mistral | gemma3")
       ->check(CLI::IsMember(streambp::FamilyNames()));
   cmd->add_option("--seed", m.seed, "seed of the embedded model");
   cmd->add_option("--dtype", m.dtype, "float32 | float64 | bfloat16 | float16")
@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
 
   streambp::tools::InitModelArgs init;
   auto* init_cmd = app.add_subcommand("init-model", "write a deterministic random-init model in HF format");
-  init_cmd->add_option("--preset", init.preset, "tiny | small | qwen3-8b")->check(CLI::IsMember(streambp::PresetNames()));
-  init_cmd->add_option("--family", init.family, "architecture of the written model: llama | qwen2 | qwen3 | mistral | gemma3")
+  init_cmd->add_option("--preset", init.preset, "tiny | small | qwen3-8b | qwen3-30b-a3b")->check(CLI::IsMember(streambp::PresetNames()));
+  init_cmd->add_option("--family", init.family, "architecture of the written model: llama | qwen2 | qwen3 | qwen3_moe | mistral | gemma3")
       ->check(CLI::IsMember(streambp::FamilyNames()));
   init_cmd->add_option("--seed", init.seed, "random seed");
   init_cmd->add_option("--dtype", init.dtype, "dtype of the written weights")
@@ -186,11 +186,11 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--config", serve.config_file, "JSON config file; the flags below override it");
   serve_cmd->add_option("--model", serve.model_dir, "Hugging Face model folder (default: the embedded preset)");
   serve_cmd->add_option("--preset", serve.preset,
-                        with_default("embedded model when --model is not given: tiny | small | qwen3-8b",
+                        with_default("embedded model when --model is not given: tiny | small | qwen3-8b | qwen3-30b-a3b",
                                      defaults.model.preset))
       ->check(CLI::IsMember(streambp::PresetNames()));
   serve_cmd->add_option("--family", serve.family,
-                        with_default("architecture of the embedded model: llama | qwen2 | qwen3 | mistral | gemma3",
+                        with_default("architecture of the embedded model: llama | qwen2 | qwen3 | qwen3_moe | mistral | gemma3",
                                      defaults.model.family))
       ->check(CLI::IsMember(streambp::FamilyNames()));
   serve_cmd->add_option("--seed", serve.seed, with_default("seed of the embedded model", std::to_string(defaults.model.seed)));

@@ -23,7 +23,7 @@ struct EngineFlags {
 
 struct InitModelArgs {
   std::string preset = "tiny";
-  std::string family = "qwen3";  ///< llama | qwen2 | qwen3 | mistral | gemma3
+  std::string family = "qwen3";  ///< llama | qwen2 | qwen3 | qwen3_moe | mistral | gemma3
   uint64_t seed = 0;
   std::string out;
   std::string dtype = "float32";

@@ -32,8 +32,8 @@ out="$("$server" verify --model "$dir/model" --data "$dir/data.jsonl" --dtype fl
 grep -q "PASS" <<<"$out" || fail "verify did not say PASS"
 # Every family as a folder with no download: init-model --family writes it, grad and verify
 # (engines against each other in float64) run on it; windows narrowed to 5 tokens so that
-# the 24-token rows slide past them.
-for family in llama qwen2 mistral gemma3; do
+# the 24-token rows slide past them (qwen3_moe: a window switched on).
+for family in llama qwen2 mistral gemma3 qwen3_moe; do
   "$server" init-model --preset tiny --family $family --seed 3 --out "$dir/m_$family" >/dev/null || fail "init-model $family"
   python3 - "$dir/m_$family/config.json" <<'PY' || fail "edit $family config.json"
 import json, sys
@@ -41,6 +41,8 @@ path = sys.argv[1]
 c = json.load(open(path))
 if c.get("sliding_window"):
     c["sliding_window"] = 5
+if c["model_type"] == "qwen3_moe":
+    c.update(use_sliding_window=True, sliding_window=5)
 json.dump(c, open(path, "w"))
 PY
   "$server" grad --model "$dir/m_$family" --data "$dir/data.jsonl" --engine stream --dtype float64 \
@@ -50,6 +52,7 @@ PY
   grep -q "PASS" <<<"$out" || fail "verify $family did not say PASS"
 done
 grep -q '"Gemma3ForCausalLM"' "$dir/m_gemma3/config.json" || fail "gemma3 config.json architecture"
+grep -q '"Qwen3MoeForCausalLM"' "$dir/m_qwen3_moe/config.json" || fail "qwen3_moe config.json architecture"
 expect_error "--family: gpt2 not in" "$server" init-model --family gpt2 --out "$dir/x"
 # DPO and GRPO, synthetic and from files, with options.
 for args in "--objective dpo" "--objective dpo --objective-options {\"loss_type\":\"ipo\"}" \

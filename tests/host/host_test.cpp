@@ -220,6 +220,27 @@ TEST(Host, ShutdownAnswersWaitingJobsUnavailableAndRefusesNewOnes) {
   EXPECT_NE(ErrorOf(late.error).find("shutting down"), std::string::npos);
 }
 
+// A step reaches the other ranks with every side input of its sequences, the routing replay
+// of a mixture of experts included (a rank without it would route by itself).
+TEST(Host, StepCommandsCarryEverySequenceField) {
+  Sequence s;
+  s.tokens = {4, 5, 6};
+  s.loss_mask = {0, 1, 1};
+  s.token_weights = {0.0, 0.5, -1.0};
+  s.sampler_logprobs = {0.0, -1.5, -2.5};
+  s.routed_experts = {0, 1, -1, -1, 2, 3};
+  StepCommand step;
+  step.sequences = {s};
+  const auto decoded = std::get<StepCommand>(DecodeCommand(EncodeCommand(step)));
+  ASSERT_EQ(decoded.sequences.size(), 1u);
+  const auto& d = decoded.sequences[0];
+  EXPECT_EQ(d.tokens, s.tokens);
+  EXPECT_EQ(d.loss_mask, s.loss_mask);
+  EXPECT_EQ(d.token_weights, s.token_weights);
+  EXPECT_EQ(d.sampler_logprobs, s.sampler_logprobs);
+  EXPECT_EQ(d.routed_experts, s.routed_experts);
+}
+
 TEST(Host, AFollowerFedTheRecordedCommandsEndsBitIdentical) {
   std::vector<std::string> recorded;
   std::mutex m;

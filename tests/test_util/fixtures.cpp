@@ -1,5 +1,6 @@
 #include "test_util/fixtures.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -76,6 +77,26 @@ ModelConfig TinyConfig(const std::string& family) {
       j["final_logit_softcapping"] = nullptr;
       j["pad_token_id"] = 3;
     }
+  } else if (family == "qwen3_moe") {
+    // Every layer sparse: 6 experts of width 24, 2 per token, renormalised.
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["head_dim"] = 16;
+    j["num_experts"] = 6;
+    j["num_experts_per_tok"] = 2;
+    j["moe_intermediate_size"] = 24;
+    j["norm_topk_prob"] = true;
+  } else if (family == "qwen3_moe_mixed") {
+    // Three layers, layer 0 dense (mlp_only_layers), 1 and 2 sparse with 3 of 5 experts per
+    // token, not renormalised; every layer in a window of 5 (use_sliding_window).
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["num_hidden_layers"] = 3;
+    j["num_experts"] = 5;
+    j["num_experts_per_tok"] = 3;
+    j["moe_intermediate_size"] = 20;
+    j["norm_topk_prob"] = false;
+    j["mlp_only_layers"] = {0};
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 5;
   } else {
     throw std::runtime_error("unknown test family " + family);
   }
@@ -83,7 +104,8 @@ ModelConfig TinyConfig(const std::string& family) {
 }
 
 std::vector<std::string> TinyFamilies() {
-  return {"llama", "llama_bias", "qwen2", "qwen3", "qwen3_tied", "mistral_window", "qwen2_window", "gemma3"};
+  return {"llama",          "llama_bias",   "qwen2",  "qwen3",     "qwen3_tied",
+          "mistral_window", "qwen2_window", "gemma3", "qwen3_moe", "qwen3_moe_mixed"};
 }
 
 std::vector<std::pair<std::string, EngineOptions>> EngineVariants(int64_t chunk, int64_t logits_chunk,
@@ -196,7 +218,8 @@ int64_t HfLayerWindow(const nlohmann::json& j, int64_t layer) {
     return j.contains(key) && !j[key].is_null() ? j[key].get<int64_t>() : fallback;
   };
   int64_t window = number("sliding_window", 0);
-  if ((type == "qwen2" || type == "qwen3") && !(j.contains("use_sliding_window") && j["use_sliding_window"] == true)) {
+  if ((type == "qwen2" || type == "qwen3" || type == "qwen3_moe") &&
+      !(j.contains("use_sliding_window") && j["use_sliding_window"] == true)) {
     window = 0;
   }
   if (type == "llama") window = 0;
@@ -204,9 +227,63 @@ int64_t HfLayerWindow(const nlohmann::json& j, int64_t layer) {
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
     return j["layer_types"][static_cast<size_t>(layer)] == "sliding_attention" ? window : 0;
   }
-  if (type == "mistral") return window;
+  // Qwen3MoeConfig keeps sliding_window when use_sliding_window and has no max_window_layers.
+  if (type == "mistral" || type == "qwen3_moe") return window;
   if (type == "gemma3_text") return (layer + 1) % number("sliding_window_pattern", 6) != 0 ? window : 0;
   return layer >= number("max_window_layers", 28) ? window : 0;
+}
+
+// Whether layer `layer` is a Qwen3MoeSparseMoeBlock, from the config.json fields
+// (Qwen3MoeDecoderLayer: not in mlp_only_layers, experts configured, (l + 1) % step == 0).
+bool HfSparseLayer(const nlohmann::json& j, int64_t layer) {
+  if (j.at("model_type") != "qwen3_moe" || j.value("num_experts", 0) <= 0) return false;
+  for (const auto& l : j.value("mlp_only_layers", nlohmann::json::array())) {
+    if (l.get<int64_t>() == layer) return false;
+  }
+  return (layer + 1) % j.value("decoder_sparse_step", 1) == 0;
+}
+
+// Qwen3MoeSparseMoeBlock token by token: the router's softmax, the k experts of highest
+// probability (a sort in plain double arithmetic), their probabilities (renormalised when
+// norm_topk_prob), and the weighted sum of those experts' SwiGLU outputs. `gap` gets the
+// smallest difference between the k-th and (k+1)-th probability seen (a tie would make the
+// choice ill-defined).
+// With `routed` (Sequence::routed_experts' layout; this is sparse layer `sparse` of `layers`),
+// a token whose entries are given goes to those experts instead, weighted by the router's
+// probabilities of them.
+Tensor ReferenceMoe(const nlohmann::json& hf, const std::map<std::string, Tensor>& w, const std::string& prefix,
+                    const Tensor& h, double* gap, const std::vector<int32_t>* routed, int64_t sparse, int64_t layers) {
+  const int64_t experts = hf.at("num_experts"), k = hf.at("num_experts_per_tok");
+  const bool renormalise = hf.value("norm_topk_prob", false);
+  auto expert = [&](int64_t e, const Tensor& x) {
+    const std::string p = prefix + ".experts." + std::to_string(e);
+    auto gate = torch::matmul(x, w.at(p + ".gate_proj.weight").t());
+    auto up = torch::matmul(x, w.at(p + ".up_proj.weight").t());
+    return torch::matmul(gate * torch::sigmoid(gate) * up, w.at(p + ".down_proj.weight").t());
+  };
+  std::vector<Tensor> rows;
+  for (int64_t t = 0; t < h.size(0); ++t) {
+    auto logits = torch::matmul(w.at(prefix + ".gate.weight"), h[t]);  // [E]
+    auto probs = torch::exp(logits - logits.max());
+    probs = probs / probs.sum();
+    std::vector<std::pair<double, int64_t>> ranked;
+    for (int64_t e = 0; e < experts; ++e) ranked.emplace_back(probs[e].item<double>(), e);
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (gap != nullptr && k < experts) *gap = std::min(*gap, ranked[k - 1].first - ranked[k].first);
+    const size_t at = static_cast<size_t>((t * layers + sparse) * k);
+    if (routed != nullptr && !routed->empty() && (*routed)[at] >= 0) {
+      for (int64_t j = 0; j < k; ++j) ranked[j].second = (*routed)[at + j];
+    }
+    Tensor chosen_sum = torch::zeros({}, torch::kFloat64);
+    for (int64_t j = 0; j < k; ++j) chosen_sum = chosen_sum + probs[ranked[j].second];
+    Tensor out = torch::zeros({h.size(1)}, torch::kFloat64);
+    for (int64_t j = 0; j < k; ++j) {
+      auto weight = renormalise ? probs[ranked[j].second] / chosen_sum : probs[ranked[j].second];
+      out = out + weight * expert(ranked[j].second, h[t]);
+    }
+    rows.push_back(out);
+  }
+  return torch::stack(rows);
 }
 
 }  // namespace
@@ -218,7 +295,7 @@ Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& to
 }
 
 Tensor ReferenceLogits(const ModelConfig& c, const std::map<std::string, Tensor>& w,
-                       const std::vector<int64_t>& tokens) {
+                       const std::vector<int64_t>& tokens, double* topk_gap, const std::vector<int32_t>* routed) {
   auto get = [&](const std::string& n) { return w.at(n); };
   auto linear = [&](const Tensor& x, const std::string& prefix) {
     auto y = torch::matmul(x, get(prefix + ".weight").t());
@@ -248,6 +325,8 @@ Tensor ReferenceLogits(const ModelConfig& c, const std::map<std::string, Tensor>
   }
   // Gemma: times sqrt(hidden_size) held as a float32 number.
   if (gemma) x = x * static_cast<double>(std::sqrt(static_cast<float>(hf.at("hidden_size").get<int64_t>())));
+  int64_t sparse_layers = 0, sparse = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) sparse_layers += HfSparseLayer(hf, l) ? 1 : 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
     const int64_t window = HfLayerWindow(hf, l);
@@ -289,8 +368,12 @@ Tensor ReferenceLogits(const ModelConfig& c, const std::map<std::string, Tensor>
     } else {
       x = x + attn;
       auto h2 = rms(x, p + ".post_attention_layernorm.weight");
-      auto gate = linear(h2, p + ".mlp.gate_proj");
-      x = x + linear(gate * torch::sigmoid(gate) * linear(h2, p + ".mlp.up_proj"), p + ".mlp.down_proj");
+      if (HfSparseLayer(hf, l)) {
+        x = x + ReferenceMoe(hf, w, p + ".mlp", h2, topk_gap, routed, sparse++, sparse_layers);
+      } else {
+        auto gate = linear(h2, p + ".mlp.gate_proj");
+        x = x + linear(gate * torch::sigmoid(gate) * linear(h2, p + ".mlp.up_proj"), p + ".mlp.down_proj");
+      }
     }
   }
   auto h = rms(x, "model.norm.weight");
@@ -301,6 +384,55 @@ Tensor ReferenceLogits(const ModelConfig& c, const std::map<std::string, Tensor>
     logits = torch::tanh(logits / cap) * cap;
   }
   return logits;
+}
+
+std::pair<double, TensorMap> ReferenceSft(const CausalLMImpl& model, const std::vector<Sequence>& seqs,
+                                          double* topk_gap) {
+  std::map<std::string, torch::Tensor> weights;
+  for (const auto& [name, p] : model.named_hf_parameters()) {
+    weights[name] = p.detach().to(torch::kFloat64).clone().requires_grad_(true);
+  }
+  torch::Tensor nll = torch::zeros({}, torch::kFloat64);
+  int64_t count = 0;
+  for (const auto& s : seqs) {
+    auto logp = torch::log_softmax(ReferenceLogits(model.config(), weights, s.tokens, topk_gap, &s.routed_experts), -1);
+    for (size_t t = 1; t < s.tokens.size(); ++t) {
+      if (!s.loss_mask[t]) continue;
+      nll = nll - logp[t - 1][s.tokens[t]];
+      ++count;
+    }
+  }
+  auto loss = nll / static_cast<double>(count);
+  loss.backward();
+  TensorMap grads;
+  for (const auto& [name, w] : weights) grads[name] = w.grad();
+  return {loss.item<double>(), grads};
+}
+
+std::set<std::string> UnusedExperts(CausalLM& model, const Batch& batch) {
+  const auto& c = model->config();
+  std::set<std::string> out;
+  const auto routing = RecordRouting(model, batch);
+  const int64_t k = c.num_experts_per_tok, width = c.sparse_layers() * k;
+  int64_t sparse = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.sparse_layer(l)) continue;
+    std::set<int64_t> used;
+    for (const auto& r : routing) {
+      for (size_t t = 0; t * width < r.size(); ++t) {
+        for (int64_t i = 0; i < k; ++i) used.insert(r[t * width + sparse * k + i]);
+      }
+    }
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      if (!used.count(e)) out.insert("model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e));
+    }
+    ++sparse;
+  }
+  return out;
+}
+
+bool InUnusedExpert(const std::set<std::string>& unused, const std::string& name) {
+  return std::any_of(unused.begin(), unused.end(), [&](const std::string& u) { return name.rfind(u + ".", 0) == 0; });
 }
 
 std::string ErrorOf(const std::function<void()>& f) {

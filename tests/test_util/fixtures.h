@@ -4,6 +4,7 @@
 // and an independent reference forward written without the decoder's code.
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "streambp/config.h"
 #include "streambp/engine.h"
 #include "streambp/model.h"
+#include "streambp/safetensors.h"
 
 namespace streambp::testing {
 
@@ -21,7 +23,9 @@ namespace streambp::testing {
 /// "qwen2", "qwen3", "qwen3_tied", "mistral_window" (sliding window 5, linear rope),
 /// "qwen2_window" (layer 1 slides), "gemma3" (tied, soft-capped, layer 0 sliding with its own
 /// RoPE base, query_pre_attn_scalar != head_dim, pad_token_id 0) and "gemma3_untied" (the
-/// newer config layout, no soft-cap, pad_token_id 3; not in TinyFamilies()).
+/// newer config layout, no soft-cap, pad_token_id 3; not in TinyFamilies()), "qwen3_moe" (every
+/// layer 6 experts, 2 per token, renormalised) and "qwen3_moe_mixed" (3 layers, layer 0 dense,
+/// 3 of 5 experts, not renormalised, every layer in a window of 5).
 ModelConfig TinyConfig(const std::string& family);
 std::vector<std::string> TinyFamilies();
 
@@ -39,8 +43,24 @@ std::vector<Sequence> RandomSequences(const std::vector<int64_t>& lengths, int64
 torch::Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& tokens);
 /// The same from float64 weights under their HF names (leaves that may require grad: the
 /// reference's autograd then gives reference gradients) and the config.json fields.
+/// Mixture-of-experts layers route token by token; `topk_gap`, when given, gets the smallest
+/// margin seen between a token's k-th and (k+1)-th router probability (min with its value).
+/// `routed` (Sequence::routed_experts, may be empty) replays the given experts.
 torch::Tensor ReferenceLogits(const ModelConfig& config, const std::map<std::string, torch::Tensor>& weights,
-                              const std::vector<int64_t>& tokens);
+                              const std::vector<int64_t>& tokens, double* topk_gap = nullptr,
+                              const std::vector<int32_t>* routed = nullptr);
+
+/// The SFT loss (mean token NLL over the trained targets of all sequences) of the reference
+/// forward (each sequence's routed_experts replayed), and its gradients by the reference's
+/// own autograd, under HF names. `topk_gap`: as ReferenceLogits.
+std::pair<double, TensorMap> ReferenceSft(const CausalLMImpl& model, const std::vector<Sequence>& seqs,
+                                          double* topk_gap = nullptr);
+
+/// The experts of `model`'s mixture-of-experts layers that no token of `batch` is routed to,
+/// by module path ("model.layers.1.mlp.experts.5"): their weights get no gradient.
+std::set<std::string> UnusedExperts(CausalLM& model, const Batch& batch);
+/// Whether the parameter `name` (HF or PEFT name) belongs to one of `unused`.
+bool InUnusedExpert(const std::set<std::string>& unused, const std::string& name);
 
 /// The engine variants exactness tests run, by name: "stream", "checkpoint",
 /// "checkpoint:tiled" (attention in query blocks of `chunk` x key tiles of `key_chunk`) and

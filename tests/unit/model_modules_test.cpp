@@ -49,7 +49,9 @@ TEST_P(ModelModules, ProjectionSitesAreTheLayersProjections) {
     EXPECT_EQ(s.path.substr(s.path.rfind('.') + 1), s.name);
   }
   EXPECT_EQ(modules, sites);
-  EXPECT_EQ(sites.size(), 7 * config.num_hidden_layers + (config.tie_word_embeddings ? 0 : 1));
+  // Four attention projections per layer, and three per MLP: one dense MLP, or each expert's.
+  const int64_t mlps = config.num_experts > 0 ? config.num_experts : 1;
+  EXPECT_EQ(sites.size(), (4 + 3 * mlps) * config.num_hidden_layers + (config.tie_word_embeddings ? 0 : 1));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ModelModules, ::testing::ValuesIn(FamilyNames()),

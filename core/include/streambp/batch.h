@@ -35,6 +35,11 @@ struct Sequence {
   std::vector<double> advantages;        ///< grpo: advantages given per token
   std::vector<double> ref_logprobs;      ///< reference log-probs per token (grpo KL)
   std::vector<double> token_weights;     ///< weighted_logprobs: w of each token (entry 0 unused)
+  /// Mixture of experts, routing replay: the experts token t goes to in sparse layer j (the
+  /// j-th sparse layer), entries (t * sparse_layers + j) * k + i for i < k (k =
+  /// num_experts_per_tok); all k entries of a (token, layer) -1: the router routes it there.
+  /// Empty: the router routes every token (docs/architecture.md: Models).
+  std::vector<int32_t> routed_experts;
 
   /// Tokens that are training targets (loss_mask[i] = 1 for i >= 1).
   int64_t num_targets() const;
@@ -60,6 +65,10 @@ struct Batch {
   torch::Tensor advantages;
   torch::Tensor ref_logprobs;
   torch::Tensor token_weights;
+  /// Routing replay at each token's own position: [B, T, W] int64, W = sparse layers x k
+  /// (Sequence::routed_experts), -1 where the router routes (padding, sequences without);
+  /// undefined when no sequence carries routing.
+  torch::Tensor routed_experts;
   int64_t num_sequences = 0;
   /// Every row holds one sequence from position 0, padding only after it (MakeBatch knows it
   /// from its layout; false where unknown). Fused attention needs it: known on the host, no

@@ -29,8 +29,8 @@ enum class NormKind { kScaled, kOffsetOne };
 enum class Activation { kSilu, kGeluTanh };
 
 struct ModelConfig {
-  std::string architecture;  ///< LlamaForCausalLM | Qwen2ForCausalLM | Qwen3ForCausalLM | MistralForCausalLM | Gemma3ForCausalLM
-  std::string model_type;    ///< llama | qwen2 | qwen3 | mistral | gemma3_text (written back to config.json)
+  std::string architecture;  ///< LlamaForCausalLM | Qwen2ForCausalLM | Qwen3ForCausalLM | Qwen3MoeForCausalLM | MistralForCausalLM | Gemma3ForCausalLM
+  std::string model_type;    ///< llama | qwen2 | qwen3 | qwen3_moe | mistral | gemma3_text (written back to config.json)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -76,6 +76,19 @@ struct ModelConfig {
   std::optional<int64_t> sliding_window;
   std::vector<std::string> layer_types;
   int64_t max_window_layers = 0;  ///< Qwen2/Qwen3 (written back as read)
+  /// Mixture of experts (Qwen3-MoE; num_experts 0 = every layer dense). A sparse layer's MLP
+  /// is a router `mlp.gate` (d -> num_experts, no bias) and num_experts gated MLPs of width
+  /// moe_intermediate_size; each token goes to the num_experts_per_tok experts of highest
+  /// router probability (softmax in at least float32), weighted by those probabilities,
+  /// renormalised to sum 1 when norm_topk_prob. Layer l is sparse when it is not in
+  /// mlp_only_layers and (l + 1) % decoder_sparse_step == 0; the others use intermediate_size.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  double router_aux_loss_coef = 0.001;  ///< written back as read (the aux loss is refused: see FromJson)
   std::string torch_dtype = "float32";    ///< dtype recorded in the file (informational)
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;  ///< the first of eos_token_ids
@@ -103,6 +116,10 @@ struct ModelConfig {
   }
   /// Which RoPE layer `layer` uses: 0 the global one, 1 the sliding layers' own.
   int rope_kind(int64_t layer) const { return rope_local_base_freq && window(layer) > 0 ? 1 : 0; }
+  /// Whether layer `layer`'s MLP is a mixture of experts (HF's Qwen3MoeDecoderLayer rule).
+  bool sparse_layer(int64_t layer) const;
+  /// How many layers are sparse.
+  int64_t sparse_layers() const;
   double attention_scale() const;
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
@@ -114,8 +131,12 @@ struct ModelConfig {
 /// qwen3-8b (GPU benchmarks): Qwen3-8B's shapes (36 layers, hidden 4096, 32/8 heads, head_dim
 /// 128, intermediate 12288, vocab 151936; 8.19e9 parameters) with random weights, and
 /// max_position_embeddings raised to 1M so that long-sequence probes are not refused.
+/// qwen3-30b-a3b (estimates and GPU benchmarks): Qwen3-30B-A3B's shapes (48 layers, hidden 2048,
+/// 32/4 heads, head_dim 128, 128 experts of width 768, 8 per token, vocab 151936), qwen3_moe only.
 /// `family` gives the same shapes in another family's config (llama, qwen2, qwen3, mistral
-/// with a window of 4096, gemma3 with Gemma3 1B's windows, norms, GELU and tied head).
+/// with a window of 4096, gemma3 with Gemma3 1B's windows, norms, GELU and tied head;
+/// qwen3_moe: every layer a mixture of experts of width intermediate / 4, 8 experts with 2
+/// per token for tiny and small, norm_topk_prob on).
 ModelConfig PresetConfig(const std::string& name, const std::string& family = "qwen3");
 /// The names PresetConfig knows, in order of size.
 std::vector<std::string> PresetNames();

@@ -120,6 +120,11 @@ struct StepResult {
   int64_t targets = 0;      ///< selected target tokens in the batch
   int64_t tokens = 0;       ///< non-padding tokens in the batch
   int64_t offloaded_bytes = 0;  ///< bytes kept in the second tier (offload_layer_inputs), else 0
+  /// Routing replay (Batch::routed_experts): replayed (token, sparse layer, slot) decisions
+  /// the layers saw, and how many named an expert outside the router's own top-k (every
+  /// pass over the batch counts, so their ratio is the share of differing decisions).
+  int64_t routing_decisions = 0;
+  int64_t routing_mismatches = 0;
   Metrics metrics;          ///< the objective's metrics (filled by callers from finish())
 };
 
@@ -134,6 +139,11 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
 
 /// Loss only, no gradients, computed chunk by chunk.
 StepResult ForwardOnly(CausalLM& model, const Batch& batch, Objective& objective, int64_t logits_chunk = 0);
+
+/// The experts the routers pick for every token of `batch` (a no-grad StreamBP forward), per
+/// input sequence in Sequence::routed_experts' layout: what a sampler records so that training
+/// can replay it. Empty vectors for a model without mixture-of-experts layers.
+std::vector<std::vector<int32_t>> RecordRouting(CausalLM& model, const Batch& batch);
 
 /// Per-token log-probabilities without gradients: [B, T] float64 CPU, where entry (r, t)
 /// is log p(token t+1 | tokens <= t) of the sequence at (r, t), with logits divided by

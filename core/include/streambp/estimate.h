@@ -29,6 +29,11 @@ struct MemoryEstimate {
   int64_t total() const;
 };
 
+/// Bytes of the feed-forward's graph per row (one position of one sequence), the largest of
+/// the model's layers: a dense MLP's, or a mixture of experts' router and k experts' rows.
+/// `e`: bytes per element of the weights' dtype; `f`: of the softmax precision.
+double FeedForwardBytesPerRow(const ModelConfig& config, double e, double f);
+
 /// `rows` x `seq_len` positions; `optimizer` is "adamw", "sgd" (momentum buffer) or "none".
 /// With `lora`, the base is frozen: weights are the base (at `dtype`) plus the adapter (at
 /// float32, float64 for a float64 base), and gradients and optimizer state are the

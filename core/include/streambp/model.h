@@ -155,24 +155,26 @@ class AttentionImpl : public torch::nn::Module {
 TORCH_MODULE(Attention);
 
 /// The feed-forward seam (HF's `mlp`): what a layer applies to its normalized post-attention
-/// state. A dense gated MLP today; a mixture of experts is another implementation
-/// (MakeFeedForward picks one from the config).
+/// state. A dense gated MLP or a mixture of experts (MakeFeedForward picks one per layer).
 class FeedForwardImpl : public torch::nn::Module {
  public:
   ~FeedForwardImpl() override = default;
-  virtual torch::Tensor forward(const torch::Tensor& h) = 0;
+  /// h [B, c, d]: the rows of the batch's positions [q_start, q_start + c) (what a routing
+  /// replay indexes; a dense MLP ignores it).
+  virtual torch::Tensor forward(const torch::Tensor& h, int64_t q_start) = 0;
   virtual void append_hf_parameters(const std::string& prefix,
                                     std::vector<std::pair<std::string, torch::Tensor>>& out) const = 0;
   virtual std::vector<std::pair<std::string, Projection>> projections() const = 0;
 };
 
 /// act(gate_proj(h)) * up_proj(h), then down_proj: SwiGLU (SiLU) or Gemma's tanh-GELU.
+/// `width` is the hidden width (0: config.intermediate_size; an expert's: moe_intermediate_size).
 class GatedMlpImpl : public FeedForwardImpl {
  public:
-  explicit GatedMlpImpl(const ModelConfig& config);
+  explicit GatedMlpImpl(const ModelConfig& config, int64_t width = 0);
   /// gate_proj up_proj down_proj.
-  static std::vector<ProjectionSpec> Projections(const ModelConfig& config);
-  torch::Tensor forward(const torch::Tensor& h) override;
+  static std::vector<ProjectionSpec> Projections(const ModelConfig& config, int64_t width = 0);
+  torch::Tensor forward(const torch::Tensor& h, int64_t q_start) override;
   void append_hf_parameters(const std::string& prefix,
                             std::vector<std::pair<std::string, torch::Tensor>>& out) const override;
   std::vector<std::pair<std::string, Projection>> projections() const override;
@@ -183,7 +185,62 @@ class GatedMlpImpl : public FeedForwardImpl {
   Activation activation_;
 };
 
-/// The feed-forward module of layer `layer` and its projections' specs.
+/// Where a mixture of experts sent the tokens of one forward call: per token its top-k
+/// expert ids [N, k] (int64, in descending router probability) and the router's
+/// probabilities of them [N, k] (renormalised when the config says so).
+struct Routing {
+  torch::Tensor experts;
+  torch::Tensor weights;
+};
+
+/// Routing replay: the experts the tokens of one batch go to in the sparse layers instead of
+/// the router's choice (an RL trainer replaying what its sampler routed). The weights stay
+/// the router's probabilities of those experts, renormalised as configured.
+struct RoutingReplay {
+  /// [B, T, sparse_layers * k] int64 on the model's device (Batch::routed_experts): sparse
+  /// layer j reads entries [j k, (j + 1) k); -1 (all k of them): the router routes that token.
+  torch::Tensor experts;
+  /// Recording instead: the layers write the router's choices into `experts` (allocated
+  /// [B, T, sparse_layers * k], -1) for the rows they route, and replay nothing.
+  bool record = false;
+  int64_t decisions = 0;   ///< filled by the layers: replayed (token, layer, slot) choices
+  int64_t mismatches = 0;  ///< of them, experts outside the router's own top-k
+};
+
+/// A mixture of experts (HF's Qwen3MoeSparseMoeBlock): the router `gate` (d -> E, no bias)
+/// gives each token a softmax over the experts (in at least float32); the token goes to its
+/// top-k experts, whose outputs are added weighted by those probabilities (renormalised to
+/// sum 1 when norm_topk_prob). The router learns through the chosen probabilities. The
+/// tokens of a call are grouped by expert (one sort), each active expert runs one GEMM chain
+/// over its rows, and the rows come back in token order (docs/architecture.md: Models).
+class SparseMoeImpl : public FeedForwardImpl {
+ public:
+  explicit SparseMoeImpl(const ModelConfig& config);
+  /// experts.{e}.gate_proj, experts.{e}.up_proj, experts.{e}.down_proj for every expert e.
+  static std::vector<ProjectionSpec> Projections(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& h, int64_t q_start) override;
+  /// The router's choice for normalized inputs h [N, d] (graph recorded in grad mode), or
+  /// the experts `given` [N, k] (int64; rows of -1: the router's choice) weighted by the
+  /// router's probabilities of them; `replay` (optional) counts the replayed decisions.
+  Routing route(const torch::Tensor& h, const torch::Tensor& given = {}, RoutingReplay* replay = nullptr);
+  /// Replay from now on (null: none): this layer is the `sparse_index`-th sparse layer.
+  void set_replay(RoutingReplay* replay, int64_t sparse_index);
+  void append_hf_parameters(const std::string& prefix,
+                            std::vector<std::pair<std::string, torch::Tensor>>& out) const override;
+  std::vector<std::pair<std::string, Projection>> projections() const override;
+
+  Projection gate{nullptr};
+  std::vector<std::shared_ptr<GatedMlpImpl>> experts;
+
+ private:
+  int64_t top_k_;
+  bool norm_topk_prob_;
+  RoutingReplay* replay_ = nullptr;
+  int64_t sparse_index_ = 0;
+};
+
+/// The feed-forward module of layer `layer` (a GatedMlp, or a SparseMoe on a sparse layer of
+/// a mixture-of-experts model) and its projections' specs.
 std::shared_ptr<FeedForwardImpl> MakeFeedForward(const ModelConfig& config, int64_t layer);
 std::vector<ProjectionSpec> FeedForwardProjections(const ModelConfig& config, int64_t layer);
 
@@ -262,6 +319,9 @@ class CausalLMImpl : public torch::nn::Module {
   /// InvalidArgument when the adapter was made for another model shape.
   void set_adapter(std::shared_ptr<const LoraAdapter> adapter);
   const std::shared_ptr<const LoraAdapter>& adapter() const { return adapter_; }
+  /// Routes the sparse layers by `replay` from now on (null: by their routers). The caller
+  /// keeps it alive while set (ScopedRoutingReplay).
+  void set_routing_replay(RoutingReplay* replay);
   /// The weights with the attached adapter folded in (W + s B A, computed in the adapter's
   /// dtype, stored in the model's), HF names: a plain model with the same outputs.
   TensorMap merged_hf_tensors() const;
@@ -291,6 +351,19 @@ class ScopedAdapter {
  private:
   CausalLMImpl& model_;
   std::shared_ptr<const LoraAdapter> previous_;
+};
+
+/// Sets a routing replay for a scope (none when `replay` is null or holds no experts) and
+/// clears it at the end.
+class ScopedRoutingReplay {
+ public:
+  ScopedRoutingReplay(CausalLMImpl& model, RoutingReplay* replay);
+  ~ScopedRoutingReplay();
+  ScopedRoutingReplay(const ScopedRoutingReplay&) = delete;
+  ScopedRoutingReplay& operator=(const ScopedRoutingReplay&) = delete;
+
+ private:
+  CausalLMImpl& model_;
 };
 
 /// Parses a dtype name: float32 | float64 | bfloat16 | float16 (also fp32, bf16, ...).
@@ -334,7 +407,7 @@ std::vector<int64_t> ModelEosTokenIds(const ModelConfig& config, const std::stri
 struct ModelSource {
   std::string dir;                ///< HF model folder; empty = the embedded preset
   std::string preset = "tiny";    ///< embedded preset when dir is empty: tiny | small
-  std::string family = "qwen3";   ///< the preset's architecture: llama | qwen2 | qwen3 | mistral | gemma3
+  std::string family = "qwen3";   ///< the preset's architecture: llama | qwen2 | qwen3 | qwen3_moe | mistral | gemma3
   uint64_t seed = 0;              ///< seed of the embedded preset
   std::string dtype = "float32";  ///< float32 | float64 | bfloat16 | float16
   std::string device = "cpu";     ///< cpu | cuda | cuda:N (as torch::Device parses it)

@@ -42,7 +42,7 @@ Batch Batch::to(const torch::Device& device) const {
   b.sequence_ids = sequence_ids.to(device);
   b.targets = targets.to(device);
   b.target_mask = target_mask.to(device);
-  for (auto* t : {&b.sampler_logprobs, &b.advantages, &b.ref_logprobs, &b.token_weights}) {
+  for (auto* t : {&b.sampler_logprobs, &b.advantages, &b.ref_logprobs, &b.token_weights, &b.routed_experts}) {
     if (t->defined()) *t = t->to(device);
   }
   return b;
@@ -153,6 +153,22 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   constexpr int kSides = 4;
   torch::Tensor side_tensors[kSides];
   for (int f = 0; f < kSides; ++f) side_tensors[f] = side(fields[f]);
+  // Routing replay: the same number of entries per token in every sequence that has them
+  // (whether that number fits the model is the engines' check, ValidateBatch).
+  int64_t per_token = 0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const auto& r = sequences[i].routed_experts;
+    if (r.empty()) continue;
+    const int64_t n = sequences[i].tokens.size(), size = r.size();
+    if (size % n != 0 || (per_token > 0 && size / n != per_token)) {
+      throw InvalidArgument("sequence " + std::to_string(i) + ": routed_experts has " + std::to_string(size) +
+                            " entries for " + std::to_string(n) + " tokens; expected tokens x sparse layers x "
+                            "num_experts_per_tok" + (per_token > 0 ? " (" + std::to_string(per_token) + " per token, as "
+                            "the batch's other sequences)" : std::string()));
+    }
+    per_token = size / n;
+  }
+  torch::Tensor routed = per_token > 0 ? torch::full({B, T, per_token}, -1, torch::kInt64) : torch::Tensor();
   Batch batch;
   batch.num_sequences = sequences.size();
   batch.whole_rows = std::all_of(rows.begin(), rows.end(), [](const auto& row) {
@@ -164,6 +180,10 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
     for (const auto& [i, start] : rows[r]) {
       const auto& s = sequences[i];
       const int64_t n = s.tokens.size();
+      if (!s.routed_experts.empty()) {
+        auto given = torch::tensor(s.routed_experts, torch::kInt32).to(torch::kInt64).view({n, per_token});
+        routed[r].slice(0, start, start + n).copy_(given);
+      }
       for (int64_t t = 0; t < n; ++t) {
         ids_a[r][start + t] = s.tokens[t];
         pos_a[r][start + t] = t;
@@ -188,6 +208,7 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   batch.advantages = side_tensors[1];
   batch.ref_logprobs = side_tensors[2];
   batch.token_weights = side_tensors[3];
+  batch.routed_experts = routed;
   return batch;
 }
 

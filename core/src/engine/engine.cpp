@@ -5,6 +5,7 @@
 
 #include "engine_common.h"
 #include "streambp/error.h"
+#include "streambp/estimate.h"
 #include "streambp/memory.h"
 
 namespace streambp {
@@ -58,7 +59,7 @@ ResolvedChunks DefaultChunks(const ModelConfig& c, torch::Dtype dtype, int64_t s
   const double slack = stored / 4;
   // A query chunk's graph per position (MLP, norms and projections, the attention's output
   // and dQ) and its score tile: as the memory estimate counts them (core/src/memory/estimate.cpp).
-  const double per_position = 5.0 * c.intermediate_size * e +
+  const double per_position = FeedForwardBytesPerRow(c, e, f) +
                               (7 * d + 4 * qd + 2 * kvd + (c.qk_norm ? 3 * qd + 3 * kvd : 0)) * e + 2 * qd * f;
   auto key_tile = [](int64_t chunk) { return std::min<int64_t>(2 * chunk, kDefaultKeyChunk); };
   auto chunk_fits = [&](int64_t chunk) {
@@ -148,7 +149,13 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
   }
   try {
     memory::ScopedCache cache;  // the step's freed blocks are reused within it, then freed
-    return RunEngine(*model, OnModelDevice(*model, batch), objective, on_device, chunks);
+    const Batch on_model = OnModelDevice(*model, batch);
+    RoutingReplay replay{on_model.routed_experts};
+    ScopedRoutingReplay routing(*model, &replay);
+    auto result = RunEngine(*model, on_model, objective, on_device, chunks);
+    result.routing_decisions = replay.decisions;
+    result.routing_mismatches = replay.mismatches;
+    return result;
   } catch (...) {
     ReleaseFailedBackward();
     throw;
@@ -176,6 +183,8 @@ torch::Tensor HiddenStates(CausalLMImpl& m, const Batch& batch) {
 StepResult ForwardOnly(CausalLM& model, const Batch& cpu_batch, Objective& objective, int64_t logits_chunk) {
   engine::ValidateBatch(*model, cpu_batch);
   const Batch batch = OnModelDevice(*model, cpu_batch);
+  RoutingReplay replay{batch.routed_experts};
+  ScopedRoutingReplay routing(*model, &replay);
   torch::NoGradGuard no_grad;
   objective.begin(batch);
   auto h = HiddenStates(*model, batch);
@@ -187,10 +196,44 @@ StepResult ForwardOnly(CausalLM& model, const Batch& cpu_batch, Objective& objec
   return engine::MakeResult(objective, batch, head.loss);
 }
 
+std::vector<std::vector<int32_t>> RecordRouting(CausalLM& model, const Batch& cpu_batch) {
+  engine::ValidateBatch(*model, cpu_batch);
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(cpu_batch.num_sequences));
+  const auto& c = model->config();
+  const int64_t width = c.sparse_layers() * c.num_experts_per_tok;
+  if (width == 0) return out;
+  Batch batch = OnModelDevice(*model, cpu_batch);
+  batch.routed_experts = torch::Tensor();  // the routers' own choices, not a replay
+  RoutingReplay recording{torch::full({batch.rows(), batch.length(), width}, -1,
+                                      torch::TensorOptions().dtype(torch::kInt64).device(batch.input_ids.device())),
+                          /*record=*/true};
+  {
+    ScopedRoutingReplay routing(*model, &recording);
+    HiddenStates(*model, batch);
+  }
+  const auto experts_cpu = recording.experts.cpu();
+  const auto experts = experts_cpu.accessor<int64_t, 3>();
+  const auto seq = cpu_batch.sequence_ids.accessor<int64_t, 2>();
+  const auto pos = cpu_batch.position_ids.accessor<int64_t, 2>();
+  for (size_t i = 0; i < out.size(); ++i) out[i].resize(static_cast<size_t>(cpu_batch.lengths[i] * width));
+  for (int64_t r = 0; r < cpu_batch.rows(); ++r) {
+    for (int64_t t = 0; t < cpu_batch.length(); ++t) {
+      if (seq[r][t] < 0) continue;
+      auto& dest = out[static_cast<size_t>(seq[r][t])];
+      for (int64_t w = 0; w < width; ++w) {
+        dest[static_cast<size_t>(pos[r][t] * width + w)] = static_cast<int32_t>(experts[r][t][w]);
+      }
+    }
+  }
+  return out;
+}
+
 torch::Tensor TokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t logits_chunk, double temperature) {
   engine::ValidateBatch(*model, cpu_batch);
   const Batch batch = OnModelDevice(*model, cpu_batch);
   if (!(temperature > 0)) throw InvalidArgument("temperature must be > 0");
+  RoutingReplay replay{batch.routed_experts};
+  ScopedRoutingReplay routing(*model, &replay);
   torch::NoGradGuard no_grad;
   auto h = HiddenStates(*model, batch);
   const int64_t T = batch.length();
@@ -234,6 +277,38 @@ void ValidateBatch(const CausalLMImpl& model, const Batch& batch) {
   if (lo < 0 || hi >= vocab) {
     throw InvalidArgument("batch: token id " + std::to_string(lo < 0 ? lo : hi) +
                           " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  ValidateRouting(model.config(), batch);
+}
+
+void ValidateRouting(const ModelConfig& c, const Batch& batch) {
+  const auto& r = batch.routed_experts;
+  if (!r.defined()) return;
+  const int64_t k = c.num_experts_per_tok, layers = c.sparse_layers();
+  if (layers == 0) {
+    throw InvalidArgument("routed_experts: given, but this model has no mixture-of-experts layers to route");
+  }
+  if (r.dim() != 3 || r.size(0) != batch.rows() || r.size(1) != batch.length() || r.size(2) != layers * k) {
+    throw InvalidArgument("routed_experts: " + std::to_string(r.dim() == 3 ? r.size(2) : -1) +
+                          " entries per token, but this model routes each token to " + std::to_string(k) +
+                          " experts (num_experts_per_tok) in each of " + std::to_string(layers) +
+                          " sparse layers: give tokens x " + std::to_string(layers * k) + " ids");
+  }
+  const auto ids = r.view({r.size(0), r.size(1), layers, k});
+  const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+  if (lo < -1 || hi >= c.num_experts) {
+    throw InvalidArgument("routed_experts: expert id " + std::to_string(lo < -1 ? lo : hi) + " is outside [0, " +
+                          std::to_string(c.num_experts) + ") (num_experts)");
+  }
+  const auto none = ids.lt(0);
+  if ((none.any(-1) & none.all(-1).logical_not()).any().item<bool>()) {
+    throw InvalidArgument("routed_experts: a token's " + std::to_string(k) +
+                          " experts in a layer are either all given or all -1 (the router's choice)");
+  }
+  const auto sorted = std::get<0>(ids.sort(-1));
+  if (k > 1 && (sorted.slice(-1, 1, k).eq(sorted.slice(-1, 0, k - 1)) & sorted.slice(-1, 1, k).ge(0)).any().item<bool>()) {
+    throw InvalidArgument("routed_experts: a token names the same expert twice in one layer's top-" +
+                          std::to_string(k));
   }
 }
 

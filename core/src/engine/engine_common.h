@@ -11,6 +11,9 @@ namespace streambp::engine {
 
 /// Throws InvalidArgument when the batch does not fit the model (shapes, token ids).
 void ValidateBatch(const CausalLMImpl& model, const Batch& batch);
+/// Batch::routed_experts against the model: the entries per token, expert ids in range,
+/// given or -1 for all k of a (token, layer), no expert twice. InvalidArgument naming the field.
+void ValidateRouting(const ModelConfig& config, const Batch& batch);
 
 LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64_t e);
 

@@ -22,14 +22,33 @@ double ParameterCount(const ModelConfig& c) {
   const double d = c.hidden_size, L = c.num_hidden_layers, kvd = c.kv_dim(), qd = c.q_dim();
   const double F = c.intermediate_size, V = c.vocab_size;
   double params = V * d * (c.tie_word_embeddings ? 1 : 2) + d;
-  params += L * (d * qd + 2 * d * kvd + qd * d + 3 * d * F + 2 * d);
+  params += L * (d * qd + 2 * d * kvd + qd * d + 2 * d);
+  // Dense layers' MLPs; a sparse layer's router and experts (all of them: every expert's
+  // weights live on the device, even if a step routes to few).
+  const double sparse = static_cast<double>(c.sparse_layers());
+  params += (L - sparse) * 3 * d * F + sparse * (d * c.num_experts + 3 * d * c.moe_intermediate_size * c.num_experts);
   if (c.qk_norm) params += L * 2 * c.head_dim;
   if (c.sandwich_norms) params += L * 2 * d;  // Gemma3's pre/post-feedforward norms
   if (c.attention_bias) params += L * (qd + 2 * kvd);
   return params;
 }
 
+// The feed-forward's graph for q rows, the largest of the model's layers: a dense MLP's five
+// q x F tensors; a mixture of experts' router (logits, probabilities, their gradient, at f
+// bytes), the rows gathered per expert and their weighted outputs (k per token, d wide: input,
+// output, weighted, reordered), and five q*k x moe_intermediate tensors across the experts.
+double FeedForwardGraph(const ModelConfig& c, double q, double e, double f) { return q * FeedForwardBytesPerRow(c, e, f); }
+
 }  // namespace
+
+double FeedForwardBytesPerRow(const ModelConfig& c, double e, double f) {
+  const double sparse = static_cast<double>(c.sparse_layers());
+  const double dense = sparse < static_cast<double>(c.num_hidden_layers) ? 5 * c.intermediate_size * e : 0.0;
+  if (sparse == 0) return dense;
+  const double k = c.num_experts_per_tok, d = c.hidden_size;
+  const double moe = 3 * c.num_experts * f + k * (4 * d + 5 * c.moe_intermediate_size) * e;
+  return std::max(dense, moe);
+}
 
 int64_t MemoryEstimate::total() const {
   return Bytes(static_cast<double>(weights_bytes) + static_cast<double>(gradient_bytes) +
@@ -70,7 +89,7 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   auto layer_graph = [&](double q, double k, bool tiled, double q_block, double tile, double kv_copies) {
     const double attention = tiled ? 3 * B * H * q_block * tile * f + B * q_block * tile + 2 * B * q * qd * f
                                    : 4 * B * H * q * k * f + B * q * k;
-    const double mlp = 5 * B * q * F * e;
+    const double mlp = B * FeedForwardGraph(c, q, e, f);
     // Norm and residual outputs, projections, the q/k norms' saved tensors, and (tiled) the
     // scaled queries and contiguous K/V the attention keeps (measured on qwen3-shaped models).
     // Gemma3's two more norms keep their inputs and outputs: 4 more d-wide rows.
@@ -121,13 +140,13 @@ MemoryEstimate EstimateForwardMemory(const ModelConfig& c, torch::Dtype dtype, i
   // chunk's working set), then the head chunk by chunk, and the float64 [rows, T] result.
   const double e = static_cast<double>(c10::elementSize(dtype)), f = dtype == torch::kFloat64 ? 8 : 4;
   const double B = std::max<int64_t>(rows, 1), T = std::max<int64_t>(seq_len, 1), d = c.hidden_size;
-  const double H = c.num_attention_heads, kvd = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
+  const double H = c.num_attention_heads, kvd = c.kv_dim(), V = c.vocab_size;
   const auto defaults = DefaultChunks(c, dtype, seq_len, device);
   const double q = std::min<double>(defaults.chunk, T), tile = std::min<double>(defaults.key_chunk, T);
   const double lc = std::min<double>(logits_chunk > 0 ? logits_chunk : defaults.logits_chunk, T);
   MemoryEstimate m;
   m.weights_bytes = Bytes(ParameterCount(c) * e);
-  const double layer = 3 * B * T * d * e + 2 * B * T * kvd * e + 3 * B * H * q * tile * f + 5 * B * q * F * e;
+  const double layer = 3 * B * T * d * e + 2 * B * T * kvd * e + 3 * B * H * q * tile * f + B * FeedForwardGraph(c, q, e, f);
   const double head = 3 * B * lc * V * f + B * T * d * e;
   m.activation_bytes = Bytes(std::max(layer, head) + 2 * B * T * 8);
   m.chunk = static_cast<int64_t>(q);

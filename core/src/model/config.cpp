@@ -22,6 +22,7 @@ constexpr Family kFamilies[] = {
     {"LlamaForCausalLM", "llama"},
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"},
     {"MistralForCausalLM", "mistral"},
     {"Gemma3ForCausalLM", "gemma3_text"},
 };
@@ -155,7 +156,8 @@ void ParseRope(const json& j, ModelConfig& c) {
 
 // Sliding windows as HF's configs define them. Mistral: sliding_window (null = none) on every
 // layer. Qwen2/Qwen3: only with use_sliding_window, on the layers i >= max_window_layers
-// (default 28). Either: an explicit layer_types list decides which layers slide.
+// (default 28); Qwen3-MoE: with use_sliding_window, on every layer. Any: an explicit
+// layer_types list decides which layers slide.
 void ParseWindows(const json& j, ModelConfig& c) {
   std::optional<int64_t> window;
   const bool gemma = c.model_type == "gemma3_text";
@@ -167,7 +169,7 @@ void ParseWindows(const json& j, ModelConfig& c) {
     window = w;
     c.sliding_window_pattern = OptionalInt(j, "sliding_window_pattern", 0);
     if (c.sliding_window_pattern < 0) throw InvalidArgument("config.json: sliding_window_pattern must be > 0");
-  } else if (c.model_type == "mistral" || ((c.model_type == "qwen2" || c.model_type == "qwen3") &&
+  } else if (c.model_type == "mistral" || ((c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen3_moe") &&
                                            OptionalBool(j, "use_sliding_window", false))) {
     const int64_t w = OptionalInt(j, "sliding_window", 0);
     if (w < 0) throw InvalidArgument("config.json: sliding_window must be > 0, got " + std::to_string(w));
@@ -192,7 +194,9 @@ void ParseWindows(const json& j, ModelConfig& c) {
   } else if (window) {
     const int64_t pattern = c.sliding_window_pattern > 0 ? c.sliding_window_pattern : 6;
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      const bool slides = gemma ? (i + 1) % pattern != 0 : c.model_type == "mistral" || i >= c.max_window_layers;
+      // Qwen3-MoE's configuration has no max_window_layers: with use_sliding_window, every layer.
+      const bool slides = gemma ? (i + 1) % pattern != 0
+                                : c.model_type == "mistral" || c.model_type == "qwen3_moe" || i >= c.max_window_layers;
       c.layer_types.push_back(slides ? "sliding_attention" : "full_attention");
     }
   }
@@ -225,6 +229,31 @@ void ParseGemma3(const json& j, ModelConfig& c) {
     c.final_logit_softcapping = v;
   }
   (void)OptionalNumber(j, "attn_logit_softcapping", 0.0);  // type-checked only (see above)
+}
+
+// Qwen3-MoE's expert fields, with Qwen3MoeConfig's defaults (docs/architecture.md: Models).
+void ParseMoe(const json& j, ModelConfig& c) {
+  c.num_experts = OptionalInt(j, "num_experts", 128);
+  c.num_experts_per_tok = OptionalInt(j, "num_experts_per_tok", 8);
+  c.moe_intermediate_size = OptionalInt(j, "moe_intermediate_size", 768);
+  c.decoder_sparse_step = OptionalInt(j, "decoder_sparse_step", 1);
+  c.norm_topk_prob = OptionalBool(j, "norm_topk_prob", false);
+  c.router_aux_loss_coef = OptionalNumber(j, "router_aux_loss_coef", 0.001);
+  if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw InvalidArgument("config.json: mlp_only_layers must be a list of layer indices, got " + it->dump());
+    for (const auto& l : *it) {
+      if (!l.is_number_integer()) throw InvalidArgument("config.json: mlp_only_layers entry " + l.dump() + " is not a layer index");
+      c.mlp_only_layers.push_back(l.get<int64_t>());
+    }
+  }
+  if (OptionalBool(j, "output_router_logits", false)) {
+    // HF adds router_aux_loss_coef x the load-balancing loss to the loss when this is true;
+    // training without it would not be the gradient transformers computes.
+    throw InvalidArgument(
+        "config.json: output_router_logits is true (HF adds the router's load-balancing loss to the loss), "
+        "which this version does not compute; set it to false in config.json to train without that loss "
+        "(Qwen3-30B-A3B ships with false)");
+  }
 }
 
 }  // namespace
@@ -279,10 +308,11 @@ ModelConfig ModelConfig::FromJson(const json& j) {
     c.attention_bias = OptionalBool(j, "attention_bias", false);
     c.o_proj_bias = c.attention_bias;
     c.mlp_bias = OptionalBool(j, "mlp_bias", false);
-  } else if (c.model_type == "qwen3") {
+  } else if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") {
     c.attention_bias = OptionalBool(j, "attention_bias", false);
     c.o_proj_bias = c.attention_bias;
     c.qk_norm = true;
+    if (c.model_type == "qwen3_moe") ParseMoe(j, c);
   } else if (gemma) {
     ParseGemma3(j, c);
   }
@@ -350,10 +380,36 @@ void ModelConfig::Validate() const {
   if (final_logit_softcapping && !(*final_logit_softcapping > 0)) fail("final_logit_softcapping must be > 0");
   if (query_pre_attn_scalar < 0) fail("query_pre_attn_scalar must be > 0");
   if (!(embed_scale > 0)) fail("the embedding scale must be > 0");
+  if (num_experts < 0) fail("num_experts must be >= 0, got " + std::to_string(num_experts));
+  if (num_experts > 0) {
+    if (num_experts_per_tok < 1 || num_experts_per_tok > num_experts) {
+      fail("num_experts_per_tok must be between 1 and num_experts (" + std::to_string(num_experts) + "), got " +
+           std::to_string(num_experts_per_tok));
+    }
+    if (moe_intermediate_size <= 0) fail("moe_intermediate_size must be > 0, got " + std::to_string(moe_intermediate_size));
+    if (decoder_sparse_step < 1) fail("decoder_sparse_step must be >= 1, got " + std::to_string(decoder_sparse_step));
+  }
+  for (const int64_t l : mlp_only_layers) {
+    if (l < 0 || l >= num_hidden_layers) {
+      fail("mlp_only_layers names layer " + std::to_string(l) + "; the model has layers 0.." +
+           std::to_string(num_hidden_layers - 1));
+    }
+  }
   if (pad_token_id && *pad_token_id >= vocab_size) {
     fail("pad_token_id " + std::to_string(*pad_token_id) + " is outside the vocabulary (" +
          std::to_string(vocab_size) + " tokens)");
   }
+}
+
+bool ModelConfig::sparse_layer(int64_t layer) const {
+  return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0 &&
+         std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
+}
+
+int64_t ModelConfig::sparse_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) n += sparse_layer(l) ? 1 : 0;
+  return n;
 }
 
 double ModelConfig::attention_scale() const {
@@ -407,13 +463,24 @@ json ModelConfig::ToJson() const {
   } else if (gemma) {
     j["pad_token_id"] = nullptr;  // absent would read back as Gemma3's default, 0
   }
-  if (model_type == "llama" || model_type == "qwen3") j["attention_bias"] = attention_bias;
+  const bool qwen3 = model_type == "qwen3" || model_type == "qwen3_moe";
+  if (model_type == "llama" || qwen3) j["attention_bias"] = attention_bias;
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
-  if (model_type == "qwen2" || model_type == "qwen3") {
+  if (model_type == "qwen2" || qwen3) {
     j["use_sliding_window"] = sliding_window.has_value();
     j["max_window_layers"] = max_window_layers;
   }
-  if (model_type == "qwen2" || model_type == "qwen3" || model_type == "mistral") {
+  if (model_type == "qwen3_moe") {
+    j["num_experts"] = num_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["moe_intermediate_size"] = moe_intermediate_size;
+    j["decoder_sparse_step"] = decoder_sparse_step;
+    j["norm_topk_prob"] = norm_topk_prob;
+    j["mlp_only_layers"] = mlp_only_layers;
+    j["router_aux_loss_coef"] = router_aux_loss_coef;
+    j["output_router_logits"] = false;
+  }
+  if (model_type == "qwen2" || qwen3 || model_type == "mistral") {
     j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
     if (sliding_window) j["layer_types"] = layer_types;
   }
@@ -450,8 +517,18 @@ ModelConfig PresetConfig(const std::string& name, const std::string& family) {
               {"num_key_value_heads", 8}, {"head_dim", 128}, {"intermediate_size", 12288},
               {"vocab_size", 151936}, {"max_position_embeddings", 1 << 20}, {"bos_token_id", 151643},
               {"eos_token_id", 151645}});
+  } else if (name == "qwen3-30b-a3b") {
+    if (family != "qwen3" && family != "qwen3_moe") {
+      throw InvalidArgument("model preset qwen3-30b-a3b is a qwen3_moe model (no --family " + family + ")");
+    }
+    j.update({{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"num_hidden_layers", 48},
+              {"hidden_size", 2048}, {"num_attention_heads", 32}, {"num_key_value_heads", 4}, {"head_dim", 128},
+              {"intermediate_size", 6144}, {"moe_intermediate_size", 768}, {"num_experts", 128},
+              {"num_experts_per_tok", 8}, {"norm_topk_prob", true}, {"vocab_size", 151936},
+              {"max_position_embeddings", 1 << 20}, {"bos_token_id", 151643}, {"eos_token_id", 151645}});
+    return ModelConfig::FromJson(j);
   } else {
-    throw InvalidArgument("unknown model preset '" + name + "' (known: tiny, small, qwen3-8b)");
+    throw InvalidArgument("unknown model preset '" + name + "' (known: tiny, small, qwen3-8b, qwen3-30b-a3b)");
   }
   // Another family: the same shapes in that family's config.json, with its usual settings.
   if (family == "llama") {
@@ -468,6 +545,10 @@ ModelConfig PresetConfig(const std::string& name, const std::string& family) {
               {"sliding_window", 512}, {"sliding_window_pattern", 6}, {"rope_local_base_freq", 10000.0},
               {"tie_word_embeddings", true}, {"final_logit_softcapping", nullptr}, {"pad_token_id", 0},
               {"bos_token_id", 2}, {"eos_token_id", 1}});
+  } else if (family == "qwen3_moe") {
+    j.update({{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"num_experts", 8},
+              {"num_experts_per_tok", 2}, {"moe_intermediate_size", j["intermediate_size"].get<int64_t>() / 4},
+              {"norm_topk_prob", true}});
   } else if (family != "qwen3") {
     std::string known;
     for (const auto& f : FamilyNames()) known += (known.empty() ? "" : ", ") + f;
@@ -476,8 +557,8 @@ ModelConfig PresetConfig(const std::string& name, const std::string& family) {
   return ModelConfig::FromJson(j);
 }
 
-std::vector<std::string> PresetNames() { return {"tiny", "small", "qwen3-8b"}; }
+std::vector<std::string> PresetNames() { return {"tiny", "small", "qwen3-8b", "qwen3-30b-a3b"}; }
 
-std::vector<std::string> FamilyNames() { return {"llama", "qwen2", "qwen3", "mistral", "gemma3"}; }
+std::vector<std::string> FamilyNames() { return {"llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "gemma3"}; }
 
 }  // namespace streambp

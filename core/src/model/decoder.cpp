@@ -202,20 +202,21 @@ std::vector<std::pair<std::string, Projection>> AttentionImpl::projections() con
   return {{"q_proj", q_proj}, {"k_proj", k_proj}, {"v_proj", v_proj}, {"o_proj", o_proj}};
 }
 
-std::vector<ProjectionSpec> GatedMlpImpl::Projections(const ModelConfig& c) {
-  return {{"gate_proj", c.hidden_size, c.intermediate_size, c.mlp_bias},
-          {"up_proj", c.hidden_size, c.intermediate_size, c.mlp_bias},
-          {"down_proj", c.intermediate_size, c.hidden_size, c.mlp_bias}};
+std::vector<ProjectionSpec> GatedMlpImpl::Projections(const ModelConfig& c, int64_t width) {
+  const int64_t f = width > 0 ? width : c.intermediate_size;
+  return {{"gate_proj", c.hidden_size, f, c.mlp_bias},
+          {"up_proj", c.hidden_size, f, c.mlp_bias},
+          {"down_proj", f, c.hidden_size, c.mlp_bias}};
 }
 
-GatedMlpImpl::GatedMlpImpl(const ModelConfig& c) : activation_(c.activation) {
-  auto p = RegisterProjections(*this, Projections(c));
+GatedMlpImpl::GatedMlpImpl(const ModelConfig& c, int64_t width) : activation_(c.activation) {
+  auto p = RegisterProjections(*this, Projections(c, width));
   gate_proj = p.at("gate_proj");
   up_proj = p.at("up_proj");
   down_proj = p.at("down_proj");
 }
 
-torch::Tensor GatedMlpImpl::forward(const torch::Tensor& h) {
+torch::Tensor GatedMlpImpl::forward(const torch::Tensor& h, int64_t /*q_start*/) {
   RECORD_USER_SCOPE("streambp::mlp");
   auto gate = gate_proj(h);
   gate = activation_ == Activation::kGeluTanh ? F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) : F::silu(gate);
@@ -231,20 +232,24 @@ std::vector<std::pair<std::string, Projection>> GatedMlpImpl::projections() cons
   return {{"gate_proj", gate_proj}, {"up_proj", up_proj}, {"down_proj", down_proj}};
 }
 
-std::shared_ptr<FeedForwardImpl> MakeFeedForward(const ModelConfig& config, int64_t /*layer*/) {
+std::shared_ptr<FeedForwardImpl> MakeFeedForward(const ModelConfig& config, int64_t layer) {
+  if (config.sparse_layer(layer)) return std::make_shared<SparseMoeImpl>(config);
   return std::make_shared<GatedMlpImpl>(config);
 }
 
-std::vector<ProjectionSpec> FeedForwardProjections(const ModelConfig& config, int64_t /*layer*/) {
-  return GatedMlpImpl::Projections(config);
+std::vector<ProjectionSpec> FeedForwardProjections(const ModelConfig& config, int64_t layer) {
+  return config.sparse_layer(layer) ? SparseMoeImpl::Projections(config) : GatedMlpImpl::Projections(config);
 }
 
 std::vector<ProjectionSite> ProjectionSites(const ModelConfig& c) {
   std::vector<ProjectionSite> out;
+  // PEFT matches target_modules against a module path's last part ("experts.3.gate_proj" is
+  // a gate_proj).
+  auto last = [](const std::string& name) { return name.substr(name.rfind('.') + 1); };
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string layer = "model.layers." + std::to_string(i);
     for (const auto& p : AttentionImpl::Projections(c)) out.push_back({layer + ".self_attn." + p.name, p.name, p.in, p.out});
-    for (const auto& p : FeedForwardProjections(c, i)) out.push_back({layer + ".mlp." + p.name, p.name, p.in, p.out});
+    for (const auto& p : FeedForwardProjections(c, i)) out.push_back({layer + ".mlp." + p.name, last(p.name), p.in, p.out});
   }
   if (!c.tie_word_embeddings) out.push_back({"lm_head", "lm_head", c.hidden_size, c.vocab_size});
   return out;
@@ -272,7 +277,7 @@ torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const 
   // attention and MLP outputs are normalized before their residual adds.
   auto x1 = x_q + (pre_feedforward_layernorm ? post_attention_layernorm(attn_out) : attn_out);
   auto h2 = pre_feedforward_layernorm ? pre_feedforward_layernorm(x1) : post_attention_layernorm(x1);
-  auto ff = mlp->forward(h2);
+  auto ff = mlp->forward(h2, mask.q_start);
   return x1 + (post_feedforward_layernorm ? post_feedforward_layernorm(ff) : ff);
 }
 
@@ -389,6 +394,19 @@ void CausalLMImpl::set_adapter(std::shared_ptr<const LoraAdapter> adapter) {
   }
   adapter_ = std::move(adapter);
 }
+
+void CausalLMImpl::set_routing_replay(RoutingReplay* replay) {
+  int64_t sparse = 0;
+  for (auto& layer : layer_list) {
+    if (auto* moe = dynamic_cast<SparseMoeImpl*>(layer->mlp.get())) moe->set_replay(replay, sparse++);
+  }
+}
+
+ScopedRoutingReplay::ScopedRoutingReplay(CausalLMImpl& model, RoutingReplay* replay) : model_(model) {
+  model_.set_routing_replay(replay != nullptr && replay->experts.defined() ? replay : nullptr);
+}
+
+ScopedRoutingReplay::~ScopedRoutingReplay() { model_.set_routing_replay(nullptr); }
 
 ScopedAdapter::ScopedAdapter(CausalLMImpl& model, std::shared_ptr<const LoraAdapter> adapter)
     : model_(model), previous_(model.adapter()) {

@@ -234,6 +234,8 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
       total.targets += r.targets;
       total.tokens += r.tokens;
       total.offloaded_bytes = std::max(total.offloaded_bytes, r.offloaded_bytes);
+      total.routing_decisions += r.routing_decisions;
+      total.routing_mismatches += r.routing_mismatches;
       if (!std::isfinite(r.loss)) nonfinite_loss_ = true;
     }
     // An engine that did not call the hook for everything (or an empty shard): the rest
@@ -242,10 +244,18 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
     total.metrics = objective.finish();
     if (comm_ && comm_->world_size() > 1) {
       const auto sums = comm_->all_reduce_scalars(
-          {total.loss, static_cast<double>(total.targets), static_cast<double>(total.tokens)});
+          {total.loss, static_cast<double>(total.targets), static_cast<double>(total.tokens),
+           static_cast<double>(total.routing_decisions), static_cast<double>(total.routing_mismatches)});
       total.loss = sums[0];
       total.targets = static_cast<int64_t>(sums[1]);
       total.tokens = static_cast<int64_t>(sums[2]);
+      total.routing_decisions = static_cast<int64_t>(sums[3]);
+      total.routing_mismatches = static_cast<int64_t>(sums[4]);
+    }
+    // Routing replay: the share of replayed expert choices the router would have made otherwise.
+    if (total.routing_decisions > 0) {
+      total.metrics["routing_mismatch"] =
+          static_cast<double>(total.routing_mismatches) / static_cast<double>(total.routing_decisions);
     }
   } catch (...) {
     zero_gradients();
