@@ -302,7 +302,9 @@ def case_kill9(rounds=6, seed=int(os.environ.get("STREAMBP_FAULT_SEED", "7"))):
     check(len(acknowledged) == len(groups), f"{len(groups) - len(acknowledged)} groups were never acknowledged")
     # Idle: nothing queued and no rollout step running. The last step's groups leave in_step
     # before its optimizer step makes the version, and its audit record follows the version:
-    # wait until the audit names the current version, at most 30 s.
+    # wait until the audit names the current version and every acknowledged group, at most
+    # 30 s (reading the version between the commit and the optimizer step would otherwise end
+    # the wait one step early; a group really lost still fails the check below).
     for _ in range(1200):
         st = s.stats()
         if st.queue_depth == 0 and st.in_step == 0:
@@ -312,7 +314,8 @@ def case_kill9(rounds=6, seed=int(os.environ.get("STREAMBP_FAULT_SEED", "7"))):
     for _ in range(300):
         version = s.stub.GetInfo(pb.GetInfoRequest(), timeout=30).policy_version
         trained = lineage(os.path.join(TMP, "kill9-audit"))
-        if max(trained, default=0) == version:
+        seen = {i for ids in trained.values() for i in ids}
+        if max(trained, default=0) == version and acknowledged <= seen:
             break
         time.sleep(0.1)
     s.stop()
