@@ -62,7 +62,9 @@ int main(int argc, char** argv) {
       // The budget line only when asked for (a sweep's report has none of its own).
       WritePlot(a.plot_path, runs, app.count("--budget") > 0 ? ParseBytes(a.budget) : 0,
                 "streambp-bench: " + report.value("objective", std::string("?")) + ", " +
-                    report["model"].value("source", std::string("?")) + ", " + report["model"].value("dtype", std::string("?")),
+                    report["model"].value("source", std::string("?")) + " (" +
+                    report["model"].value("family", std::string("?")) + "), " +
+                    report["model"].value("dtype", std::string("?")),
                 report["machine"].value("description", std::string()));
       std::printf("plot: %s\n", a.plot_path.c_str());
       return 0;
@@ -524,7 +526,8 @@ int main(int argc, char** argv) {
     write_json();
     if (!a.plot_path.empty()) {
       WritePlot(a.plot_path, runs, budget,
-                "streambp-bench: " + a.objective + ", " + (a.model_dir.empty() ? a.preset : a.model_dir) + ", " + a.dtype,
+                "streambp-bench: " + a.objective + ", " + (a.model_dir.empty() ? a.preset : a.model_dir) + " (" +
+                    report["model"].value("family", std::string("?")) + "), " + a.dtype,
                 machine_line.str());
       std::printf("plot: %s\n", a.plot_path.c_str());
     }

@@ -130,14 +130,12 @@ std::vector<Sequence> SyntheticSequences(const Workload& w, int64_t seq_len, int
 
 StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int64_t T, const Variant& v,
                         bool sequence_pass) {
-  const double d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), F = c.intermediate_size;
+  const double d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
   const double V = c.vocab_size, L = c.num_hidden_layers, H = c.num_attention_heads, hd = c.head_dim;
   const double kv_params = 2 * d * kvd;
   // The feed-forward parameters a token goes through, per layer on average: a dense MLP's, or
   // a sparse layer's router and its k experts (the active parameters of a mixture of experts).
-  const double sparse = static_cast<double>(c.sparse_layers());
-  const double active_ff = ((L - sparse) * 3 * d * F +
-                            sparse * (d * c.num_experts + 3 * d * c.moe_intermediate_size * c.num_experts_per_tok)) / L;
+  const double active_ff = FeedForwardParameters(c, /*active=*/true) / L;
   const double layer_params = d * qd + kv_params + qd * d + active_ff;
   const double q_params = layer_params - kv_params;
   const double rows = static_cast<double>(B), n = static_cast<double>(B) * T;

@@ -6,6 +6,7 @@
 
 #include "streambp/error.h"
 #include "streambp/objective.h"
+#include "rollout_input.h"
 #include "streambp/runtime.h"
 #include "text_input.h"
 
@@ -128,7 +129,52 @@ nlohmann::json OptionsToJson(const google::protobuf::Message& options) {
 }
 
 EngineRequest ConvertEngine(const v1::EngineOptions& e) {
-  return EngineRequest{e.engine(), e.chunk(), e.logits_chunk(), e.key_chunk()};
+  EngineRequest r{e.engine(), e.chunk(), e.logits_chunk(), e.key_chunk()};
+  if (e.has_router_aux_loss_coef()) r.router_aux_loss_coef = e.router_aux_loss_coef();
+  return r;
+}
+
+std::vector<int32_t> DecodeRoutedExperts(const v1::RoutedExperts& r, const InputLimits& limits,
+                                         const std::string& field) {
+  if (limits.sparse_layers == 0) {
+    throw InvalidArgument(field + " is given, but this model has no mixture-of-experts layers to route");
+  }
+  if (r.sparse_layers() != limits.sparse_layers || r.experts_per_token() != limits.experts_per_token) {
+    throw InvalidArgument(field + " is for " + std::to_string(r.sparse_layers()) + " sparse layers x " +
+                          std::to_string(r.experts_per_token()) + " experts per token; this model routes " +
+                          std::to_string(limits.sparse_layers) + " x " + std::to_string(limits.experts_per_token));
+  }
+  const int width = r.bytes_per_id();
+  if (width != 1 && width != 2) {
+    throw InvalidArgument(field + ".bytes_per_id must be 1 or 2, got " + std::to_string(width));
+  }
+  const std::string& bytes = r.ids();
+  if (bytes.size() % static_cast<size_t>(width) != 0) {
+    throw InvalidArgument(field + ".ids has " + std::to_string(bytes.size()) + " bytes, not a multiple of bytes_per_id " +
+                          std::to_string(width));
+  }
+  std::vector<int32_t> out(bytes.size() / static_cast<size_t>(width));
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  for (size_t i = 0; i < out.size(); ++i) {  // little-endian, signed
+    out[i] = width == 1 ? static_cast<int8_t>(b[i])
+                        : static_cast<int16_t>(static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8)));
+  }
+  return out;
+}
+
+void EncodeRoutedExperts(const std::vector<int32_t>& ids, int64_t num_experts, int64_t sparse_layers,
+                         int64_t experts_per_token, v1::RoutedExperts* out) {
+  const int width = num_experts <= 127 ? 1 : 2;
+  std::string bytes(ids.size() * static_cast<size_t>(width), '\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto v = static_cast<uint16_t>(static_cast<int16_t>(ids[i]));
+    bytes[width * i] = static_cast<char>(v & 0xff);
+    if (width == 2) bytes[2 * i + 1] = static_cast<char>(v >> 8);
+  }
+  out->set_ids(std::move(bytes));
+  out->set_bytes_per_id(width);
+  out->set_sparse_layers(static_cast<int32_t>(sparse_layers));
+  out->set_experts_per_token(static_cast<int32_t>(experts_per_token));
 }
 
 AdamStepParams ConvertAdam(const v1::AdamParams& a) {
@@ -278,6 +324,10 @@ StepRequest ConvertStep(const v1::Batch& given, const std::string& objective, co
         s.reward = comp.reward();
         s.sampler_logprobs = Values(comp.logprobs(), prompt.size(), comp.tokens_size(), fc + ".logprobs", true);
         s.advantages = Values(comp.advantages(), prompt.size(), comp.tokens_size(), fc + ".advantages", false);
+        if (comp.has_routed_experts()) {
+          s.routed_experts = DecodeRoutedExperts(comp.routed_experts(), limits, fc + ".routed_experts");
+          CheckRoutedExperts(s.routed_experts, s.tokens.size(), limits, fc + ".routed_experts");
+        }
         c.Count(s, fc);
         in.sequences.push_back(std::move(s));
       }
@@ -327,6 +377,7 @@ SampleRequest ConvertSample(const v1::SampleRequest& given, const InputLimits& l
   o.stop_tokens.assign(r.stop_tokens().begin(), r.stop_tokens().end());
   o.seed = r.has_seed() ? r.seed() : std::random_device{}();
   out.ignore_eos = r.ignore_eos();
+  o.record_routing = r.return_routed_experts();
   out.decode_text = limits.text != nullptr;
   return out;
 }
@@ -356,12 +407,22 @@ PushItem ConvertRolloutGroup(const v1::RolloutGroup& given, int index, const std
   group.prompt.assign(g.prompt().begin(), g.prompt().end());
   group.policy_version = g.policy_version();
   group.group_id = g.group_id();
-  for (const auto& c : g.completions()) {
+  for (int k = 0; k < g.completions_size(); ++k) {
+    const auto& c = g.completions(k);
     RolloutCompletion rc;
     rc.tokens.assign(c.tokens().begin(), c.tokens().end());
     rc.reward = c.reward();
     rc.logprobs.assign(c.logprobs().begin(), c.logprobs().end());
     rc.advantages.assign(c.advantages().begin(), c.advantages().end());
+    if (c.has_routed_experts()) {
+      try {  // the rest of the checks come with the group's (RolloutSequences)
+        rc.routed_experts = DecodeRoutedExperts(c.routed_experts(), limits,
+                                                field + ".completions[" + std::to_string(k) + "].routed_experts");
+      } catch (const InvalidArgument& e) {  // answered as this group's invalid ack
+        item.error = e.what();
+        return item;
+      }
+    }
     group.completions.push_back(std::move(rc));
   }
   item.group = std::move(group);
@@ -473,6 +534,10 @@ void ToProto(const SampleReply& r, v1::SampleResponse* out) {
     o->mutable_tokens()->Add(c.tokens.begin(), c.tokens.end());
     for (double lp : c.logprobs) o->add_logprobs(static_cast<float>(lp));
     o->set_finish_reason(c.finish_reason);
+    if (!c.routed_experts.empty()) {
+      EncodeRoutedExperts(c.routed_experts, r.num_experts, r.sparse_layers, r.experts_per_token,
+                          o->mutable_routed_experts());
+    }
   }
   for (size_t i = 0; i < r.texts.size() && i < static_cast<size_t>(out->completions_size()); ++i) {
     out->mutable_completions(static_cast<int>(i))->set_text(r.texts[i]);

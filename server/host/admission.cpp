@@ -1,6 +1,7 @@
 #include "admission.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "streambp/error.h"
 #include "streambp/estimate.h"
@@ -48,6 +49,14 @@ EngineOptions Admission::resolve_engine(const EngineRequest& r) const {
   if (r.chunk > 0) o.chunk = r.chunk;
   if (r.logits_chunk > 0) o.logits_chunk = r.logits_chunk;
   if (r.key_chunk > 0) o.key_chunk = r.key_chunk;
+  if (r.router_aux_loss_coef) {
+    const double coef = *r.router_aux_loss_coef;
+    if (!(std::isfinite(coef) && coef >= 0)) {
+      throw InvalidArgument("engine.router_aux_loss_coef must be a finite number >= 0 (0 = off), got " +
+                            std::to_string(coef));
+    }
+    o.router_aux_loss_coef = coef;
+  }
   return o;
 }
 

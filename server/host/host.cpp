@@ -76,6 +76,9 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
   h->run_id_ = std::to_string(std::chrono::system_clock::now().time_since_epoch().count()) + "-" +
                std::to_string(::getpid());
   h->limits_.vocab_size = replica.model_config().vocab_size;
+  h->limits_.num_experts = replica.model_config().num_experts;
+  h->limits_.sparse_layers = replica.model_config().sparse_layers();
+  h->limits_.experts_per_token = replica.model_config().num_experts_per_tok;
   h->limits_.max_sequence_length = c.limits.max_sequence_length;
   h->limits_.max_tokens_per_request = c.limits.max_tokens_per_request;
   h->limits_.max_text_bytes = c.limits.max_text_bytes;

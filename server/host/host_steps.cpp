@@ -331,6 +331,9 @@ void TrainingHost::sample(CallContext ctx, SampleRequest request, Done<SampleRep
       SampleReply reply;
       reply.completions = (*run)->take();
       reply.policy_version = trainer.policy_version();
+      reply.num_experts = limits_.num_experts;
+      reply.sparse_layers = limits_.sparse_layers;
+      reply.experts_per_token = limits_.experts_per_token;
       if (req->decode_text) {
         for (const auto& c : reply.completions) reply.texts.push_back(limits_.text->decode(c.tokens, true));
       }

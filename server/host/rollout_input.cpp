@@ -69,9 +69,49 @@ std::vector<Sequence> RolloutSequences(const RolloutGroup& group, int64_t group_
     s.reward = c.reward;
     s.sampler_logprobs = Aligned(c.logprobs, group.prompt.size(), c.tokens.size(), fc + ".logprobs", true);
     s.advantages = Aligned(c.advantages, group.prompt.size(), c.tokens.size(), fc + ".advantages", false);
+    if (!c.routed_experts.empty()) {
+      CheckRoutedExperts(c.routed_experts, s.tokens.size(), limits, fc + ".routed_experts");
+      s.routed_experts = c.routed_experts;
+    }
     out.push_back(std::move(s));
   }
   return out;
+}
+
+void CheckRoutedExperts(const std::vector<int32_t>& ids, size_t tokens, const InputLimits& limits,
+                        const std::string& field) {
+  if (limits.sparse_layers == 0) {
+    throw InvalidArgument(field + " is given, but this model has no mixture-of-experts layers to route");
+  }
+  const size_t k = static_cast<size_t>(limits.experts_per_token), per_token = limits.sparse_layers * k;
+  if (ids.size() != tokens * per_token) {
+    throw InvalidArgument(field + " has " + std::to_string(ids.size()) + " ids; the sequence's " +
+                          std::to_string(tokens) + " tokens (prompt + completion) x " +
+                          std::to_string(limits.sparse_layers) + " sparse layers x " + std::to_string(k) +
+                          " experts per token need " + std::to_string(tokens * per_token));
+  }
+  for (size_t at = 0; at < ids.size(); at += k) {
+    const std::string where = field + " (token " + std::to_string(at / per_token) + ", sparse layer " +
+                              std::to_string(at % per_token / k) + ")";
+    int given = 0;
+    for (size_t i = at; i < at + k; ++i) {
+      if (ids[i] < -1 || ids[i] >= limits.num_experts) {
+        throw InvalidArgument(where + ": expert id " + std::to_string(ids[i]) + " is outside [0, " +
+                              std::to_string(limits.num_experts) + ")");
+      }
+      given += ids[i] >= 0 ? 1 : 0;
+      for (size_t j = at; j < i; ++j) {
+        if (ids[i] >= 0 && ids[j] == ids[i]) {
+          throw InvalidArgument(where + ": expert " + std::to_string(ids[i]) + " is named twice in one top-" +
+                                std::to_string(k));
+        }
+      }
+    }
+    if (given != 0 && given != static_cast<int>(k)) {
+      throw InvalidArgument(where + ": the " + std::to_string(k) +
+                            " ids are either all given or all -1 (the router's choice)");
+    }
+  }
 }
 
 }  // namespace streambp::server

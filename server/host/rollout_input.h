@@ -17,4 +17,11 @@ namespace streambp::server {
 std::vector<Sequence> RolloutSequences(const RolloutGroup& group, int64_t group_index, const InputLimits& limits,
                                        const std::string& field);
 
+/// Routing replay given for a sequence of `tokens` tokens (Sequence::routed_experts' layout):
+/// InvalidArgument naming `field` unless the model has mixture-of-experts layers, there are
+/// tokens x sparse layers x k ids, each in [-1, num_experts), a (token, layer)'s k ids all
+/// given or all -1, and none repeated within them.
+void CheckRoutedExperts(const std::vector<int32_t>& ids, size_t tokens, const InputLimits& limits,
+                        const std::string& field);
+
 }  // namespace streambp::server

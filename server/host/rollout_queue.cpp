@@ -22,8 +22,9 @@ std::string Encode(const json& j) {
 json GroupRecord(const std::string& id, const RolloutGroup& g) {
   json completions = json::array();
   for (const auto& c : g.completions) {
-    completions.push_back({{"tokens", c.tokens}, {"reward", c.reward}, {"logprobs", c.logprobs},
-                           {"advantages", c.advantages}});
+    json record{{"tokens", c.tokens}, {"reward", c.reward}, {"logprobs", c.logprobs}, {"advantages", c.advantages}};
+    if (!c.routed_experts.empty()) record["routed_experts"] = c.routed_experts;
+    completions.push_back(std::move(record));
   }
   return {{"t", "group"}, {"id", id}, {"prompt", g.prompt}, {"completions", completions},
           {"version", g.policy_version}, {"group_id", g.group_id}};
@@ -40,6 +41,7 @@ RolloutGroup GroupFromRecord(const json& j) {
     rc.reward = c.at("reward").get<double>();
     rc.logprobs = c.at("logprobs").get<std::vector<double>>();
     rc.advantages = c.at("advantages").get<std::vector<double>>();
+    if (c.contains("routed_experts")) rc.routed_experts = c.at("routed_experts").get<std::vector<int32_t>>();
     g.completions.push_back(std::move(rc));
   }
   return g;

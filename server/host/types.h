@@ -77,6 +77,11 @@ struct InputLimits {
   /// with FailedPrecondition(text_unavailable)).
   std::shared_ptr<const TextCodec> text;
   std::string text_unavailable;
+  /// Mixture of experts (routing replay's checks): experts, sparse layers and experts per
+  /// token of the model; 0 for a dense model.
+  int64_t num_experts = 0;
+  int64_t sparse_layers = 0;
+  int64_t experts_per_token = 0;
 };
 
 /// Engine options as a request gives them: empty / 0 = the server's default.
@@ -85,6 +90,8 @@ struct EngineRequest {
   int64_t chunk = 0;
   int64_t logits_chunk = 0;
   int64_t key_chunk = 0;
+  /// The load-balancing coefficient (EngineOptions::router_aux_loss_coef); unset = the server's.
+  std::optional<double> router_aux_loss_coef;
   bool any_chunk() const { return chunk != 0 || logits_chunk != 0 || key_chunk != 0; }
 };
 
@@ -152,6 +159,9 @@ struct SampleReply {
   std::vector<SampledCompletion> completions;
   std::vector<std::string> texts;  ///< decode_text: one per completion
   int64_t policy_version = 0;
+  int64_t num_experts = 0;  ///< routed experts' id range (how they are packed on the wire)
+  int64_t sparse_layers = 0;
+  int64_t experts_per_token = 0;
 };
 
 struct CheckpointReply {
@@ -228,6 +238,9 @@ struct RolloutCompletion {
   double reward = 0.0;
   std::vector<double> logprobs;    ///< the sampler's, per completion token (may be empty)
   std::vector<double> advantages;  ///< per completion token (may be empty)
+  /// Routing replay: the experts of every token of prompt + completion (Sequence's layout;
+  /// empty = the router's choice everywhere).
+  std::vector<int32_t> routed_experts;
 };
 
 struct RolloutGroup {

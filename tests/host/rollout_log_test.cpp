@@ -170,6 +170,27 @@ TEST(RolloutQueue, ServerIdsAreUniqueAcrossRestartsAndClientsCannotUseThem) {
   EXPECT_EQ(long_id[0].status, RolloutStatus::kInvalid);
 }
 
+// A group's routing replay (mixture of experts) is part of its record: a restart queues it
+// again with every id, and the groups without one stay without.
+TEST(RolloutQueue, RoutedExpertsSurviveARestart) {
+  RolloutOptions o;
+  o.log_path = testing::TempDir("routed") + "/rollouts";
+  o.groups_per_step = 2;
+  auto routed = Group("r", 1);
+  routed.completions[0].routed_experts = {0, 3, -1, -1, 5, 1, 2, 7, 4, 6, -1, -1};
+  {
+    RolloutQueue q(o, 0);
+    Push(q, {routed, Group("plain", 3)});
+  }
+  RolloutQueue q(o, 0);
+  int64_t dropped = 0;
+  const auto taken = q.take(0, &dropped);
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0].group.completions[0].routed_experts, routed.completions[0].routed_experts);
+  EXPECT_TRUE(taken[0].group.completions[1].routed_experts.empty());
+  EXPECT_TRUE(taken[1].group.completions[0].routed_experts.empty());
+}
+
 TEST(RolloutQueue, ConsumedGroupsAreNotQueuedAgainUnlessTheirStepWasLost) {
   RolloutOptions o;
   o.log_path = testing::TempDir("consumed") + "/rollouts";

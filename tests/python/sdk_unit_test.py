@@ -102,7 +102,7 @@ PAIRS = [
     (types.TokenizedText, pb.TokenizedText, ()), (types.CheckpointInfo, pb.SaveCheckpointResponse, ()),
     (types.LoadedCheckpoint, pb.LoadCheckpointResponse, ()), (types.MemoryEstimate, pb.EstimateMemoryResponse, ()),
     (types.PolicyUpdate, pb.PolicyUpdate, ()), (types.RolloutAck, pb.RolloutAck, ()),
-    (types.RolloutStats, pb.RolloutStats, ()),
+    (types.RolloutStats, pb.RolloutStats, ()), (types.RoutedExperts, pb.RoutedExperts, ()),
 ]
 
 
@@ -359,6 +359,14 @@ def test_errors_and_options():
     check(group.prompt == [1, 2] and group.completions[0].logprobs == [-1.0, -2.0] and group.group_id, "group")
     text_group = streambp.rollout_group([{"role": "user", "content": "hi"}], [], [], 0, "g")
     check(text_group.prompt_text.messages[0].content == "hi", "a conversation prompt")
+    # Routing replay: the packed ids decode (little-endian, signed) and travel with the group.
+    routed = types.from_proto(types.Completion, pb.Completion(tokens=[3], routed_experts=pb.RoutedExperts(
+        ids=bytes([1, 0, 0xff, 0xff, 2, 1]), bytes_per_id=2, sparse_layers=1, experts_per_token=3))).routed_experts
+    check(routed is not None and routed.to_list() == [1, -1, 258] and routed.per_token() == [[[1, -1, 258]]],
+          f"routed experts: {routed}")
+    check(types.from_proto(types.Completion, pb.Completion(tokens=[3])).routed_experts is None, "no routing: None")
+    with_routing = streambp.rollout_group([1], [types.Completion(0, [3], [-1.0], "length", "", routed)], [1.0], 0)
+    check(with_routing.completions[0].routed_experts.ids == routed.ids, "rollout_group carries the routing")
 
 
 def test_retry_of_a_large_request():

@@ -252,7 +252,8 @@ bool HfSparseLayer(const nlohmann::json& j, int64_t layer) {
 // a token whose entries are given goes to those experts instead, weighted by the router's
 // probabilities of them.
 Tensor ReferenceMoe(const nlohmann::json& hf, const std::map<std::string, Tensor>& w, const std::string& prefix,
-                    const Tensor& h, double* gap, const std::vector<int32_t>* routed, int64_t sparse, int64_t layers) {
+                    const Tensor& h, double* gap, const std::vector<int32_t>* routed, int64_t sparse, int64_t layers,
+                    std::vector<Tensor>* gate_logits) {
   const int64_t experts = hf.at("num_experts"), k = hf.at("num_experts_per_tok");
   const bool renormalise = hf.value("norm_topk_prob", false);
   auto expert = [&](int64_t e, const Tensor& x) {
@@ -261,9 +262,10 @@ Tensor ReferenceMoe(const nlohmann::json& hf, const std::map<std::string, Tensor
     auto up = torch::matmul(x, w.at(p + ".up_proj.weight").t());
     return torch::matmul(gate * torch::sigmoid(gate) * up, w.at(p + ".down_proj.weight").t());
   };
-  std::vector<Tensor> rows;
+  std::vector<Tensor> rows, router;
   for (int64_t t = 0; t < h.size(0); ++t) {
     auto logits = torch::matmul(w.at(prefix + ".gate.weight"), h[t]);  // [E]
+    router.push_back(logits);
     auto probs = torch::exp(logits - logits.max());
     probs = probs / probs.sum();
     std::vector<std::pair<double, int64_t>> ranked;
@@ -283,6 +285,7 @@ Tensor ReferenceMoe(const nlohmann::json& hf, const std::map<std::string, Tensor
     }
     rows.push_back(out);
   }
+  if (gate_logits != nullptr) gate_logits->push_back(torch::stack(router));
   return torch::stack(rows);
 }
 
@@ -295,7 +298,8 @@ Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64_t>& to
 }
 
 Tensor ReferenceLogits(const ModelConfig& c, const std::map<std::string, Tensor>& w,
-                       const std::vector<int64_t>& tokens, double* topk_gap, const std::vector<int32_t>* routed) {
+                       const std::vector<int64_t>& tokens, double* topk_gap, const std::vector<int32_t>* routed,
+                       std::vector<Tensor>* gate_logits) {
   auto get = [&](const std::string& n) { return w.at(n); };
   auto linear = [&](const Tensor& x, const std::string& prefix) {
     auto y = torch::matmul(x, get(prefix + ".weight").t());
@@ -369,7 +373,7 @@ Tensor ReferenceLogits(const ModelConfig& c, const std::map<std::string, Tensor>
       x = x + attn;
       auto h2 = rms(x, p + ".post_attention_layernorm.weight");
       if (HfSparseLayer(hf, l)) {
-        x = x + ReferenceMoe(hf, w, p + ".mlp", h2, topk_gap, routed, sparse++, sparse_layers);
+        x = x + ReferenceMoe(hf, w, p + ".mlp", h2, topk_gap, routed, sparse++, sparse_layers, gate_logits);
       } else {
         auto gate = linear(h2, p + ".mlp.gate_proj");
         x = x + linear(gate * torch::sigmoid(gate) * linear(h2, p + ".mlp.up_proj"), p + ".mlp.down_proj");
@@ -386,28 +390,71 @@ Tensor ReferenceLogits(const ModelConfig& c, const std::map<std::string, Tensor>
   return logits;
 }
 
+Tensor ReferenceLoadBalancingLoss(const std::vector<Tensor>& gate_logits, int64_t num_experts, int64_t top_k) {
+  const auto logits = torch::cat(gate_logits, 0);  // [layers x tokens, E]
+  const auto routing_weights = torch::softmax(logits, -1);
+  const auto selected = std::get<1>(torch::topk(routing_weights, top_k, -1));
+  const auto expert_mask = torch::one_hot(selected, num_experts).to(torch::kFloat64);  // [M, k, E]
+  const auto tokens_per_expert = expert_mask.mean(0);                              // [k, E]
+  const auto router_prob_per_expert = routing_weights.mean(0);                     // [E]
+  return (tokens_per_expert * router_prob_per_expert.unsqueeze(0)).sum() * static_cast<double>(num_experts);
+}
+
 std::pair<double, TensorMap> ReferenceSft(const CausalLMImpl& model, const std::vector<Sequence>& seqs,
-                                          double* topk_gap) {
+                                          double* topk_gap, double aux_coef) {
   std::map<std::string, torch::Tensor> weights;
   for (const auto& [name, p] : model.named_hf_parameters()) {
     weights[name] = p.detach().to(torch::kFloat64).clone().requires_grad_(true);
   }
   torch::Tensor nll = torch::zeros({}, torch::kFloat64);
   int64_t count = 0;
+  std::vector<Tensor> gate_logits;
   for (const auto& s : seqs) {
-    auto logp = torch::log_softmax(ReferenceLogits(model.config(), weights, s.tokens, topk_gap, &s.routed_experts), -1);
+    auto logp = torch::log_softmax(
+        ReferenceLogits(model.config(), weights, s.tokens, topk_gap, &s.routed_experts, &gate_logits), -1);
     for (size_t t = 1; t < s.tokens.size(); ++t) {
       if (!s.loss_mask[t]) continue;
       nll = nll - logp[t - 1][s.tokens[t]];
       ++count;
     }
   }
-  auto loss = nll / static_cast<double>(count);
+  auto loss = count > 0 ? nll / static_cast<double>(count) : nll;
+  if (aux_coef > 0) {
+    const auto& c = model.config();
+    loss = loss + aux_coef * ReferenceLoadBalancingLoss(gate_logits, c.num_experts, c.num_experts_per_tok);
+  }
   loss.backward();
   TensorMap grads;
   for (const auto& [name, w] : weights) grads[name] = w.grad();
   return {loss.item<double>(), grads};
 }
+
+std::pair<double, TensorMap> ReferenceRouterAux(const CausalLMImpl& model, const std::vector<Sequence>& seqs) {
+  std::map<std::string, torch::Tensor> weights;
+  for (const auto& [name, p] : model.named_hf_parameters()) {
+    weights[name] = p.detach().to(torch::kFloat64).clone().requires_grad_(true);
+  }
+  std::vector<Tensor> gate_logits;
+  for (const auto& s : seqs) ReferenceLogits(model.config(), weights, s.tokens, nullptr, nullptr, &gate_logits);
+  const auto& c = model.config();
+  auto aux = ReferenceLoadBalancingLoss(gate_logits, c.num_experts, c.num_experts_per_tok);
+  aux.backward();
+  TensorMap grads;
+  for (const auto& [name, w] : weights) {
+    grads[name] = w.grad().defined() ? w.grad() : torch::zeros_like(w);
+  }
+  return {aux.item<double>(), grads};
+}
+
+std::vector<FamilyLayout> MoeFamilyLayouts() {
+  std::vector<FamilyLayout> out;
+  for (const char* family : {"qwen3_moe", "qwen3_moe_mixed"}) {
+    for (auto layout : {Layout::kLeftPad, Layout::kPacked}) out.emplace_back(family, layout);
+  }
+  return out;
+}
+
+std::string FamilyLayoutName(const FamilyLayout& p) { return std::get<0>(p) + "_" + LayoutName(std::get<1>(p)); }
 
 std::set<std::string> UnusedExperts(CausalLM& model, const Batch& batch) {
   const auto& c = model->config();

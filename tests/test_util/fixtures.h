@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <torch/torch.h>
@@ -46,15 +47,34 @@ torch::Tensor ReferenceLogits(const CausalLMImpl& model, const std::vector<int64
 /// Mixture-of-experts layers route token by token; `topk_gap`, when given, gets the smallest
 /// margin seen between a token's k-th and (k+1)-th router probability (min with its value).
 /// `routed` (Sequence::routed_experts, may be empty) replays the given experts.
+/// `gate_logits`, when given, gets each sparse layer's router logits [n, E] appended.
 torch::Tensor ReferenceLogits(const ModelConfig& config, const std::map<std::string, torch::Tensor>& weights,
                               const std::vector<int64_t>& tokens, double* topk_gap = nullptr,
-                              const std::vector<int32_t>* routed = nullptr);
+                              const std::vector<int32_t>* routed = nullptr,
+                              std::vector<torch::Tensor>* gate_logits = nullptr);
+
+/// HF's load_balancing_loss_func (Qwen3-MoE) on the router logits of every (token, sparse
+/// layer) of a batch without padding, concatenated: E * sum(tokens_per_expert [k, E] *
+/// router_prob_per_expert [E]) from the softmax, its top-k and their one-hot means.
+torch::Tensor ReferenceLoadBalancingLoss(const std::vector<torch::Tensor>& gate_logits, int64_t num_experts,
+                                         int64_t top_k);
 
 /// The SFT loss (mean token NLL over the trained targets of all sequences) of the reference
-/// forward (each sequence's routed_experts replayed), and its gradients by the reference's
-/// own autograd, under HF names. `topk_gap`: as ReferenceLogits.
+/// forward (each sequence's routed_experts replayed), plus `aux_coef` x the load-balancing
+/// loss over all the sequences' tokens, and its gradients by the reference's own autograd,
+/// under HF names. `topk_gap`: as ReferenceLogits.
 std::pair<double, TensorMap> ReferenceSft(const CausalLMImpl& model, const std::vector<Sequence>& seqs,
-                                          double* topk_gap = nullptr);
+                                          double* topk_gap = nullptr, double aux_coef = 0.0);
+
+/// The load-balancing loss alone (ReferenceLoadBalancingLoss over all the sequences' tokens,
+/// no replay) and its gradients by the reference's autograd, under HF names.
+std::pair<double, TensorMap> ReferenceRouterAux(const CausalLMImpl& model, const std::vector<Sequence>& seqs);
+
+/// Test parameters: each mixture-of-experts test family (qwen3_moe, qwen3_moe_mixed) with the
+/// left-pad and packed layouts, and a test name for one ("qwen3_moe_packed").
+using FamilyLayout = std::tuple<std::string, Layout>;
+std::vector<FamilyLayout> MoeFamilyLayouts();
+std::string FamilyLayoutName(const FamilyLayout& p);
 
 /// The experts of `model`'s mixture-of-experts layers that no token of `batch` is routed to,
 /// by module path ("model.layers.1.mlp.experts.5"): their weights get no gradient.

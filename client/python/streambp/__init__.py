@@ -23,8 +23,8 @@ from .safetensors import Tensor, load_safetensors
 from .training import RolloutStream, TrainingClient
 from .types import (AdamParams, CheckpointInfo, Completion, CustomLossResult, ExportedWeights, ForwardBackwardResult,
                     LoadedCheckpoint, LogprobsResult, LoraConfig, MemoryEstimate, OptimStepResult, PolicyUpdate,
-                    RolloutAck, RolloutStats, SampleResult, ServerInfo, SessionInfo, SessionList, StepProgress,
-                    StepStats, TokenizedText, TokenizerInfo, TrainStepResult)
+                    RolloutAck, RolloutStats, RoutedExperts, SampleResult, ServerInfo, SessionInfo, SessionList,
+                    StepProgress, StepStats, TokenizedText, TokenizerInfo, TrainStepResult)
 from .v1 import trainer_pb2 as pb
 
 __version__ = "0.1.0"
@@ -36,6 +36,6 @@ __all__ = [
     "rollout_group", "sft_batch", "text_input", "weighted_batch", "Tensor", "load_safetensors",
     "CheckpointInfo", "Completion", "CustomLossResult", "ExportedWeights", "ForwardBackwardResult",
     "LoadedCheckpoint", "LogprobsResult", "LoraConfig", "MemoryEstimate", "OptimStepResult", "PolicyUpdate",
-    "RolloutAck", "RolloutStats", "SampleResult", "ServerInfo", "SessionInfo", "SessionList", "StepProgress",
-    "StepStats", "TokenizedText", "TokenizerInfo", "TrainStepResult", "__version__",
+    "RolloutAck", "RolloutStats", "RoutedExperts", "SampleResult", "ServerInfo", "SessionInfo", "SessionList",
+    "StepProgress", "StepStats", "TokenizedText", "TokenizerInfo", "TrainStepResult", "__version__",
 ]

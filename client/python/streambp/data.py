@@ -448,7 +448,8 @@ def rollout_group(prompt: Union[Sequence[int], TextLike], completions: Sequence[
     """A GRPO rollout group for push_rollouts: the prompt (ids, text or messages), the sampled
     completions (Completion results: their tokens and log-probs go along), one reward each,
     the policy version that sampled them, and a group id (random when None: a retried push
-    of the same group is then recognized as a duplicate)."""
+    of the same group is then recognized as a duplicate). Completions sampled with
+    ``return_routed_experts`` carry their routing: training replays it (routing replay)."""
     if len(completions) != len(rewards):
         raise invalid(f"one reward per completion: {len(completions)} completions, {len(rewards)} rewards")
     group = pb.RolloutGroup(policy_version=policy_version, group_id=group_id or uuid.uuid4().hex)
@@ -457,8 +458,14 @@ def rollout_group(prompt: Union[Sequence[int], TextLike], completions: Sequence[
     else:
         group.prompt.extend(prompt)  # type: ignore[arg-type]
     for c, r in zip(completions, rewards):
-        group.completions.append(pb.GrpoCompletion(tokens=list(c.tokens), logprobs=list(c.logprobs),
-                                                   reward=_finite(r, "reward", f"group {group.group_id}")))
+        completion = pb.GrpoCompletion(tokens=list(c.tokens), logprobs=list(c.logprobs),
+                                       reward=_finite(r, "reward", f"group {group.group_id}"))
+        routed = getattr(c, "routed_experts", None)
+        if routed is not None:
+            completion.routed_experts.CopyFrom(pb.RoutedExperts(
+                ids=routed.ids, bytes_per_id=routed.bytes_per_id, sparse_layers=routed.sparse_layers,
+                experts_per_token=routed.experts_per_token))
+        group.completions.append(completion)
     return group
 
 

@@ -230,19 +230,20 @@ class TrainingClient:
                       messages: Union[Messages, Sequence[Messages], None] = None, n: int = 1, max_tokens: int = 16,
                       temperature: Optional[float] = None, top_p: Optional[float] = None,
                       stop_tokens: Sequence[int] = (), seed: Optional[int] = None, ignore_eos: bool = False,
-                      enable_thinking: Optional[bool] = None, timeout: Optional[float] = None) -> SampleResult:
-        """Sample: ``n`` completions of each prompt from the current policy, with the sampler's
-        log-prob of each token, the finish reason, the text (when the model has a tokenizer)
-        and the policy version. Prompts are exactly one of ``prompts`` (token lists),
-        ``text`` (a string or a list of strings) or ``messages`` (a conversation or a list of
-        conversations, rendered with the generation prompt; ``enable_thinking`` for qwen3).
-        ``temperature`` (default 1; 0 = greedy), ``top_p``, ``stop_tokens``, ``seed`` (same seed
-        and policy version, same samples); a completion also ends at the model's
-        end-of-sequence tokens unless ``ignore_eos``."""
+                      enable_thinking: Optional[bool] = None, return_routed_experts: bool = False,
+                      timeout: Optional[float] = None) -> SampleResult:
+        """Sample: ``n`` completions of each prompt from the current policy, with the sampler's log-prob
+        of each token, the finish reason, the text (when the model has a tokenizer) and the policy
+        version. Prompts are exactly one of ``prompts`` (token lists), ``text`` (a string or a list
+        of strings) or ``messages`` (a conversation or a list of conversations, rendered with the
+        generation prompt; ``enable_thinking`` for qwen3). ``temperature`` (default 1; 0 = greedy),
+        ``top_p``, ``stop_tokens``, ``seed`` (same seed and policy version, same samples); a
+        completion also ends at the model's end-of-sequence tokens unless ``ignore_eos``.
+        ``return_routed_experts``: each completion carries its tokens' experts (MoE) for replay."""
         if [prompts is not None, text is not None, messages is not None].count(True) != 1:
             raise invalid("sample: give exactly one of prompts=, text= or messages=")
         request = pb.SampleRequest(n=n, max_tokens=max_tokens, stop_tokens=list(stop_tokens), session=self.session,
-                                   ignore_eos=ignore_eos)
+                                   ignore_eos=ignore_eos, return_routed_experts=return_routed_experts)
         if prompts is not None:
             request.prompts.extend(_sequences(prompts))
         else:
@@ -283,8 +284,7 @@ class TrainingClient:
         """SaveCheckpoint: the full resumable state (weights, optimizer, step, schedule, RNG,
         version) under ``name`` in the server's checkpoint directory ("" = "step-<step>").
         Mutating (request id)."""
-        request = pb.SaveCheckpointRequest(request_id=request_id or new_request_id(), name=name,
-                                           session=self.session)
+        request = pb.SaveCheckpointRequest(request_id=request_id or new_request_id(), name=name, session=self.session)
         response = await self._conn.unary("SaveCheckpoint", request, timeout, request.request_id)
         return from_proto(CheckpointInfo, response)
 

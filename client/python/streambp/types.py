@@ -240,13 +240,37 @@ class LogprobsResult:
 
 
 @dataclass(frozen=True)
+class RoutedExperts:
+    """The experts a mixture-of-experts model routed each token of prompt + completion to
+    (Sample with ``return_routed_experts``), packed as the server sends them: per token, per
+    sparse layer, ``experts_per_token`` ids of ``bytes_per_id`` little-endian signed bytes;
+    -1 = the router's choice. Pass the Completion to ``rollout_group`` to replay them."""
+    ids: bytes
+    bytes_per_id: int
+    sparse_layers: int
+    experts_per_token: int
+
+    def to_list(self) -> List[int]:
+        """The ids as ints, token major, then sparse layer, then slot."""
+        w = self.bytes_per_id
+        return [int.from_bytes(self.ids[i:i + w], "little", signed=True) for i in range(0, len(self.ids), w)]
+
+    def per_token(self) -> List[List[List[int]]]:
+        """[token][sparse layer][slot]."""
+        flat, k, layers = self.to_list(), self.experts_per_token, self.sparse_layers
+        return [[flat[t + j * k:t + (j + 1) * k] for j in range(layers)] for t in range(0, len(flat), layers * k)]
+
+
+@dataclass(frozen=True)
 class Completion:
-    """One sampled completion: tokens, the sampler's log-prob of each, why it ended, its text."""
+    """One sampled completion: tokens, the sampler's log-prob of each, why it ended, its text,
+    and (``return_routed_experts``) the experts each token was routed to."""
     prompt_index: int
     tokens: List[int]
     logprobs: List[float]
     finish_reason: str
     text: str
+    routed_experts: Optional[RoutedExperts] = None
 
 
 @dataclass(frozen=True)

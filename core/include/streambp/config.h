@@ -88,7 +88,10 @@ struct ModelConfig {
   bool norm_topk_prob = false;
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
-  double router_aux_loss_coef = 0.001;  ///< written back as read (the aux loss is refused: see FromJson)
+  /// HF adds router_aux_loss_coef x the load-balancing loss to the loss when
+  /// output_router_logits is true: so do the engines (EngineOptions::router_aux_loss_coef).
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;
   std::string torch_dtype = "float32";    ///< dtype recorded in the file (informational)
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;  ///< the first of eos_token_ids

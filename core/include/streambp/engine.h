@@ -80,7 +80,19 @@ struct EngineOptions {
   /// allows query chunks up to kDefaultCudaChunk: every chunk costs the host the same kernel
   /// launches whatever its size, so short chunks leave a GPU waiting on the CPU.
   c10::DeviceType device = c10::DeviceType::CPU;
+  /// Mixture of experts: the coefficient of the router's load-balancing loss added to the
+  /// loss (HF's load_balancing_loss_func over the sparse layers, padding masked; see
+  /// RouterAuxLoss): -1 = the model's (config.json's router_aux_loss_coef when its
+  /// output_router_logits is true, else none), 0 = none. Dense models have none.
+  double router_aux_loss_coef = -1;
+  /// Non-padding tokens of the whole step when the batch is one part of it (micro-batches,
+  /// data-parallel ranks): each part adds its aux loss weighted by its share. 0 = the batch's.
+  int64_t aux_loss_step_tokens = 0;
 };
+
+/// The load-balancing coefficient `options` give for `config`: 0 when there is no such loss.
+/// InvalidArgument for a coefficient that is neither -1 nor a finite number >= 0.
+double RouterAuxCoefficient(const EngineOptions& options, const ModelConfig& config);
 /// The largest sizes DefaultChunks picks (and the smallest it goes down to, sequence allowing).
 constexpr int64_t kDefaultChunk = 512;
 constexpr int64_t kDefaultCudaChunk = 4096;  ///< the largest query chunk on a CUDA device
@@ -125,6 +137,9 @@ struct StepResult {
   /// pass over the batch counts, so their ratio is the share of differing decisions).
   int64_t routing_decisions = 0;
   int64_t routing_mismatches = 0;
+  /// The load-balancing loss (HF's aux_loss, before the coefficient; weighted by the batch's
+  /// share of the step's tokens), when the step has one: `loss` includes coef x this.
+  double router_aux_loss = 0.0;
   Metrics metrics;          ///< the objective's metrics (filled by callers from finish())
 };
 

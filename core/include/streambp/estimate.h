@@ -30,9 +30,16 @@ struct MemoryEstimate {
 };
 
 /// Bytes of the feed-forward's graph per row (one position of one sequence), the largest of
-/// the model's layers: a dense MLP's, or a mixture of experts' router and k experts' rows.
-/// `e`: bytes per element of the weights' dtype; `f`: of the softmax precision.
+/// the model's layers: a dense MLP's five F-wide tensors, or a mixture of experts' router
+/// (logits, probabilities, their gradient, at f bytes), the rows gathered per expert and
+/// their weighted outputs (k per token, d wide: input, output, weighted, reordered) and five
+/// k x moe_intermediate tensors. `e`: bytes per element of the weights' dtype; `f`: of the
+/// softmax precision.
 double FeedForwardBytesPerRow(const ModelConfig& config, double e, double f);
+
+/// Parameters of all the feed-forward modules: the dense layers' MLPs, and each sparse
+/// layer's router and experts — all of them, or (`active`) the k a token goes through.
+double FeedForwardParameters(const ModelConfig& config, bool active);
 
 /// `rows` x `seq_len` positions; `optimizer` is "adamw", "sgd" (momentum buffer) or "none".
 /// With `lora`, the base is frozen: weights are the base (at `dtype`) plus the adapter (at

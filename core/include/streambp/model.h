@@ -186,11 +186,13 @@ class GatedMlpImpl : public FeedForwardImpl {
 };
 
 /// Where a mixture of experts sent the tokens of one forward call: per token its top-k
-/// expert ids [N, k] (int64, in descending router probability) and the router's
-/// probabilities of them [N, k] (renormalised when the config says so).
+/// expert ids [N, k] (int64, in descending router probability), the router's
+/// probabilities of them [N, k] (renormalised when the config says so), and its softmax
+/// over all experts [N, E] (at least float32).
 struct Routing {
   torch::Tensor experts;
   torch::Tensor weights;
+  torch::Tensor probs;
 };
 
 /// Routing replay: the experts the tokens of one batch go to in the sparse layers instead of
@@ -203,8 +205,30 @@ struct RoutingReplay {
   /// Recording instead: the layers write the router's choices into `experts` (allocated
   /// [B, T, sparse_layers * k], -1) for the rows they route, and replay nothing.
   bool record = false;
-  int64_t decisions = 0;   ///< filled by the layers: replayed (token, layer, slot) choices
-  int64_t mismatches = 0;  ///< of them, experts outside the router's own top-k
+  /// Filled by the layers, on the model's device (read once, at the end of the step):
+  /// [replayed (token, layer, slot) choices, of them experts outside the router's own top-k].
+  torch::Tensor counted;
+  int64_t decisions() const;
+  int64_t mismatches() const;
+};
+
+/// The load-balancing loss of a batch's sparse layers, HF's load_balancing_loss_func with
+/// the padding masked:
+///   aux = E sum_e f_e P_e,   f_e = C_e / (L N),   P_e = S_e / (L N)
+/// over the N non-padding tokens and L sparse layers, where C_e counts the (token, layer)
+/// pairs routed to expert e (the experts used: the replayed ones where a replay gives them)
+/// and S_e sums the router's probability of e over them. f carries no gradient, so the loss
+/// coef * aux adds coef E C_e / (L N)^2 to dL/dp_e of every token and layer: the engines'
+/// first forward collects C and S (no graph), and each later forward of a sparse layer with
+/// a graph adds that gradient to its router probabilities in the backward — exact under any
+/// chunking (docs/architecture.md: Models). A step split into micro-batches or ranks adds
+/// each part's aux weighted by its share of the step's tokens (N N_step in place of N^2).
+struct RouterAuxLoss {
+  torch::Tensor valid;     ///< [B, T] bool: non-padding positions
+  double scale = 0;        ///< coef E / (L^2 N N_step): the gradient per count
+  bool collecting = true;  ///< the layers add to counts and probs (the engine's first forward)
+  torch::Tensor counts;    ///< [E] float64: C
+  torch::Tensor probs;     ///< [E] float64: S
 };
 
 /// A mixture of experts (HF's Qwen3MoeSparseMoeBlock): the router `gate` (d -> E, no bias)
@@ -223,8 +247,8 @@ class SparseMoeImpl : public FeedForwardImpl {
   /// the experts `given` [N, k] (int64; rows of -1: the router's choice) weighted by the
   /// router's probabilities of them; `replay` (optional) counts the replayed decisions.
   Routing route(const torch::Tensor& h, const torch::Tensor& given = {}, RoutingReplay* replay = nullptr);
-  /// Replay from now on (null: none): this layer is the `sparse_index`-th sparse layer.
-  void set_replay(RoutingReplay* replay, int64_t sparse_index);
+  /// Replay and aux loss from now on (null: none): this layer is the `sparse_index`-th sparse layer.
+  void set_routing(RoutingReplay* replay, RouterAuxLoss* aux, int64_t sparse_index);
   void append_hf_parameters(const std::string& prefix,
                             std::vector<std::pair<std::string, torch::Tensor>>& out) const override;
   std::vector<std::pair<std::string, Projection>> projections() const override;
@@ -236,6 +260,7 @@ class SparseMoeImpl : public FeedForwardImpl {
   int64_t top_k_;
   bool norm_topk_prob_;
   RoutingReplay* replay_ = nullptr;
+  RouterAuxLoss* aux_ = nullptr;
   int64_t sparse_index_ = 0;
 };
 
@@ -319,9 +344,12 @@ class CausalLMImpl : public torch::nn::Module {
   /// InvalidArgument when the adapter was made for another model shape.
   void set_adapter(std::shared_ptr<const LoraAdapter> adapter);
   const std::shared_ptr<const LoraAdapter>& adapter() const { return adapter_; }
-  /// Routes the sparse layers by `replay` from now on (null: by their routers). The caller
-  /// keeps it alive while set (ScopedRoutingReplay).
-  void set_routing_replay(RoutingReplay* replay);
+  /// Routes the sparse layers by `replay` from now on (null: by their routers) and adds the
+  /// load-balancing loss `aux` (null: none). The caller keeps them alive while set
+  /// (ScopedRoutingReplay).
+  void set_routing(RoutingReplay* replay, RouterAuxLoss* aux = nullptr);
+  RoutingReplay* routing_replay() const { return replay_; }
+  RouterAuxLoss* router_aux_loss() const { return aux_; }
   /// The weights with the attached adapter folded in (W + s B A, computed in the adapter's
   /// dtype, stored in the model's), HF names: a plain model with the same outputs.
   TensorMap merged_hf_tensors() const;
@@ -336,6 +364,8 @@ class CausalLMImpl : public torch::nn::Module {
   ModelConfig config_;
   std::vector<RotaryEmbedding> rotary_;  // by ModelConfig::rope_kind
   std::shared_ptr<const LoraAdapter> adapter_;
+  RoutingReplay* replay_ = nullptr;
+  RouterAuxLoss* aux_ = nullptr;
 };
 TORCH_MODULE(CausalLM);
 
@@ -353,17 +383,19 @@ class ScopedAdapter {
   std::shared_ptr<const LoraAdapter> previous_;
 };
 
-/// Sets a routing replay for a scope (none when `replay` is null or holds no experts) and
-/// clears it at the end.
+/// Sets a routing replay (none when `replay` is null or holds no experts) and an aux loss
+/// (none when null) for a scope, and restores the ones set before at the end.
 class ScopedRoutingReplay {
  public:
-  ScopedRoutingReplay(CausalLMImpl& model, RoutingReplay* replay);
+  ScopedRoutingReplay(CausalLMImpl& model, RoutingReplay* replay, RouterAuxLoss* aux = nullptr);
   ~ScopedRoutingReplay();
   ScopedRoutingReplay(const ScopedRoutingReplay&) = delete;
   ScopedRoutingReplay& operator=(const ScopedRoutingReplay&) = delete;
 
  private:
   CausalLMImpl& model_;
+  RoutingReplay* previous_replay_;
+  RouterAuxLoss* previous_aux_;
 };
 
 /// Parses a dtype name: float32 | float64 | bfloat16 | float16 (also fp32, bf16, ...).

@@ -19,6 +19,9 @@ struct SampleOptions {
   int64_t max_tokens = 16;           ///< new tokens per completion
   std::vector<int64_t> stop_tokens;  ///< a completion ends after producing one of these
   uint64_t seed = 0;                 ///< the same seed, model and prompts give the same samples
+  /// Mixture of experts: record the experts the routers chose for every token the sampler
+  /// fed through the model (SampledCompletion::routed_experts), for routing replay.
+  bool record_routing = false;
 };
 
 struct SampledCompletion {
@@ -28,6 +31,11 @@ struct SampledCompletion {
   /// temperature 1 when greedy): what TokenLogprobs gives at that temperature.
   std::vector<double> logprobs;
   std::string finish_reason;  ///< "stop" | "length"
+  /// With SampleOptions::record_routing on a mixture-of-experts model: the experts each token
+  /// of prompt + completion was routed to, in Sequence::routed_experts' layout (token major,
+  /// then sparse layer, then the k slots), as the prefill and the decode steps chose them. The
+  /// last completion token is never fed to the model: its entries are -1 (the router's choice).
+  std::vector<int32_t> routed_experts;
 };
 
 /// Throws InvalidArgument for an empty prompt list, an empty prompt, a token outside the

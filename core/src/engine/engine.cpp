@@ -1,5 +1,6 @@
 // Engine dispatch and the parts the engines share: validation, the chunked lm_head + loss.
 #include <algorithm>
+#include <cmath>
 
 #include <ATen/record_function.h>
 
@@ -138,6 +139,16 @@ StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objecti
 
 }  // namespace
 
+double RouterAuxCoefficient(const EngineOptions& options, const ModelConfig& c) {
+  const double coef = options.router_aux_loss_coef;
+  if (!(coef == -1 || (std::isfinite(coef) && coef >= 0))) {
+    throw InvalidArgument("router_aux_loss_coef must be -1 (the model's) or a finite number >= 0, got " +
+                          std::to_string(coef));
+  }
+  if (c.sparse_layers() == 0) return 0.0;
+  return coef >= 0 ? coef : c.output_router_logits ? c.router_aux_loss_coef : 0.0;
+}
+
 StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
                            const EngineOptions& options) {
   engine::ValidateBatch(*model, batch);
@@ -147,14 +158,42 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
   if (options.offload_layer_inputs && options.kind != EngineKind::kStream) {
     throw InvalidArgument("offload_layer_inputs needs the stream engine (engine " + EngineName(options.kind) + ")");
   }
+  const auto& config = model->config();
+  const double aux_coef = RouterAuxCoefficient(options, config);
+  const int64_t tokens = aux_coef > 0 ? (batch.sequence_ids >= 0).sum().item<int64_t>() : 0;
+  if (options.aux_loss_step_tokens != 0 && options.aux_loss_step_tokens < tokens) {
+    throw InvalidArgument("aux_loss_step_tokens (" + std::to_string(options.aux_loss_step_tokens) +
+                          ") must be 0 or at least the batch's " + std::to_string(tokens) + " tokens");
+  }
   try {
     memory::ScopedCache cache;  // the step's freed blocks are reused within it, then freed
     const Batch on_model = OnModelDevice(*model, batch);
     RoutingReplay replay{on_model.routed_experts};
-    ScopedRoutingReplay routing(*model, &replay);
+    // The load-balancing loss: its statistics come from the engine's first forward, which
+    // ends where the head (or the backward) begins.
+    RouterAuxLoss aux;
+    const double L = static_cast<double>(config.sparse_layers()), E = static_cast<double>(config.num_experts);
+    const double N = static_cast<double>(tokens);
+    const double step_tokens = options.aux_loss_step_tokens > 0 ? static_cast<double>(options.aux_loss_step_tokens) : N;
+    if (aux_coef > 0) {
+      const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(on_model.input_ids.device());
+      aux.valid = on_model.sequence_ids.ge(0);
+      aux.scale = aux_coef * E / (L * L * N * step_tokens);
+      aux.counts = torch::zeros({config.num_experts}, f64);
+      aux.probs = torch::zeros({config.num_experts}, f64);
+      on_device.on_progress = [&aux, user = options.on_progress](const EngineProgress& p) {
+        if (p.phase != EngineProgress::Phase::kForward) aux.collecting = false;
+        if (user) user(p);
+      };
+    }
+    ScopedRoutingReplay routing(*model, &replay, aux_coef > 0 ? &aux : nullptr);
     auto result = RunEngine(*model, on_model, objective, on_device, chunks);
-    result.routing_decisions = replay.decisions;
-    result.routing_mismatches = replay.mismatches;
+    result.routing_decisions = replay.decisions();
+    result.routing_mismatches = replay.mismatches();
+    if (aux_coef > 0) {
+      result.router_aux_loss = E * (aux.counts * aux.probs).sum().item<double>() / (L * L * N * step_tokens);
+      result.loss += aux_coef * result.router_aux_loss;
+    }
     return result;
   } catch (...) {
     ReleaseFailedBackward();

@@ -20,26 +20,25 @@ int64_t Bytes(double x) {
 
 double ParameterCount(const ModelConfig& c) {
   const double d = c.hidden_size, L = c.num_hidden_layers, kvd = c.kv_dim(), qd = c.q_dim();
-  const double F = c.intermediate_size, V = c.vocab_size;
+  const double V = c.vocab_size;
   double params = V * d * (c.tie_word_embeddings ? 1 : 2) + d;
   params += L * (d * qd + 2 * d * kvd + qd * d + 2 * d);
-  // Dense layers' MLPs; a sparse layer's router and experts (all of them: every expert's
-  // weights live on the device, even if a step routes to few).
-  const double sparse = static_cast<double>(c.sparse_layers());
-  params += (L - sparse) * 3 * d * F + sparse * (d * c.num_experts + 3 * d * c.moe_intermediate_size * c.num_experts);
+  // Every expert's weights live on the device, even if a step routes to few.
+  params += FeedForwardParameters(c, /*active=*/false);
   if (c.qk_norm) params += L * 2 * c.head_dim;
   if (c.sandwich_norms) params += L * 2 * d;  // Gemma3's pre/post-feedforward norms
   if (c.attention_bias) params += L * (qd + 2 * kvd);
   return params;
 }
 
-// The feed-forward's graph for q rows, the largest of the model's layers: a dense MLP's five
-// q x F tensors; a mixture of experts' router (logits, probabilities, their gradient, at f
-// bytes), the rows gathered per expert and their weighted outputs (k per token, d wide: input,
-// output, weighted, reordered), and five q*k x moe_intermediate tensors across the experts.
-double FeedForwardGraph(const ModelConfig& c, double q, double e, double f) { return q * FeedForwardBytesPerRow(c, e, f); }
-
 }  // namespace
+
+double FeedForwardParameters(const ModelConfig& c, bool active) {
+  const double d = c.hidden_size, sparse = static_cast<double>(c.sparse_layers());
+  const double experts = static_cast<double>(active ? c.num_experts_per_tok : c.num_experts);
+  return (static_cast<double>(c.num_hidden_layers) - sparse) * 3 * d * static_cast<double>(c.intermediate_size) +
+         sparse * (d * static_cast<double>(c.num_experts) + 3 * d * static_cast<double>(c.moe_intermediate_size) * experts);
+}
 
 double FeedForwardBytesPerRow(const ModelConfig& c, double e, double f) {
   const double sparse = static_cast<double>(c.sparse_layers());
@@ -89,7 +88,7 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   auto layer_graph = [&](double q, double k, bool tiled, double q_block, double tile, double kv_copies) {
     const double attention = tiled ? 3 * B * H * q_block * tile * f + B * q_block * tile + 2 * B * q * qd * f
                                    : 4 * B * H * q * k * f + B * q * k;
-    const double mlp = B * FeedForwardGraph(c, q, e, f);
+    const double mlp = B * q * FeedForwardBytesPerRow(c, e, f);
     // Norm and residual outputs, projections, the q/k norms' saved tensors, and (tiled) the
     // scaled queries and contiguous K/V the attention keeps (measured on qwen3-shaped models).
     // Gemma3's two more norms keep their inputs and outputs: 4 more d-wide rows.
@@ -146,7 +145,7 @@ MemoryEstimate EstimateForwardMemory(const ModelConfig& c, torch::Dtype dtype, i
   const double lc = std::min<double>(logits_chunk > 0 ? logits_chunk : defaults.logits_chunk, T);
   MemoryEstimate m;
   m.weights_bytes = Bytes(ParameterCount(c) * e);
-  const double layer = 3 * B * T * d * e + 2 * B * T * kvd * e + 3 * B * H * q * tile * f + B * FeedForwardGraph(c, q, e, f);
+  const double layer = 3 * B * T * d * e + 2 * B * T * kvd * e + 3 * B * H * q * tile * f + B * q * FeedForwardBytesPerRow(c, e, f);
   const double head = 3 * B * lc * V * f + B * T * d * e;
   m.activation_bytes = Bytes(std::max(layer, head) + 2 * B * T * 8);
   m.chunk = static_cast<int64_t>(q);

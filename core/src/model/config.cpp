@@ -246,14 +246,7 @@ void ParseMoe(const json& j, ModelConfig& c) {
       c.mlp_only_layers.push_back(l.get<int64_t>());
     }
   }
-  if (OptionalBool(j, "output_router_logits", false)) {
-    // HF adds router_aux_loss_coef x the load-balancing loss to the loss when this is true;
-    // training without it would not be the gradient transformers computes.
-    throw InvalidArgument(
-        "config.json: output_router_logits is true (HF adds the router's load-balancing loss to the loss), "
-        "which this version does not compute; set it to false in config.json to train without that loss "
-        "(Qwen3-30B-A3B ships with false)");
-  }
+  c.output_router_logits = OptionalBool(j, "output_router_logits", false);
 }
 
 }  // namespace
@@ -388,6 +381,9 @@ void ModelConfig::Validate() const {
     }
     if (moe_intermediate_size <= 0) fail("moe_intermediate_size must be > 0, got " + std::to_string(moe_intermediate_size));
     if (decoder_sparse_step < 1) fail("decoder_sparse_step must be >= 1, got " + std::to_string(decoder_sparse_step));
+    if (!(std::isfinite(router_aux_loss_coef) && router_aux_loss_coef >= 0)) {
+      fail("router_aux_loss_coef must be a finite number >= 0, got " + std::to_string(router_aux_loss_coef));
+    }
   }
   for (const int64_t l : mlp_only_layers) {
     if (l < 0 || l >= num_hidden_layers) {
@@ -478,7 +474,7 @@ json ModelConfig::ToJson() const {
     j["norm_topk_prob"] = norm_topk_prob;
     j["mlp_only_layers"] = mlp_only_layers;
     j["router_aux_loss_coef"] = router_aux_loss_coef;
-    j["output_router_logits"] = false;
+    j["output_router_logits"] = output_router_logits;
   }
   if (model_type == "qwen2" || qwen3 || model_type == "mistral") {
     j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);

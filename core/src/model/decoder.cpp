@@ -395,18 +395,21 @@ void CausalLMImpl::set_adapter(std::shared_ptr<const LoraAdapter> adapter) {
   adapter_ = std::move(adapter);
 }
 
-void CausalLMImpl::set_routing_replay(RoutingReplay* replay) {
+void CausalLMImpl::set_routing(RoutingReplay* replay, RouterAuxLoss* aux) {
+  replay_ = replay;
+  aux_ = aux;
   int64_t sparse = 0;
   for (auto& layer : layer_list) {
-    if (auto* moe = dynamic_cast<SparseMoeImpl*>(layer->mlp.get())) moe->set_replay(replay, sparse++);
+    if (auto* moe = dynamic_cast<SparseMoeImpl*>(layer->mlp.get())) moe->set_routing(replay, aux, sparse++);
   }
 }
 
-ScopedRoutingReplay::ScopedRoutingReplay(CausalLMImpl& model, RoutingReplay* replay) : model_(model) {
-  model_.set_routing_replay(replay != nullptr && replay->experts.defined() ? replay : nullptr);
+ScopedRoutingReplay::ScopedRoutingReplay(CausalLMImpl& model, RoutingReplay* replay, RouterAuxLoss* aux)
+    : model_(model), previous_replay_(model.routing_replay()), previous_aux_(model.router_aux_loss()) {
+  model_.set_routing(replay != nullptr && replay->experts.defined() ? replay : nullptr, aux);
 }
 
-ScopedRoutingReplay::~ScopedRoutingReplay() { model_.set_routing_replay(nullptr); }
+ScopedRoutingReplay::~ScopedRoutingReplay() { model_.set_routing(previous_replay_, previous_aux_); }
 
 ScopedAdapter::ScopedAdapter(CausalLMImpl& model, std::shared_ptr<const LoraAdapter> adapter)
     : model_(model), previous_(model.adapter()) {

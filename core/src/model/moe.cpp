@@ -27,10 +27,40 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& c) : top_k_(c.num_experts_per_to
   }
 }
 
-void SparseMoeImpl::set_replay(RoutingReplay* replay, int64_t sparse_index) {
+void SparseMoeImpl::set_routing(RoutingReplay* replay, RouterAuxLoss* aux, int64_t sparse_index) {
   replay_ = replay;
+  aux_ = aux;
   sparse_index_ = sparse_index;
 }
+
+int64_t RoutingReplay::decisions() const { return counted.defined() ? counted[0].item<int64_t>() : 0; }
+int64_t RoutingReplay::mismatches() const { return counted.defined() ? counted[1].item<int64_t>() : 0; }
+
+namespace {
+
+// The identity on a layer's output whose backward also hands the router's probabilities
+// their load-balancing gradient, scale * C_e for every valid token (RouterAuxLoss). C is read
+// when the backward runs: complete by then in every engine (their first forward collected it).
+struct RouterAuxGradient : public torch::autograd::Function<RouterAuxGradient> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& out,
+                               const torch::Tensor& probs, const torch::Tensor& valid, const torch::Tensor& counts,
+                               double scale) {
+    ctx->saved_data["valid"] = valid;
+    ctx->saved_data["counts"] = counts;
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(probs.scalar_type());
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const auto valid = ctx->saved_data["valid"].toTensor().to(dtype).unsqueeze(1);      // [N, 1]
+    const auto per_expert = (ctx->saved_data["counts"].toTensor() * ctx->saved_data["scale"].toDouble()).to(dtype);
+    return {grads[0], valid * per_expert.unsqueeze(0), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
 
 Routing SparseMoeImpl::route(const torch::Tensor& h, const torch::Tensor& given, RoutingReplay* replay) {
   RECORD_USER_SCOPE("streambp::router");
@@ -43,16 +73,17 @@ Routing SparseMoeImpl::route(const torch::Tensor& h, const torch::Tensor& given,
     // Replayed rows take the given experts and the router's probabilities of them.
     const auto replayed = given.ge(0).all(-1, /*keepdim=*/true);  // [N, 1]
     if (replay != nullptr) {
+      // Counted where the tensors are: a read per layer would make the host wait for the device.
       torch::NoGradGuard no_grad;
       const auto outside = given.unsqueeze(-1).ne(ids.unsqueeze(-2)).all(-1) & replayed;  // [N, k]
-      replay->decisions += replayed.sum().item<int64_t>() * top_k_;
-      replay->mismatches += outside.sum().item<int64_t>();
+      auto counted = torch::stack({replayed.sum() * top_k_, outside.sum()});
+      replay->counted = replay->counted.defined() ? replay->counted + counted : counted;
     }
     ids = torch::where(replayed, given, ids);
     weights = probs.gather(-1, ids);
   }
   if (norm_topk_prob_) weights = weights / weights.sum(-1, /*keepdim=*/true);
-  return Routing{ids, weights};
+  return Routing{ids, weights, probs};
 }
 
 torch::Tensor SparseMoeImpl::forward(const torch::Tensor& h, int64_t q_start) {
@@ -79,6 +110,19 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& h, int64_t q_start) {
     torch::NoGradGuard no_grad;
     record.copy_(routing.experts.view({h.size(0), h.size(1), k}));
   }
+  torch::Tensor valid;  // the load-balancing loss's non-padding rows of this call
+  if (aux_ != nullptr) {
+    TORCH_CHECK(h.dim() == 3 && aux_->valid.size(0) == h.size(0) && q_start + h.size(1) <= aux_->valid.size(1),
+                "router aux loss of ", aux_->valid.sizes(), " does not cover rows [", q_start, ", ",
+                q_start + h.size(1), ")");
+    valid = aux_->valid.slice(1, q_start, q_start + h.size(1)).reshape({-1});
+    if (aux_->collecting) {
+      torch::NoGradGuard no_grad;
+      const auto used = routing.experts.index({valid}).reshape({-1});
+      aux_->counts += torch::bincount(used, {}, aux_->counts.size(0)).to(torch::kFloat64);
+      aux_->probs += routing.probs.detach().index({valid}).sum(0).to(torch::kFloat64);
+    }
+  }
   // The n*k (token, slot) pairs grouped by expert with one stable sort of their expert ids:
   // an expert's rows are then one contiguous range, run as one GEMM chain.
   const auto flat = routing.experts.reshape({-1});
@@ -100,7 +144,11 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& h, int64_t q_start) {
   // the same order on every device (an index_add would be nondeterministic on CUDA).
   auto sorted = torch::cat(rows, 0);
   const auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(n * k, order.options()));
-  return sorted.index_select(0, inverse).view({n, k, d}).sum(1).view(h.sizes());
+  auto out = sorted.index_select(0, inverse).view({n, k, d}).sum(1);
+  if (valid.defined() && torch::GradMode::is_enabled() && routing.probs.requires_grad()) {
+    out = RouterAuxGradient::apply(out, routing.probs, valid, aux_->counts, aux_->scale);
+  }
+  return out.view(h.sizes());
 }
 
 void SparseMoeImpl::append_hf_parameters(const std::string& prefix,

@@ -4,6 +4,7 @@
 #include "streambp/sampler.h"
 
 #include <algorithm>
+#include <functional>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -29,7 +30,26 @@ struct SampleRun::State {
   std::vector<bool> finished;
   int64_t remaining = 0;
   at::Generator gen;
+  int64_t routing_width = 0;  // sparse layers x k when recording, else 0
 };
+
+namespace {
+
+// Entries [rows, tokens, width] recorded by the layers into `replay` while `body` runs: the
+// routers' choices for the rows of one prefill chunk or decode step (their calls start at
+// query position 0 of what they are given, so the buffer covers exactly those rows).
+torch::Tensor Recorded(CausalLMImpl& m, int64_t rows, int64_t tokens, int64_t width, const torch::Device& device,
+                       const std::function<void()>& body) {
+  RoutingReplay recording{torch::full({rows, tokens, width}, -1, torch::TensorOptions().dtype(torch::kInt32).device(device)),
+                          /*record=*/true};
+  {
+    ScopedRoutingReplay routing(m, &recording);
+    body();
+  }
+  return recording.experts;
+}
+
+}  // namespace
 
 SampleRun::SampleRun(CausalLM model, std::vector<std::vector<int64_t>> prompts, SampleOptions o)
     : state_(std::make_unique<State>()) {
@@ -56,6 +76,10 @@ SampleRun::SampleRun(CausalLM model, std::vector<std::vector<int64_t>> prompts, 
   state_->prompts = std::move(prompts);
   state_->o = std::move(o);
   state_->gen = at::make_generator<at::CPUGeneratorImpl>(state_->o.seed);
+  if (state_->o.record_routing) {
+    const auto& c = state_->model->config();
+    state_->routing_width = c.sparse_layers() * c.num_experts_per_tok;
+  }
 }
 
 SampleRun::~SampleRun() = default;
@@ -65,6 +89,8 @@ bool SampleRun::done() const { return state_->finished_all; }
 std::vector<SampledCompletion> SampleRun::take() {
   for (auto& c : state_->out) {
     if (c.finish_reason.empty()) c.finish_reason = "length";
+    // The last token was produced, never fed: the router's choice.
+    if (state_->routing_width > 0) c.routed_experts.resize(c.routed_experts.size() + state_->routing_width, -1);
   }
   return std::move(state_->out);
 }
@@ -113,6 +139,10 @@ bool SampleRun::step(int64_t decode_steps) {
     auto x = m.embed(ids);
     auto rope = m.rope_tables(pos, x);
     const auto chunks = DefaultChunks(m.config(), x.scalar_type(), L);  // as the memory estimate's
+    const int64_t width = st.routing_width;
+    // Recording: the chunks' choices, one [P, chunk, width] tensor per chunk of each layer's
+    // queries (a sparse layer writes its own k columns), gathered per prompt below.
+    std::vector<torch::Tensor> recorded(static_cast<size_t>((L + chunks.chunk - 1) / chunks.chunk));
     for (size_t l = 0; l < m.layer_list.size(); ++l) {
       auto& layer = m.layer_list[l];
       const int64_t window = m.config().window(static_cast<int64_t>(l));
@@ -122,8 +152,17 @@ bool SampleRun::step(int64_t decode_steps) {
         const int64_t e = std::min(L, s + chunks.chunk);
         Rope rope_q = rope.slice(s, e);
         KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
-        y.slice(1, s, e).copy_(layer->forward_queries(x.slice(1, s, e), rope_q, prefix, chunk_mask(s, e, window),
-                                                      {chunks.key_chunk}));
+        auto run = [&] {
+          y.slice(1, s, e).copy_(layer->forward_queries(x.slice(1, s, e), rope_q, prefix, chunk_mask(s, e, window),
+                                                        {chunks.key_chunk}));
+        };
+        if (width == 0) {
+          run();
+          continue;
+        }
+        auto chosen = Recorded(m, P, e - s, width, device, run);
+        auto& slot = recorded[static_cast<size_t>(s / chunks.chunk)];
+        slot = slot.defined() ? torch::max(slot, chosen) : chosen;  // each layer fills its own columns
       }
       x = y;
       // A sliding layer's next queries see only the last `window` keys: the cache keeps those.
@@ -146,6 +185,14 @@ bool SampleRun::step(int64_t decode_steps) {
     for (int64_t b = 0; b < st.B; ++b) st.row_pos[b] = next_pos[b / o.n];
     st.out.resize(st.B);
     for (int64_t b = 0; b < st.B; ++b) st.out[b].prompt_index = b / o.n;
+    if (width > 0) {
+      const auto all = torch::cat(recorded, 1).cpu().contiguous();  // [P, L, width], left-padded
+      for (int64_t b = 0; b < st.B; ++b) {
+        const int64_t p = b / o.n, n = static_cast<int64_t>(st.prompts[p].size());
+        const auto rows = all[p].slice(0, L - n, L).contiguous();
+        st.out[b].routed_experts.assign(rows.data_ptr<int32_t>(), rows.data_ptr<int32_t>() + n * width);
+      }
+    }
     st.finished.assign(st.B, false);
     st.remaining = st.B;
     st.prefilled = true;
@@ -195,22 +242,35 @@ bool SampleRun::step(int64_t decode_steps) {
     auto rope_t = m.rope_tables(new_pos, xt);
     st.valid = torch::cat({st.valid, torch::ones({B, 1}, st.valid.options())}, 1);
     const int64_t keys = st.valid.size(1);
-    for (size_t l = 0; l < m.layer_list.size(); ++l) {
-      auto& layer = m.layer_list[l];
-      const int64_t window = m.config().window(static_cast<int64_t>(l));
-      auto kv_new = layer->keys_values(xt, rope_t);
-      auto& cache = st.cache[l];
-      const int64_t kept = cache.k.size(2);
-      if (window > 0 && kept + 1 > window) {  // the oldest key leaves the window
-        cache.k = torch::cat({cache.k.slice(2, kept + 1 - window), kv_new.k}, 2);
-        cache.v = torch::cat({cache.v.slice(2, kept + 1 - window), kv_new.v}, 2);
-      } else {
-        cache.k = torch::cat({cache.k, kv_new.k}, 2);
-        cache.v = torch::cat({cache.v, kv_new.v}, 2);
+    auto decode = [&] {
+      for (size_t l = 0; l < m.layer_list.size(); ++l) {
+        auto& layer = m.layer_list[l];
+        const int64_t window = m.config().window(static_cast<int64_t>(l));
+        auto kv_new = layer->keys_values(xt, rope_t);
+        auto& cache = st.cache[l];
+        const int64_t kept = cache.k.size(2);
+        if (window > 0 && kept + 1 > window) {  // the oldest key leaves the window
+          cache.k = torch::cat({cache.k.slice(2, kept + 1 - window), kv_new.k}, 2);
+          cache.v = torch::cat({cache.v.slice(2, kept + 1 - window), kv_new.v}, 2);
+        } else {
+          cache.k = torch::cat({cache.k, kv_new.k}, 2);
+          cache.v = torch::cat({cache.v, kv_new.v}, 2);
+        }
+        // The cache holds the last cache.k.size(2) keys: their padding flags are the last ones.
+        auto step_mask = st.valid.slice(1, keys - cache.k.size(2), keys).unsqueeze(1);  // [B, 1, cached keys]
+        xt = layer->forward_queries(xt, rope_t, cache, step_mask);
       }
-      // The cache holds the last cache.k.size(2) keys: their padding flags are the last ones.
-      auto step_mask = st.valid.slice(1, keys - cache.k.size(2), keys).unsqueeze(1);  // [B, 1, cached keys]
-      xt = layer->forward_queries(xt, rope_t, cache, step_mask);
+    };
+    if (st.routing_width == 0) {
+      decode();
+    } else {  // the experts of the token each unfinished row just fed
+      const auto chosen = Recorded(m, B, 1, st.routing_width, device, decode).cpu().contiguous();
+      const auto* ids = chosen.data_ptr<int32_t>();
+      for (int64_t b = 0; b < B; ++b) {
+        if (st.finished[b]) continue;
+        auto& r = st.out[b].routed_experts;
+        r.insert(r.end(), ids + b * st.routing_width, ids + (b + 1) * st.routing_width);
+      }
     }
     st.logits = m.logits(xt).squeeze(1);
   }

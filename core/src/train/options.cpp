@@ -106,7 +106,9 @@ EngineOptions ReadEngine(const json& j, const std::string& prefix) {
               {"tiled_attention", [&](const json& v, const std::string& k) { o.tiled_attention = Bool(v, k); }},
               {"offload_layer_inputs",
                [&](const json& v, const std::string& k) { o.offload_layer_inputs = Bool(v, k); }},
-              {"scratch_dir", [&](const json& v, const std::string& k) { o.scratch_dir = String(v, k); }}});
+              {"scratch_dir", [&](const json& v, const std::string& k) { o.scratch_dir = String(v, k); }},
+              {"router_aux_loss_coef",
+               [&](const json& v, const std::string& k) { o.router_aux_loss_coef = Number(v, k); }}});
   return o;
 }
 
@@ -170,7 +172,8 @@ json EngineOptionsToJson(const EngineOptions& o) {
           {"recompute_kv_per_chunk", o.recompute_kv_per_chunk},
           {"tiled_attention", o.tiled_attention},
           {"offload_layer_inputs", o.offload_layer_inputs},
-          {"scratch_dir", o.scratch_dir}};
+          {"scratch_dir", o.scratch_dir},
+          {"router_aux_loss_coef", o.router_aux_loss_coef}};
 }
 
 void TrainerOptions::Validate() const {
@@ -182,6 +185,10 @@ void TrainerOptions::Validate() const {
   if (engine.chunk < 0) throw InvalidArgument("engine.chunk must be >= 0 (0 = default)");
   if (engine.logits_chunk < -1) throw InvalidArgument("engine.logits_chunk must be >= -1 (-1 = default)");
   if (engine.key_chunk < 0) throw InvalidArgument("engine.key_chunk must be >= 0 (0 = default)");
+  if (!(engine.router_aux_loss_coef == -1 ||
+        (std::isfinite(engine.router_aux_loss_coef) && engine.router_aux_loss_coef >= 0))) {
+    throw InvalidArgument("engine.router_aux_loss_coef must be -1 (the model's) or a finite number >= 0");
+  }
   if (engine.offload_layer_inputs && engine.kind != EngineKind::kStream) {
     throw InvalidArgument("engine.offload_layer_inputs needs engine.kind stream");
   }

@@ -169,7 +169,7 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
                              const EngineOptions* engine, bool overlap) {
   // Everything that can be refused is refused before any computation.
   ValidateSequences(sequences, model_->config().vocab_size, options_.max_sequence_length);
-  const EngineOptions& engine_options = engine ? *engine : options_.engine;
+  EngineOptions engine_options = engine ? *engine : options_.engine;
   if (engine_options.chunk < 0) throw InvalidArgument("engine.chunk must be >= 0 (0 = default)");
   if (engine_options.logits_chunk < -1) throw InvalidArgument("engine.logits_chunk must be >= -1 (-1 = default)");
   activate();
@@ -179,8 +179,14 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
                           ": the objective needs reference log-probs: give them in the input or "
                           "enable the reference model");
   }
+  const double aux_coef = RouterAuxCoefficient(engine_options, model_->config());
   // The whole step's normalizers and group statistics (they need no reference log-probs).
   objective.prepare(sequences);
+  // The load-balancing loss of a step split into micro-batches and ranks: each part's
+  // weighted by its share of the step's tokens.
+  if (aux_coef > 0 && engine_options.aux_loss_step_tokens == 0) {
+    for (const auto& s : sequences) engine_options.aux_loss_step_tokens += static_cast<int64_t>(s.tokens.size());
+  }
 
   // Data parallel: this rank computes its shard of the step (normalized as the whole step),
   // and the reference model's log-probs of its shard only.
@@ -236,6 +242,7 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
       total.offloaded_bytes = std::max(total.offloaded_bytes, r.offloaded_bytes);
       total.routing_decisions += r.routing_decisions;
       total.routing_mismatches += r.routing_mismatches;
+      total.router_aux_loss += r.router_aux_loss;
       if (!std::isfinite(r.loss)) nonfinite_loss_ = true;
     }
     // An engine that did not call the hook for everything (or an empty shard): the rest
@@ -245,13 +252,17 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
     if (comm_ && comm_->world_size() > 1) {
       const auto sums = comm_->all_reduce_scalars(
           {total.loss, static_cast<double>(total.targets), static_cast<double>(total.tokens),
-           static_cast<double>(total.routing_decisions), static_cast<double>(total.routing_mismatches)});
+           static_cast<double>(total.routing_decisions), static_cast<double>(total.routing_mismatches),
+           total.router_aux_loss});
       total.loss = sums[0];
       total.targets = static_cast<int64_t>(sums[1]);
       total.tokens = static_cast<int64_t>(sums[2]);
       total.routing_decisions = static_cast<int64_t>(sums[3]);
       total.routing_mismatches = static_cast<int64_t>(sums[4]);
+      total.router_aux_loss = sums[5];
     }
+    // HF's aux_loss (before the coefficient; the loss includes coef x it).
+    if (aux_coef > 0) total.metrics["router_aux_loss"] = total.router_aux_loss;
     // Routing replay: the share of replayed expert choices the router would have made otherwise.
     if (total.routing_decisions > 0) {
       total.metrics["routing_mismatch"] =

@@ -44,6 +44,7 @@ export type { RolloutAck, RolloutAck__Output } from './streambp/v1/RolloutAck';
 export type { RolloutConfig, RolloutConfig__Output } from './streambp/v1/RolloutConfig';
 export type { RolloutGroup, RolloutGroup__Output } from './streambp/v1/RolloutGroup';
 export type { RolloutStats, RolloutStats__Output } from './streambp/v1/RolloutStats';
+export type { RoutedExperts, RoutedExperts__Output } from './streambp/v1/RoutedExperts';
 export type { SampleRequest, SampleRequest__Output } from './streambp/v1/SampleRequest';
 export type { SampleResponse, SampleResponse__Output } from './streambp/v1/SampleResponse';
 export type { SaveCheckpointRequest, SaveCheckpointRequest__Output } from './streambp/v1/SaveCheckpointRequest';

@@ -45,6 +45,7 @@ import type { RolloutAck as _streambp_v1_RolloutAck, RolloutAck__Output as _stre
 import type { RolloutConfig as _streambp_v1_RolloutConfig, RolloutConfig__Output as _streambp_v1_RolloutConfig__Output } from './streambp/v1/RolloutConfig';
 import type { RolloutGroup as _streambp_v1_RolloutGroup, RolloutGroup__Output as _streambp_v1_RolloutGroup__Output } from './streambp/v1/RolloutGroup';
 import type { RolloutStats as _streambp_v1_RolloutStats, RolloutStats__Output as _streambp_v1_RolloutStats__Output } from './streambp/v1/RolloutStats';
+import type { RoutedExperts as _streambp_v1_RoutedExperts, RoutedExperts__Output as _streambp_v1_RoutedExperts__Output } from './streambp/v1/RoutedExperts';
 import type { SampleRequest as _streambp_v1_SampleRequest, SampleRequest__Output as _streambp_v1_SampleRequest__Output } from './streambp/v1/SampleRequest';
 import type { SampleResponse as _streambp_v1_SampleResponse, SampleResponse__Output as _streambp_v1_SampleResponse__Output } from './streambp/v1/SampleResponse';
 import type { SaveCheckpointRequest as _streambp_v1_SaveCheckpointRequest, SaveCheckpointRequest__Output as _streambp_v1_SaveCheckpointRequest__Output } from './streambp/v1/SaveCheckpointRequest';
@@ -124,6 +125,7 @@ export interface ProtoGrpcType {
       RolloutConfig: MessageTypeDefinition<_streambp_v1_RolloutConfig, _streambp_v1_RolloutConfig__Output>
       RolloutGroup: MessageTypeDefinition<_streambp_v1_RolloutGroup, _streambp_v1_RolloutGroup__Output>
       RolloutStats: MessageTypeDefinition<_streambp_v1_RolloutStats, _streambp_v1_RolloutStats__Output>
+      RoutedExperts: MessageTypeDefinition<_streambp_v1_RoutedExperts, _streambp_v1_RoutedExperts__Output>
       SampleRequest: MessageTypeDefinition<_streambp_v1_SampleRequest, _streambp_v1_SampleRequest__Output>
       SampleResponse: MessageTypeDefinition<_streambp_v1_SampleResponse, _streambp_v1_SampleResponse__Output>
       SaveCheckpointRequest: MessageTypeDefinition<_streambp_v1_SaveCheckpointRequest, _streambp_v1_SaveCheckpointRequest__Output>

@@ -46,18 +46,20 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., reasoning_content: _Optional[str] = ..., train: bool = ...) -> None: ...
 
 class Completion(_message.Message):
-    __slots__ = ["finish_reason", "logprobs", "prompt_index", "text", "tokens"]
+    __slots__ = ["finish_reason", "logprobs", "prompt_index", "routed_experts", "text", "tokens"]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     finish_reason: str
     logprobs: _containers.RepeatedScalarFieldContainer[float]
     prompt_index: int
+    routed_experts: RoutedExperts
     text: str
     tokens: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, prompt_index: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., finish_reason: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+    def __init__(self, prompt_index: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., finish_reason: _Optional[str] = ..., text: _Optional[str] = ..., routed_experts: _Optional[_Union[RoutedExperts, _Mapping]] = ...) -> None: ...
 
 class ComputeLogprobsRequest(_message.Message):
     __slots__ = ["fp64", "reference", "sequences", "session", "temperature"]
@@ -166,16 +168,18 @@ class DpoPair(_message.Message):
     def __init__(self, prompt: _Optional[_Iterable[int]] = ..., chosen: _Optional[_Iterable[int]] = ..., rejected: _Optional[_Iterable[int]] = ..., prompt_text: _Optional[_Union[Text, _Mapping]] = ..., chosen_text: _Optional[_Union[Text, _Mapping]] = ..., rejected_text: _Optional[_Union[Text, _Mapping]] = ..., ref_chosen_logp: _Optional[float] = ..., ref_rejected_logp: _Optional[float] = ...) -> None: ...
 
 class EngineOptions(_message.Message):
-    __slots__ = ["chunk", "engine", "key_chunk", "logits_chunk"]
+    __slots__ = ["chunk", "engine", "key_chunk", "logits_chunk", "router_aux_loss_coef"]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     KEY_CHUNK_FIELD_NUMBER: _ClassVar[int]
     LOGITS_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    ROUTER_AUX_LOSS_COEF_FIELD_NUMBER: _ClassVar[int]
     chunk: int
     engine: str
     key_chunk: int
     logits_chunk: int
-    def __init__(self, engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., key_chunk: _Optional[int] = ...) -> None: ...
+    router_aux_loss_coef: float
+    def __init__(self, engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., key_chunk: _Optional[int] = ..., router_aux_loss_coef: _Optional[float] = ...) -> None: ...
 
 class EstimateMemoryRequest(_message.Message):
     __slots__ = ["batch", "engine", "seq_len", "session"]
@@ -348,18 +352,20 @@ class GrpoBatch(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[GrpoGroup, _Mapping]]] = ...) -> None: ...
 
 class GrpoCompletion(_message.Message):
-    __slots__ = ["advantages", "logprobs", "reward", "text", "tokens"]
+    __slots__ = ["advantages", "logprobs", "reward", "routed_experts", "text", "tokens"]
     ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     advantages: _containers.RepeatedScalarFieldContainer[float]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
     reward: float
+    routed_experts: RoutedExperts
     text: str
     tokens: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, tokens: _Optional[_Iterable[int]] = ..., reward: _Optional[float] = ..., logprobs: _Optional[_Iterable[float]] = ..., advantages: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ...) -> None: ...
+    def __init__(self, tokens: _Optional[_Iterable[int]] = ..., reward: _Optional[float] = ..., logprobs: _Optional[_Iterable[float]] = ..., advantages: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., routed_experts: _Optional[_Union[RoutedExperts, _Mapping]] = ...) -> None: ...
 
 class GrpoGroup(_message.Message):
     __slots__ = ["completions", "group_id", "policy_version", "prompt", "prompt_text"]
@@ -620,12 +626,25 @@ class RolloutStats(_message.Message):
     steps_run: int
     def __init__(self, queue_depth: _Optional[int] = ..., accepted: _Optional[int] = ..., consumed: _Optional[int] = ..., dropped_stale: _Optional[int] = ..., duplicates: _Optional[int] = ..., invalid: _Optional[int] = ..., steps_run: _Optional[int] = ..., last_step_seconds: _Optional[float] = ..., groups_per_step: _Optional[int] = ..., max_staleness: _Optional[int] = ..., policy_version: _Optional[int] = ..., in_step: _Optional[int] = ...) -> None: ...
 
+class RoutedExperts(_message.Message):
+    __slots__ = ["bytes_per_id", "experts_per_token", "ids", "sparse_layers"]
+    BYTES_PER_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPERTS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    bytes_per_id: int
+    experts_per_token: int
+    ids: bytes
+    sparse_layers: int
+    def __init__(self, ids: _Optional[bytes] = ..., bytes_per_id: _Optional[int] = ..., sparse_layers: _Optional[int] = ..., experts_per_token: _Optional[int] = ...) -> None: ...
+
 class SampleRequest(_message.Message):
-    __slots__ = ["ignore_eos", "max_tokens", "n", "prompts", "seed", "session", "stop_tokens", "temperature", "text_prompts", "top_p"]
+    __slots__ = ["ignore_eos", "max_tokens", "n", "prompts", "return_routed_experts", "seed", "session", "stop_tokens", "temperature", "text_prompts", "top_p"]
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
     PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETURN_ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -636,13 +655,14 @@ class SampleRequest(_message.Message):
     max_tokens: int
     n: int
     prompts: _containers.RepeatedCompositeFieldContainer[TokenSequence]
+    return_routed_experts: bool
     seed: int
     session: str
     stop_tokens: _containers.RepeatedScalarFieldContainer[int]
     temperature: float
     text_prompts: _containers.RepeatedCompositeFieldContainer[Text]
     top_p: float
-    def __init__(self, prompts: _Optional[_Iterable[_Union[TokenSequence, _Mapping]]] = ..., n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., stop_tokens: _Optional[_Iterable[int]] = ..., seed: _Optional[int] = ..., session: _Optional[str] = ..., text_prompts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., ignore_eos: bool = ...) -> None: ...
+    def __init__(self, prompts: _Optional[_Iterable[_Union[TokenSequence, _Mapping]]] = ..., n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., stop_tokens: _Optional[_Iterable[int]] = ..., seed: _Optional[int] = ..., session: _Optional[str] = ..., text_prompts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., ignore_eos: bool = ..., return_routed_experts: bool = ...) -> None: ...
 
 class SampleResponse(_message.Message):
     __slots__ = ["completions", "policy_version"]

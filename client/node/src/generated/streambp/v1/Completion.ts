@@ -1,5 +1,6 @@
 // Original file: ../../proto/streambp/v1/trainer.proto
 
+import type { RoutedExperts as _streambp_v1_RoutedExperts, RoutedExperts__Output as _streambp_v1_RoutedExperts__Output } from '../../streambp/v1/RoutedExperts';
 
 export interface Completion {
   'prompt_index'?: (number);
@@ -17,6 +18,12 @@ export interface Completion {
    * The completion decoded (special tokens skipped) when the model has a tokenizer.
    */
   'text'?: (string);
+  /**
+   * With return_routed_experts: the experts of every token of prompt + completion as the
+   * sampler routed them (the last token, never fed to the model, is -1: the router's choice).
+   * Put it on the GrpoCompletion / rollout of this completion to replay it in training.
+   */
+  'routed_experts'?: (_streambp_v1_RoutedExperts | null);
 }
 
 export interface Completion__Output {
@@ -35,4 +42,10 @@ export interface Completion__Output {
    * The completion decoded (special tokens skipped) when the model has a tokenizer.
    */
   'text': (string);
+  /**
+   * With return_routed_experts: the experts of every token of prompt + completion as the
+   * sampler routed them (the last token, never fed to the model, is -1: the router's choice).
+   * Put it on the GrpoCompletion / rollout of this completion to replay it in training.
+   */
+  'routed_experts': (_streambp_v1_RoutedExperts__Output | null);
 }

@@ -19,6 +19,14 @@ export interface EngineOptions {
    * stream: keys per attention tile inside a chunk (online softmax);
    */
   'key_chunk'?: (number | string | Long);
+  /**
+   * 0 = the server's default
+   * Mixture-of-experts models: the coefficient of the router's load-balancing loss (HF's
+   * load_balancing_loss_func) added to the loss; unset = the server's (by default the
+   * model's: router_aux_loss_coef when config.json's output_router_logits is true); 0 = off.
+   */
+  'router_aux_loss_coef'?: (number | string);
+  '_router_aux_loss_coef'?: "router_aux_loss_coef";
 }
 
 export interface EngineOptions__Output {
@@ -38,4 +46,12 @@ export interface EngineOptions__Output {
    * stream: keys per attention tile inside a chunk (online softmax);
    */
   'key_chunk': (number);
+  /**
+   * 0 = the server's default
+   * Mixture-of-experts models: the coefficient of the router's load-balancing loss (HF's
+   * load_balancing_loss_func) added to the loss; unset = the server's (by default the
+   * model's: router_aux_loss_coef when config.json's output_router_logits is true); 0 = off.
+   */
+  'router_aux_loss_coef'?: (number);
+  '_router_aux_loss_coef'?: "router_aux_loss_coef";
 }

@@ -1,5 +1,6 @@
 // Original file: ../../proto/streambp/v1/trainer.proto
 
+import type { RoutedExperts as _streambp_v1_RoutedExperts, RoutedExperts__Output as _streambp_v1_RoutedExperts__Output } from '../../streambp/v1/RoutedExperts';
 
 export interface GrpoCompletion {
   'tokens'?: (number)[];
@@ -20,6 +21,11 @@ export interface GrpoCompletion {
    * logprobs/advantages only if their length matches the tokenization).
    */
   'text'?: (string);
+  /**
+   * Optional routing replay: the experts of every token of prompt + completion, as Sample's
+   * Completion.routed_experts gives them (with token ids, not text).
+   */
+  'routed_experts'?: (_streambp_v1_RoutedExperts | null);
 }
 
 export interface GrpoCompletion__Output {
@@ -41,4 +47,9 @@ export interface GrpoCompletion__Output {
    * logprobs/advantages only if their length matches the tokenization).
    */
   'text': (string);
+  /**
+   * Optional routing replay: the experts of every token of prompt + completion, as Sample's
+   * Completion.routed_experts gives them (with token ids, not text).
+   */
+  'routed_experts': (_streambp_v1_RoutedExperts__Output | null);
 }

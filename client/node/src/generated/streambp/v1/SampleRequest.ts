@@ -43,6 +43,11 @@ export interface SampleRequest {
    * (GetInfo.tokenizer.eos_token_ids, from config.json and generation_config.json).
    */
   'ignore_eos'?: (boolean);
+  /**
+   * Mixture-of-experts models: return the experts the sampler routed each token to
+   * (Completion.routed_experts), for routing replay in training.
+   */
+  'return_routed_experts'?: (boolean);
   '_temperature'?: "temperature";
   '_top_p'?: "top_p";
   '_seed'?: "seed";
@@ -87,6 +92,11 @@ export interface SampleRequest__Output {
    * (GetInfo.tokenizer.eos_token_ids, from config.json and generation_config.json).
    */
   'ignore_eos': (boolean);
+  /**
+   * Mixture-of-experts models: return the experts the sampler routed each token to
+   * (Completion.routed_experts), for routing replay in training.
+   */
+  'return_routed_experts': (boolean);
   '_temperature'?: "temperature";
   '_top_p'?: "top_p";
   '_seed'?: "seed";
