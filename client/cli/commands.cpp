@@ -319,6 +319,7 @@ int SessionCreate(const ConnectionFlags& conn, const SessionArgs& a) {
     l->set_r(static_cast<int32_t>(a.lora_rank));
     if (a.lora_alpha > 0) l->set_alpha(a.lora_alpha);
     for (const auto& t : a.lora_targets) l->add_target_modules(t);
+    for (const auto& m : a.lora_modules_to_save) l->add_modules_to_save(m);
     l->set_use_rslora(a.use_rslora);
     l->set_seed(a.seed);
   }

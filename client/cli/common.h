@@ -92,6 +92,7 @@ struct SessionArgs {
   int64_t lora_rank = 16;
   double lora_alpha = 0;  ///< 0 = 2 x rank
   std::vector<std::string> lora_targets;
+  std::vector<std::string> lora_modules_to_save;  ///< "gate": train the mixture-of-experts router too
   bool use_rslora = false;
   uint64_t seed = 0;
   std::string adapter;    ///< start from this PEFT adapter folder

@@ -120,6 +120,9 @@ int main(int argc, char** argv) {
   create->add_option("--lora-alpha", session_args.lora_alpha, "adapter alpha (default 2 x rank)")->default_str("");
   create->add_option("--lora-targets", session_args.lora_targets, "modules to adapt (default the seven projections)")
       ->delimiter(',');
+  create->add_option("--lora-modules-to-save", session_args.lora_modules_to_save,
+                     "modules trained as full copies: gate (the mixture-of-experts router; frozen by default)")
+      ->delimiter(',');
   create->add_flag("--use-rslora", session_args.use_rslora, "scale alpha / sqrt(rank)");
   create->add_option("--seed", session_args.seed, "initialization of the adapter");
   create->add_option("--adapter", session_args.adapter, "start from this PEFT adapter folder");

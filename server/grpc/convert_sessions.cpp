@@ -18,6 +18,7 @@ SessionRequest ConvertCreateSession(const v1::CreateSessionRequest& r, const Ser
       spec.lora.r = l.r();
       spec.lora.alpha = l.has_alpha() ? l.alpha() : 2.0 * l.r();
       if (!l.target_modules().empty()) spec.lora.target_modules.assign(l.target_modules().begin(), l.target_modules().end());
+      spec.lora.modules_to_save.assign(l.modules_to_save().begin(), l.modules_to_save().end());
       spec.lora.use_rslora = l.use_rslora();
       spec.lora.seed = l.seed();
       break;
@@ -82,6 +83,7 @@ void ToProto(const SessionReport& s, v1::SessionInfo* out) {
     l->set_r(static_cast<int32_t>(s.spec.lora.r));
     l->set_alpha(s.spec.lora.alpha);
     for (const auto& m : s.spec.lora.target_modules) l->add_target_modules(m);
+    for (const auto& m : s.spec.lora.modules_to_save) l->add_modules_to_save(m);
     l->set_use_rslora(s.spec.lora.use_rslora);
     l->set_seed(s.spec.lora.seed);
   }

@@ -86,7 +86,7 @@ void Replica::create_session(const SessionRequest& request) {
       adapter = LoraAdapter::Create(model_config_, peft, adapter_dtype(), device_);
       adapter->load_peft_tensors(ParseSafetensors(request.adapter_safetensors, "adapter_model.safetensors").tensors);
     } else {
-      adapter = LoraAdapter::Create(model_config_, spec.lora, adapter_dtype(), device_);
+      adapter = LoraAdapter::Create(model_config_, spec.lora, adapter_dtype(), device_, base_.get());
     }
     auto options = options_of(spec);
     options.reference.dir.clear();  // the reference is the base with the adapter off

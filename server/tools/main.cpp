@@ -168,6 +168,10 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--lora-targets", train.lora_targets,
                         "modules to adapt (default q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)")
       ->delimiter(',');
+  train_cmd->add_option("--lora-modules-to-save", train.lora_modules_to_save,
+                        "modules trained as full copies in the adapter: gate (the mixture-of-experts router; frozen "
+                        "by default)")
+      ->delimiter(',');
   train_cmd->add_flag("--use-rslora", train.use_rslora, "scale alpha / sqrt(rank) (rsLoRA)");
   train_cmd->add_option("--adapter", train.adapter, "start from this PEFT adapter folder");
   train_cmd->add_option("--save-adapter", train.save_adapter, "write the PEFT adapter folder at the end");

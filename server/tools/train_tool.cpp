@@ -77,10 +77,11 @@ int Train(const TrainArgs& args) {
     lora.r = args.lora_rank;
     lora.alpha = args.lora_alpha > 0 ? args.lora_alpha : 2.0 * static_cast<double>(args.lora_rank);
     if (!args.lora_targets.empty()) lora.target_modules = args.lora_targets;
+    lora.modules_to_save = args.lora_modules_to_save;
     lora.use_rslora = args.use_rslora;
     lora.seed = args.model.seed;
     lora.base_model_name_or_path = args.model.dir;
-    adapter = LoraAdapter::Create(model->config(), lora, adapter_dtype, torch::Device(args.model.device));
+    adapter = LoraAdapter::Create(model->config(), lora, adapter_dtype, torch::Device(args.model.device), model.get());
   }
   if (!adapter && (!args.save_adapter.empty() || !args.save_merged.empty())) {
     throw InvalidArgument("--save-adapter and --save-merged need an adapter (--lora-rank R or --adapter DIR)");

@@ -30,6 +30,7 @@ struct TrainArgs {
   int64_t lora_rank = 0;                 ///< --lora-rank R; 0 = full fine-tuning (unless --adapter)
   double lora_alpha = 0;                 ///< --lora-alpha; 0 = 2 x rank
   std::vector<std::string> lora_targets; ///< --lora-targets q_proj,...; empty = the seven projections
+  std::vector<std::string> lora_modules_to_save;  ///< --lora-modules-to-save gate: train the MoE router too
   bool use_rslora = false;               ///< --use-rslora
   std::string adapter;                   ///< --adapter DIR: start from this PEFT adapter
   std::string save_adapter;              ///< --save-adapter DIR: the PEFT adapter at the end

@@ -127,4 +127,34 @@ PY
   || fail "verify --adapter: $(cat "$dir/va.txt")"
 expect_error "give --adapter (start from an adapter) or --lora-rank, not both" \
   "$server" train --model "$dir/base64" --data "$dir/data.jsonl" --steps 1 --lora-rank 2 --adapter "$dir/adapter"
+# A mixture of experts: --lora-modules-to-save gate trains every router as a full copy in the
+# adapter (PEFT's names and adapter_config.json), grad --adapter names its gradient the same,
+# and the merged model (the router copy folded in) gives the adapter's loss.
+"$server" init-model --preset tiny --family qwen3_moe --seed 7 --dtype float64 --out "$dir/moe" >/dev/null \
+  || fail "init-model qwen3_moe"
+"$server" train --model "$dir/moe" --dtype float64 --data "$dir/data.jsonl" --steps 2 --lr 0.01 --lora-rank 2 \
+  --lora-targets q_proj --lora-modules-to-save gate --save-adapter "$dir/moe-adapter" --save-merged "$dir/moe-merged" \
+  > "$dir/moe.txt" || fail "train --lora-modules-to-save gate: $(cat "$dir/moe.txt")"
+"$server" grad --model "$dir/moe" --dtype float64 --adapter "$dir/moe-adapter" --data "$dir/data.jsonl" \
+  --out "$dir/gma.safetensors" > /dev/null || fail "grad --adapter (router)"
+"$server" grad --model "$dir/moe-merged" --dtype float64 --data "$dir/data.jsonl" --out "$dir/gmm.safetensors" \
+  > /dev/null || fail "grad merged (router)"
+python3 - "$dir" <<'PY' || fail "router adapter"
+import json, struct, sys
+d = sys.argv[1]
+def header(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n])
+grads, adapter = header(f"{d}/gma.safetensors"), header(f"{d}/moe-adapter/adapter_model.safetensors")
+names = lambda h: sorted(k for k in h if k != "__metadata__")
+routers = [k for k in names(adapter) if k.endswith(".mlp.gate.weight")]
+assert routers and names(grads) == names(adapter), (routers, names(grads)[:3])
+assert json.load(open(f"{d}/moe-adapter/adapter_config.json"))["modules_to_save"] == ["gate"]
+la, lm = float(grads["__metadata__"]["loss"]), float(header(f"{d}/gmm.safetensors")["__metadata__"]["loss"])
+assert abs(la - lm) <= 1e-12 * abs(lm), (la, lm)
+print(f"router copies trained in the adapter ({len(routers)}); merged loss {lm} == {la}")
+PY
+expect_error "modules_to_save has 'lm_head'" \
+  "$server" train --model "$dir/moe" --data "$dir/data.jsonl" --steps 1 --lora-rank 2 --lora-modules-to-save lm_head
 echo "cli tests: all passed"

@@ -63,6 +63,9 @@ grep -q "^1 session (the server holds" <<<"$out" || fail "one session: $out"
 
 # Server messages that speak of the API get this command line's words beside them.
 expect_error 1 "(on this command line: --lora-rank)" "$cli" session create gamma --server "$addr" --lora-rank 0
+# The flag reaches the server: a dense model has no router to train.
+expect_error 1 "modules_to_save has 'gate' (the mixture-of-experts router), but this model has no" \
+  "$cli" session create gamma --server "$addr" --lora-rank 2 --lora-modules-to-save gate
 echo '{"tokens": [1, 2, 3, 4, 5, 6]}' > "$dir/one.jsonl"
 expect_error 1 "give --session NAME" "$cli" train --server "$addr" --objective sft --data "$dir/one.jsonl"
 # "1 example, ... 1 batch per pass ... 1 step".

@@ -4,11 +4,15 @@ preset, float64): Sample returns the experts every token was routed to, packed; 
 and a rollout step given them (rollout_group carries them) replay them, and no replayed
 decision differs from the router's (every id survived the round trip); an altered id
 changes the step (the replay is what trains); malformed routing is INVALID_ARGUMENT naming
-the field, nothing trained; the load-balancing loss asked per request adds its metric.
+the field, nothing trained; the load-balancing loss asked per request adds its metric; a LoRA
+session trains the router only when modules_to_save asks for it.
 
     sdk_moe_test.py <streambp-server>
 """
+import json
+import os
 import sys
+import tempfile
 import time
 
 from sdk_util import check, close, expect_error, start
@@ -19,6 +23,7 @@ import streambp
 from streambp import pb
 
 PROMPTS = [[7, 8, 9, 10, 11], [12, 13]]
+TMP = tempfile.mkdtemp(prefix="sdk-moe-")
 
 
 def grpo_batch(prompt, completions, rewards):
@@ -31,8 +36,11 @@ def main() -> int:
     server_bin = sys.argv[1]
     t0 = time.time()
     config = {"log": {"level": "warn"}, "rollouts": {"groups_per_step": 2}}
-    (server,) = start(server_bin, ("moe", config, ("--preset", "tiny", "--family", "qwen3_moe", "--dtype", "float64",
-                                                   "--optimizer", "sgd", "--lr", "0.05")))
+    model = ("--preset", "tiny", "--family", "qwen3_moe", "--dtype", "float64")
+    sessions = {"log": {"level": "warn"}, "checkpoint_dir": os.path.join(TMP, "checkpoints"),
+                "sessions": {"enabled": True, "max_sessions": 4}}
+    server, session_server = start(server_bin, ("moe", config, model + ("--optimizer", "sgd", "--lr", "0.05")),
+                                   ("moe-sessions", sessions, model))
     with streambp.ServiceClient(server.target) as service:
         service.wait_ready(60)
         tc = service.training_client()
@@ -120,7 +128,40 @@ def main() -> int:
         check(close(with_aux.loss - without.loss, 0.5 * aux, 1e-9), f"loss + 0.5 aux: {with_aux.loss} {without.loss}")
         expect_error(grpc.StatusCode.INVALID_ARGUMENT, tc.forward_backward, batch,
                      engine={"router_aux_loss_coef": -1}, contains="router_aux_loss_coef must be a finite number >= 0")
-    print(f"sdk_moe: routing replay over the wire and the aux loss per request ok ({time.time() - t0:.1f} s)")
+
+    # LoRA sessions: the router frozen unless modules_to_save asks for it (a full copy of every
+    # sparse layer's mlp.gate in the adapter, under PEFT's names, and trained).
+    lora = {"r": 2, "target_modules": ["q_proj"]}
+    optimizer = {"optimizer": {"name": "sgd", "lr": 0.5}}
+    with streambp.ServiceClient(session_server.target) as service:
+        service.wait_ready(60)
+        frozen = service.create_session("frozen", lora=lora, training=optimizer)
+        routed = service.create_session("router", lora={**lora, "modules_to_save": ["gate"]}, training=optimizer)
+        check(frozen.lora.modules_to_save == [] and routed.lora.modules_to_save == ["gate"], f"sessions: {routed}")
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, service.create_session, "bad",
+                     lora={**lora, "modules_to_save": ["lm_head"]}, contains="modules_to_save has 'lm_head'")
+
+        def adapter(session, name):
+            folder = os.path.join(TMP, name)
+            service.training_client(session).export_adapter(folder)
+            with open(os.path.join(folder, "adapter_config.json")) as f:
+                config = json.load(f)
+            return config, streambp.load_safetensors(os.path.join(folder, "adapter_model.safetensors"))
+
+        config, before = adapter("router", "router-0")
+        routers = sorted(n for n in before if n.endswith(".mlp.gate.weight"))
+        check(config.get("modules_to_save") == ["gate"], f"adapter_config.json: {config}")
+        check(routers and all(n.startswith("base_model.model.model.layers.") for n in routers), f"names: {routers}")
+        check(routed.trainable_parameters - frozen.trainable_parameters == sum(before[n].numel for n in routers),
+              f"trainable parameters: {routed.trainable_parameters} vs {frozen.trainable_parameters}")
+        frozen_config, frozen_tensors = adapter("frozen", "frozen-0")
+        check(frozen_config.get("modules_to_save") is None and not any(".mlp.gate." in n for n in frozen_tensors),
+              f"frozen router: {frozen_config}")
+        service.training_client("router").train_step(streambp.sft_batch([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12]]))
+        _, after = adapter("router", "router-1")
+        check(all(after[n].values != before[n].values for n in routers), "every router copy trained")
+    print(f"sdk_moe: routing replay over the wire, the aux loss per request and the router under LoRA ok "
+          f"({time.time() - t0:.1f} s)")
     return 0
 
 

@@ -25,10 +25,11 @@ using testing::RandomModel;
 using testing::RandomSequences;
 using testing::TinyConfig;
 
-// An adapter with random A and (nonzero) B, so every term and gradient is exercised.
+// An adapter with random A and (nonzero) B (and a random router copy when it saves the
+// router), so every term and gradient is exercised.
 std::shared_ptr<LoraAdapter> RandomAdapter(const ModelConfig& model, LoraConfig config, uint64_t seed,
-                                           torch::Dtype dtype = torch::kFloat64) {
-  auto adapter = LoraAdapter::Create(model, config, dtype);
+                                           torch::Dtype dtype = torch::kFloat64, const CausalLMImpl* base = nullptr) {
+  auto adapter = LoraAdapter::Create(model, config, dtype, torch::kCPU, base);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   torch::NoGradGuard no_grad;
   for (auto& [name, t] : adapter->named_parameters()) {
@@ -44,6 +45,7 @@ LoraConfig AllTargets(const ModelConfig& model, int64_t r, bool rslora) {
   c.alpha = 1.5 * static_cast<double>(r) + 1;
   c.use_rslora = rslora;
   if (!model.tie_word_embeddings) c.target_modules.push_back("lm_head");
+  if (model.sparse_layers() > 0) c.modules_to_save = {"gate"};  // the router trains too
   return c;
 }
 
@@ -130,7 +132,7 @@ TEST_P(LoraExactness, AdapterGradientsEqualTheMergedWeightsGradient) {
   const auto& c = GetParam();
   const auto config = TinyConfig(c.family);
   auto model = RandomModel(config, 11, torch::kFloat64);
-  auto adapter = RandomAdapter(config, AllTargets(config, c.r, c.rslora), 23);
+  auto adapter = RandomAdapter(config, AllTargets(config, c.r, c.rslora), 23, torch::kFloat64, model.get());
   const auto seqs = Sequences(c.objective, config.vocab_size, 5);
   const auto batch = MakeBatch(seqs, c.layout, c.layout == Layout::kPacked ? 16 : 0);
 
@@ -155,6 +157,11 @@ TEST_P(LoraExactness, AdapterGradientsEqualTheMergedWeightsGradient) {
     expected[name] = s * torch::matmul(b.t(), G);                       // dL/dA = s B^T G
     expected[module + ".lora_B.weight"] = s * torch::matmul(G, a.t());  // dL/dB = s G A^T
   }
+  // A module to save (the MoE router) is the merged model's weight: the same gradient.
+  for (const auto& [name, w] : params) {
+    if (name.ends_with(".mlp.gate.weight")) expected[name] = g_merged.at(name);
+  }
+  ASSERT_EQ(expected.size(), params.size());
 
   // The adapter side: a frozen base, the adapter attached, each engine.
   for (auto& p : model->parameters()) p.requires_grad_(false);
@@ -205,7 +212,7 @@ TEST(Lora, MergedWeightsGiveTheAdapterLogitsOfTheIndependentDecoder) {
   for (const char* family : {"llama3_tied", "qwen2", "qwen3", "qwen3_moe"}) {
     const auto config = TinyConfig(family);
     auto model = RandomModel(config, 3, torch::kFloat64);
-    auto adapter = RandomAdapter(config, AllTargets(config, 4, false), 9);
+    auto adapter = RandomAdapter(config, AllTargets(config, 4, false), 9, torch::kFloat64, model.get());
     model->set_adapter(adapter);
     const std::vector<int64_t> tokens = {5, 17, 3, 88, 42, 9, 60};
     auto batch = MakeBatch({Sequence{tokens}}, Layout::kRightPad);

@@ -4,6 +4,7 @@
 // the independent reference is in families_test.cpp (qwen3_moe, qwen3_moe_mixed) and, for
 // adapters and every objective, in lora_test.cpp.
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 
@@ -204,6 +205,160 @@ TEST(Qwen3MoeLora, ExpertProjectionsAreTargetsUnderPeftNames) {
   EXPECT_EQ(LoraParameterCount(config, lora), expected);
   lora.target_modules = {"gate"};
   EXPECT_NE(ErrorOf([&] { lora.Validate(&config); }).find("'gate', which this model does not have"), std::string::npos);
+}
+
+// The router stays frozen under an adapter unless modules_to_save asks for it: without it the
+// adapter holds no router weight and no base weight gets a gradient; with it every sparse
+// layer's mlp.gate gets a trainable copy (the base's values), counted by LoraParameterCount,
+// whose gradient in every engine is the float64 reference's router gradient from HF's
+// definitions, the load-balancing loss included; dense layers have no copy.
+TEST(Qwen3MoeLora, TheRouterIsFrozenUnlessModulesToSaveAsksForIt) {
+  auto config = testing::TinyConfig("qwen3_moe_mixed");
+  config.output_router_logits = true;
+  config.router_aux_loss_coef = 0.3;
+  auto model = testing::RandomModel(config, 31, torch::kFloat64);
+  for (auto& p : model->parameters()) p.requires_grad_(false);
+  const auto seqs = testing::RandomSequences({13, 8, 21}, config.vocab_size, 9);
+  const auto batch = MakeBatch(seqs, Layout::kPacked, 24);
+  LoraConfig lora;
+  lora.r = 3;
+  lora.alpha = 6;
+  lora.target_modules = {"q_proj", "gate_proj"};
+  const auto frozen = LoraAdapter::Create(config, lora, torch::kFloat64);
+  for (const auto& [name, t] : frozen->named_parameters()) EXPECT_EQ(name.find("mlp.gate.weight"), std::string::npos);
+  {
+    for (auto& [name, t] : frozen->named_parameters()) t.requires_grad_(true);
+    ScopedAdapter attached(*model, frozen);
+    auto objective = MakeSftObjective({});
+    ForwardBackward(model, batch, *objective, {EngineKind::kStream, 5, 7});
+    for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined()) << "a base weight got a gradient";
+  }
+
+  lora.modules_to_save = {"gate"};
+  const auto asked = LoraAdapter::Create(config, lora, torch::kFloat64, torch::kCPU, model.get());
+  const auto base = model->hf_tensors();
+  std::vector<std::string> copies;
+  for (const auto& [name, t] : asked->named_parameters()) {
+    if (name.ends_with(".mlp.gate.weight")) {
+      copies.push_back(name);
+      EXPECT_TRUE(torch::equal(t, base.at(name))) << name << ": a copy starts as the base's router";
+    }
+  }
+  ASSERT_EQ(copies.size(), static_cast<size_t>(config.sparse_layers()));
+  for (const auto& name : copies) EXPECT_TRUE(config.sparse_layer(std::stoll(name.substr(13))));  // "model.layers.N"
+  const int64_t per_router = config.num_experts * config.hidden_size;
+  EXPECT_EQ(asked->num_parameters(), frozen->num_parameters() + config.sparse_layers() * per_router);
+  EXPECT_EQ(LoraParameterCount(config, lora), asked->num_parameters());
+
+  const auto [ref_loss, ref_grads] = testing::ReferenceSft(*model, seqs, nullptr, 0.3);
+  TensorMap expected;
+  for (const auto& name : copies) expected[name] = ref_grads.at(name);
+  for (auto& [name, t] : asked->named_parameters()) t.requires_grad_(true);
+  ScopedAdapter attached(*model, asked);
+  for (const auto& [name, options] : testing::EngineVariants(5, 7, 3)) {
+    ZeroGradients(asked->named_parameters());
+    auto objective = MakeSftObjective({});
+    const auto r = ForwardBackward(model, batch, *objective, options);
+    EXPECT_NEAR(r.loss, ref_loss, 1e-12 * std::abs(ref_loss)) << name;  // B = 0: the base's function
+    TensorMap got;
+    for (const auto& [param, g] : CollectGradients(asked->named_parameters())) {
+      if (expected.count(param)) got[param] = g;
+    }
+    const auto diff = CompareGradients(expected, got);
+    EXPECT_LE(diff.max_relative, 1e-10) << name << " worst " << diff.worst;
+    for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined()) << "a base weight got a gradient";
+  }
+  for (const auto& [name, g] : expected) EXPECT_GT(g.abs().max().item<double>(), 0) << name;
+  ZeroGradients(asked->named_parameters());
+}
+
+// A trained router copy: saved under PEFT's names (".modules_to_save.default" left out, as
+// PEFT writes them) with modules_to_save in adapter_config.json, loaded back bit for bit,
+// folded into a merged export as the router's weight, and resumed from a checkpoint; the base
+// never changes. Wrong uses are clear errors.
+TEST(Qwen3MoeLora, ATrainedRouterSavesLoadsMergesAndResumes) {
+  const auto config = testing::TinyConfig("qwen3_moe_mixed");
+  auto model = testing::RandomModel(config, 3, torch::kFloat64);
+  const auto base_before = model->hf_tensors();
+  LoraConfig lora;
+  lora.r = 2;
+  lora.alpha = 4;
+  lora.target_modules = {"v_proj", "down_proj"};
+  lora.modules_to_save = {"gate"};
+  TrainerOptions options = testing::ExactTrainerOptions();
+  options.optimizer.name = "adamw";
+  options.optimizer.lr = 1e-2;
+  auto trainer =
+      Trainer::Create(model, options, LoraAdapter::Create(config, lora, torch::kFloat64, torch::kCPU, model.get()));
+  auto objective = MakeSftObjective({});
+  const auto seqs = testing::RandomSequences({9, 12, 5}, config.vocab_size, 6);
+  for (int i = 0; i < 2; ++i) trainer->train_step(seqs, *objective);
+  for (const auto& [name, t] : model->hf_tensors()) EXPECT_TRUE(torch::equal(t, base_before.at(name))) << name;
+  const auto adapter = trainer->adapter();
+  const auto tensors = adapter->peft_tensors();
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    const auto name = "base_model.model.model.layers." + std::to_string(l) + ".mlp.gate.weight";
+    ASSERT_EQ(tensors.count(name), config.sparse_layer(l) ? 1u : 0u) << name;
+    if (config.sparse_layer(l)) {
+      EXPECT_FALSE(torch::equal(tensors.at(name), base_before.at(name.substr(17)))) << name << " did not train";
+    }
+  }
+
+  const auto dir = testing::TempDir("moe-router-adapter");
+  adapter->save(dir);
+  const auto j = json::parse(std::ifstream(dir + "/adapter_config.json"));
+  EXPECT_EQ(j.at("modules_to_save"), json::array({"gate"}));
+  auto loaded = LoraAdapter::Load(dir, config, torch::kFloat64);
+  for (const auto& [name, t] : loaded->peft_tensors()) EXPECT_TRUE(torch::equal(t, tensors.at(name))) << name;
+  EXPECT_EQ(loaded->peft_tensors().size(), tensors.size());
+  {
+    ScopedAdapter attached(*model, loaded);
+    const auto merged = model->merged_hf_tensors();
+    for (const auto& [name, t] : tensors) {
+      if (name.ends_with(".mlp.gate.weight")) {
+        EXPECT_TRUE(torch::equal(merged.at(name.substr(17)), t)) << name;
+      }
+    }
+  }
+
+  const auto ckpt = testing::TempDir("moe-router-ckpt") + "/c";
+  trainer->save_checkpoint(ckpt);
+  auto resumed = Trainer::LoadCheckpoint(ckpt, nullptr, model);
+  trainer->train_step(seqs, *objective);
+  resumed->train_step(seqs, *objective);
+  const auto a = trainer->adapter()->peft_tensors(), b = resumed->adapter()->peft_tensors();
+  for (const auto& [name, t] : a) EXPECT_TRUE(torch::equal(t, b.at(name))) << name;
+
+  // Errors: another module to save, the router of a dense model, a missing copy, a copy never set.
+  auto rewrite = [&](const std::function<void(json&)>& edit) {
+    auto k = j;
+    edit(k);
+    std::ofstream(dir + "/adapter_config.json") << k.dump();
+    return ErrorOf([&] { LoraAdapter::Load(dir, config, torch::kFloat64); });
+  };
+  EXPECT_NE(rewrite([](json& k) { k["modules_to_save"] = {"gate", "lm_head"}; })
+                .find("modules_to_save has 'lm_head'; only 'gate' (the mixture-of-experts router"),
+            std::string::npos);
+  EXPECT_NE(rewrite([](json& k) { k["modules_to_save"] = {"gate", "gate"}; }).find("names 'gate' twice"),
+            std::string::npos);
+  EXPECT_NE(rewrite([](json& k) { k["modules_to_save"] = nullptr; }).find("mlp.gate.weight is not one of"),
+            std::string::npos);
+  rewrite([](json&) {});
+  auto without = tensors;
+  without.erase("base_model.model.model.layers.1.mlp.gate.weight");
+  WriteSafetensors(dir + "/adapter_model.safetensors", without);
+  EXPECT_NE(ErrorOf([&] { LoraAdapter::Load(dir, config, torch::kFloat64); })
+                .find("base_model.model.model.layers.1.mlp.gate.weight is missing"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { LoraAdapter::Create(testing::TinyConfig("qwen3"), lora, torch::kFloat64); })
+                .find("modules_to_save has 'gate' (the mixture-of-experts router), but this model has no "
+                      "mixture-of-experts layers"),
+            std::string::npos);
+  auto unset = LoraAdapter::Create(config, lora, torch::kFloat64);
+  const auto attached_before = model->adapter();  // the trainer's
+  EXPECT_NE(ErrorOf([&] { ScopedAdapter attached(*model, unset); }).find("modules_to_save copies were never set"),
+            std::string::npos);
+  EXPECT_EQ(model->adapter(), attached_before);
 }
 
 // Random routing for every (token, sparse layer) of the sequences: k distinct experts, or -1

@@ -76,12 +76,14 @@ class TokenizerInfo:
 
 @dataclass(frozen=True)
 class LoraConfig:
-    """A session's LoRA adapter: rank ``r``, ``alpha`` (None = 2 r), target modules, rsLoRA, seed."""
+    """A session's LoRA adapter: rank ``r``, ``alpha`` (None = 2 r), target modules, rsLoRA, seed,
+    and ``modules_to_save`` (``["gate"]``: the mixture-of-experts router trained as a full copy)."""
     r: int
     alpha: Optional[float]
     target_modules: List[str]
     use_rslora: bool
     seed: int
+    modules_to_save: List[str]
 
 
 @dataclass(frozen=True)

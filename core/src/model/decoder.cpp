@@ -104,6 +104,12 @@ void ProjectionImpl::set_lora(const LoraWeights* weights, double scale) {
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
   RECORD_USER_SCOPE("streambp::projection");
+  if (lora_ != nullptr && lora_->weight.defined()) {
+    // A module to save (PEFT's modules_to_save): the adapter's trainable copy replaces the
+    // weight; the input in its dtype, the output in the input's.
+    const auto& w = lora_->weight;
+    return F::linear(x.to(w.scalar_type()), w, bias.defined() ? bias.to(w.scalar_type()) : bias).to(x.scalar_type());
+  }
   auto y = F::linear(x, weight, bias);
   if (lora_ == nullptr) return y;
   // PEFT: the input in the adapter's dtype, the term scaled and added in the output's.
@@ -390,6 +396,10 @@ void CausalLMImpl::set_adapter(std::shared_ptr<const LoraAdapter> adapter) {
     const std::string layer = "model.layers." + std::to_string(i) + ".";
     for (auto& [name, p] : layer_list[i]->projections()) {
       p->set_lora(adapter ? adapter->find(layer + name) : nullptr, adapter ? adapter->scale() : 0.0);
+    }
+    // The router, when the adapter trains a copy of it (modules_to_save).
+    if (auto* moe = dynamic_cast<SparseMoeImpl*>(layer_list[i]->mlp.get())) {
+      moe->gate->set_lora(adapter ? adapter->find(layer + "mlp.gate") : nullptr, 1.0);
     }
   }
   adapter_ = std::move(adapter);

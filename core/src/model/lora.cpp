@@ -44,11 +44,27 @@ const std::vector<std::string>& LoraModuleNames() {
   return names;
 }
 
+std::vector<std::pair<std::string, std::vector<int64_t>>> SavedModules(const ModelConfig& model,
+                                                                       const LoraConfig& config) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  const bool gate = std::find(config.modules_to_save.begin(), config.modules_to_save.end(), "gate") !=
+                    config.modules_to_save.end();
+  if (!gate) return out;
+  for (int64_t i = 0; i < model.num_hidden_layers; ++i) {
+    if (model.sparse_layer(i)) {
+      out.emplace_back("model.layers." + std::to_string(i) + ".mlp.gate",
+                       std::vector<int64_t>{model.num_experts, model.hidden_size});
+    }
+  }
+  return out;
+}
+
 int64_t LoraParameterCount(const ModelConfig& model, const LoraConfig& config) {
   int64_t n = 0;
   for (const auto& site : ProjectionSites(model)) {
     if (Targets(config, site.name)) n += config.r * (site.in + site.out);
   }
+  for (const auto& [path, shape] : SavedModules(model, config)) n += shape[0] * shape[1];
   return n;
 }
 
@@ -79,6 +95,19 @@ void LoraConfig::Validate(const ModelConfig* model) const {
                             "up_proj, down_proj, lm_head)");
     }
     if (!seen.insert(m).second) throw InvalidArgument("lora: target_modules names '" + m + "' twice");
+  }
+  std::set<std::string> saved;
+  for (const auto& m : modules_to_save) {
+    if (m != "gate") {
+      throw InvalidArgument("lora: modules_to_save has '" + m +
+                            "'; only 'gate' (the mixture-of-experts router of every sparse layer) can be trained as "
+                            "a full copy here");
+    }
+    if (!saved.insert(m).second) throw InvalidArgument("lora: modules_to_save names '" + m + "' twice");
+  }
+  if (model && saved.count("gate") && model->sparse_layers() == 0) {
+    throw InvalidArgument("lora: modules_to_save has 'gate' (the mixture-of-experts router), but this model has no "
+                          "mixture-of-experts layers; leave it out");
   }
   if (model && seen.count("lm_head") && model->tie_word_embeddings) {
     throw InvalidArgument("lora: target_modules has lm_head, but this model ties lm_head to the embedding "
@@ -111,7 +140,7 @@ LoraConfig LoraConfig::FromPeftJson(const json& j) {
         throw InvalidArgument(std::string("adapter_config.json: ") + key + " is not supported (one r and alpha for all)");
       }
     }
-    for (const char* key : {"layers_to_transform", "modules_to_save", "layers_pattern"}) {
+    for (const char* key : {"layers_to_transform", "layers_pattern"}) {
       if (const auto* p = field(key); p && !(p->is_array() && p->empty())) {
         throw InvalidArgument(std::string("adapter_config.json: ") + key + " is not supported");
       }
@@ -125,6 +154,7 @@ LoraConfig LoraConfig::FromPeftJson(const json& j) {
     c.dropout = j.value("lora_dropout", 0.0);
     c.use_rslora = j.value("use_rslora", false);
     c.base_model_name_or_path = j.value("base_model_name_or_path", "");
+    if (const auto* m = field("modules_to_save")) c.modules_to_save = m->get<std::vector<std::string>>();
     const auto& t = j.at("target_modules");
     if (t.is_string()) {
       if (t.get<std::string>() != "all-linear") {
@@ -157,7 +187,7 @@ json LoraConfig::ToPeftJson() const {
               {"fan_in_fan_out", false},
               {"init_lora_weights", true},
               {"inference_mode", true},
-              {"modules_to_save", nullptr},
+              {"modules_to_save", modules_to_save.empty() ? json(nullptr) : json(modules_to_save)},
               {"layers_to_transform", nullptr},
               {"rank_pattern", json::object()},
               {"alpha_pattern", json::object()},
@@ -175,6 +205,8 @@ LoraConfig LoraConfig::FromJson(const json& j) {
         c.alpha = v.get<double>();
       } else if (key == "target_modules") {
         c.target_modules = v.get<std::vector<std::string>>();
+      } else if (key == "modules_to_save") {
+        c.modules_to_save = v.get<std::vector<std::string>>();
       } else if (key == "use_rslora") {
         c.use_rslora = v.get<bool>();
       } else if (key == "seed") {
@@ -185,7 +217,8 @@ LoraConfig LoraConfig::FromJson(const json& j) {
         c.base_model_name_or_path = v.get<std::string>();
       } else {
         throw InvalidArgument("lora: unknown option '" + key +
-                              "' (known: r, alpha, target_modules, use_rslora, seed, dropout, base_model_name_or_path)");
+                              "' (known: r, alpha, target_modules, modules_to_save, use_rslora, seed, dropout, "
+                              "base_model_name_or_path)");
       }
     } catch (const json::exception&) {
       throw InvalidArgument("lora: option '" + key + "' has the wrong type: " + v.dump());
@@ -199,6 +232,7 @@ json LoraConfig::ToJson() const {
   return json{{"r", r},
               {"alpha", alpha},
               {"target_modules", target_modules},
+              {"modules_to_save", modules_to_save},
               {"use_rslora", use_rslora},
               {"seed", seed},
               {"dropout", dropout},
@@ -206,7 +240,7 @@ json LoraConfig::ToJson() const {
 }
 
 std::shared_ptr<LoraAdapter> LoraAdapter::Create(const ModelConfig& model, const LoraConfig& config, torch::Dtype dtype,
-                                                 const torch::Device& device) {
+                                                 const torch::Device& device, const CausalLMImpl* base) {
   config.Validate(&model);
   std::shared_ptr<LoraAdapter> a(new LoraAdapter());
   a->config_ = config;
@@ -231,6 +265,26 @@ std::shared_ptr<LoraAdapter> LoraAdapter::Create(const ModelConfig& model, const
     a->weights_.emplace_back(site.path, make(site.out, site.in));
     a->by_path_[site.path] = a->weights_.back().second.get();
   }
+  // The modules to save: copies of the base's weights (PEFT deep-copies the module), or zeros
+  // to be loaded.
+  const auto saved = SavedModules(model, config);
+  std::map<std::string, torch::Tensor> from_base;
+  if (base != nullptr && !saved.empty()) {
+    if (base->config().num_hidden_layers != model.num_hidden_layers || base->config().num_experts != model.num_experts ||
+        base->config().hidden_size != model.hidden_size) {
+      throw InvalidArgument("lora: the base model given for modules_to_save has another shape than the adapter's");
+    }
+    for (const auto& [name, t] : base->named_hf_parameters()) from_base.emplace(name, t);
+  }
+  a->saved_set_ = saved.empty() || base != nullptr;
+  torch::NoGradGuard no_grad;
+  for (const auto& [path, shape] : saved) {
+    auto w = std::make_unique<LoraWeights>();
+    const auto options = torch::TensorOptions().dtype(dtype).device(device);
+    w->weight = base != nullptr ? from_base.at(path + ".weight").detach().to(options).clone() : torch::zeros(shape, options);
+    a->weights_.emplace_back(path, std::move(w));
+    a->by_path_[path] = a->weights_.back().second.get();
+  }
   return a;
 }
 
@@ -242,6 +296,10 @@ const LoraWeights* LoraAdapter::find(const std::string& path) const {
 std::vector<std::pair<std::string, torch::Tensor>> LoraAdapter::named_parameters() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& [path, w] : weights_) {
+    if (w->weight.defined()) {
+      out.emplace_back(path + ".weight", w->weight);
+      continue;
+    }
     out.emplace_back(path + ".lora_A.weight", w->a);
     out.emplace_back(path + ".lora_B.weight", w->b);
   }
@@ -263,7 +321,8 @@ void LoraAdapter::load_peft_tensors(const TensorMap& tensors) {
     auto it = tensors.find(peft);
     if (it == tensors.end()) throw InvalidArgument("adapter: tensor " + peft + " is missing");
     if (it->second.sizes() != p.sizes()) {
-      const bool rank = it->second.dim() == 2 && p.dim() == 2 &&
+      const bool lora = name.ends_with("lora_A.weight") || name.ends_with("lora_B.weight");
+      const bool rank = lora && it->second.dim() == 2 && p.dim() == 2 &&
                         (name.ends_with("lora_A.weight") ? it->second.size(0) != p.size(0) : it->second.size(1) != p.size(1));
       throw InvalidArgument("adapter: " + peft + " has shape " + ShapeText(it->second.sizes()) + ", expected " +
                             ShapeText(p.sizes()) +
@@ -278,7 +337,8 @@ void LoraAdapter::load_peft_tensors(const TensorMap& tensors) {
   for (const auto& [name, t] : tensors) {
     if (!expected.count(name)) {
       throw InvalidArgument("adapter: tensor " + name +
-                            " is not one of this adapter's (a module outside target_modules, or another model)");
+                            " is not one of this adapter's (a module outside target_modules and modules_to_save, "
+                            "or another model)");
     }
   }
   torch::NoGradGuard no_grad;
@@ -286,6 +346,7 @@ void LoraAdapter::load_peft_tensors(const TensorMap& tensors) {
     auto target = p;
     target.copy_(tensors.at(PeftName(name)));
   }
+  saved_set_ = true;
 }
 
 int64_t LoraAdapter::num_parameters() const {
@@ -295,6 +356,10 @@ int64_t LoraAdapter::num_parameters() const {
 }
 
 void LoraAdapter::check_fits(const ModelConfig& m) const {
+  if (!saved_set_) {
+    throw InvalidArgument("the adapter's modules_to_save copies were never set: create it with the base model, or "
+                          "load its tensors, before attaching it");
+  }
   // The same projections at the same paths with the same shapes.
   const auto mine = ProjectionSites(model_), theirs = ProjectionSites(m);
   const bool same = mine.size() == theirs.size() &&
@@ -350,6 +415,11 @@ TensorMap CausalLMImpl::merged_hf_tensors() const {
     auto& base = out.at(site.path + ".weight");
     const auto delta = torch::matmul(w->b, w->a) * adapter_->scale();
     base = (base.to(delta.scalar_type()) + delta).to(base.scalar_type());
+  }
+  // A module to save is its trained copy.
+  for (const auto& [path, shape] : SavedModules(config_, adapter_->config())) {
+    auto& base = out.at(path + ".weight");
+    base = adapter_->find(path)->weight.detach().to(base.scalar_type()).clone();
   }
   return out;
 }

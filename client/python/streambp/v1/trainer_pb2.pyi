@@ -444,18 +444,20 @@ class LoadCheckpointResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
 class LoraConfig(_message.Message):
-    __slots__ = ["alpha", "r", "seed", "target_modules", "use_rslora"]
+    __slots__ = ["alpha", "modules_to_save", "r", "seed", "target_modules", "use_rslora"]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
+    MODULES_TO_SAVE_FIELD_NUMBER: _ClassVar[int]
     R_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     TARGET_MODULES_FIELD_NUMBER: _ClassVar[int]
     USE_RSLORA_FIELD_NUMBER: _ClassVar[int]
     alpha: float
+    modules_to_save: _containers.RepeatedScalarFieldContainer[str]
     r: int
     seed: int
     target_modules: _containers.RepeatedScalarFieldContainer[str]
     use_rslora: bool
-    def __init__(self, r: _Optional[int] = ..., alpha: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., use_rslora: bool = ..., seed: _Optional[int] = ...) -> None: ...
+    def __init__(self, r: _Optional[int] = ..., alpha: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., use_rslora: bool = ..., seed: _Optional[int] = ..., modules_to_save: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class OptimStepRequest(_message.Message):
     __slots__ = ["adam_params", "request_id", "session"]

@@ -23,6 +23,11 @@ export interface LoraConfig {
    * initialization of A (B starts at zero)
    */
   'seed'?: (number | string | Long);
+  /**
+   * PEFT's modules_to_save: ["gate"] trains every mixture-of-experts router as a full copy
+   * in the adapter (saved under PEFT's names); default none: the router stays frozen.
+   */
+  'modules_to_save'?: (string)[];
   '_alpha'?: "alpha";
 }
 
@@ -47,5 +52,10 @@ export interface LoraConfig__Output {
    * initialization of A (B starts at zero)
    */
   'seed': (number);
+  /**
+   * PEFT's modules_to_save: ["gate"] trains every mixture-of-experts router as a full copy
+   * in the adapter (saved under PEFT's names); default none: the router stays frozen.
+   */
+  'modules_to_save': (string)[];
   '_alpha'?: "alpha";
 }
