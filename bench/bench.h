@@ -243,7 +243,8 @@ struct LoraPlan {
 nlohmann::json RunLoraComparison(Context& ctx, const LoraPlan& plan);
 
 /// Text next to ids (--tokenizer): encode MB/s of the tokenizer (cold and warm, one core) on
-/// `text_file` (repeated to at least min_bytes), the chat format's rendering speed, and, with a
+/// `text_file` (repeated to at least min_bytes), adversarial inputs of that size next to it,
+/// the chat format's rendering speed, and, with a
 /// model, tokenizing a request of `step_tokens` tokens vs one forward-backward of them.
 /// Prints a summary; returns the "text" JSON section.
 struct TextBenchPlan {

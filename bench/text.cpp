@@ -1,5 +1,7 @@
 // streambp-bench --tokenizer DIR: what text costs next to ids. The tokenizer's encode speed
-// (cold: empty word cache; warm) on an English text, the chat format's rendering speed, and
+// (cold: empty word cache; warm) on an English text, adversarial inputs of the same size next
+// to it (one letter, combining marks, CJK, emoji, punctuation, digits, spaces, newlines), the
+// chat format's rendering speed, and
 // a text request's tokenization time next to the forward-backward of the same tokens.
 #include <algorithm>
 #include <chrono>
@@ -60,6 +62,32 @@ nlohmann::json RunTextBench(const TextBenchPlan& plan) {
                      {"tokens", enc.tokens},
                      {"encode_cold_mb_s", enc.cold_mb_s},
                      {"encode_warm_mb_s", enc.warm_mb_s}};
+
+  // Adversarial text next to it: each kind repeated to the English text's size and encoded once
+  // from an empty word cache, as the English was for its cold figure. The ratio to that figure
+  // is what a client choosing its worst input gains over plain text (1 = the same cost per MB).
+  const std::vector<std::pair<std::string, std::string>> kinds = {
+      {"one letter", "a"},         {"combining marks", "\u0301\u0316"}, {"cjk", "\u4e00\u4e8c\u4e09\u56db"},
+      {"emoji", "\U0001F600\U0001F389"}, {"punctuation", "!?"},                {"digits", "1234567890"},
+      {"spaces", " "},             {"newlines", "\n"},                   {"repeated sentence", "The quick brown fox. "}};
+  nlohmann::json adversarial = nlohmann::json::object();
+  double slowest = 1e30;
+  for (const auto& [name, unit] : kinds) {
+    std::string input;
+    input.reserve(text.size() + unit.size());
+    while (input.size() < text.size()) input += unit;
+    tokenizer->clear_cache();
+    const auto start = Clock::now();
+    const size_t tokens = tokenizer->encode(input).size();
+    const double mb_s = static_cast<double>(input.size()) / 1e6 / std::max(Since(start), 1e-9);
+    if (name != "repeated sentence") slowest = std::min(slowest, mb_s / enc.cold_mb_s);
+    std::printf("  %-18s %7.1f MB/s  %5.2fx the English text's (%zu tokens)\n", name.c_str(), mb_s,
+                mb_s / enc.cold_mb_s, tokens);
+    adversarial[name] = {{"mb_s", mb_s}, {"ratio_to_english", mb_s / enc.cold_mb_s}, {"tokens", tokens}};
+  }
+  std::printf("  slowest adversarial input: %.2fx the English text's speed\n", slowest);
+  out["adversarial"] = adversarial;
+  out["adversarial_slowest_ratio"] = slowest;
 
   // Chat rendering: conversations of paragraphs of the text, ids and loss mask.
   std::unique_ptr<ChatFormat> format;

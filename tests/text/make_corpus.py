@@ -283,6 +283,9 @@ add("long", "!?" * 1000)
 add("long", "1234567890" * 300)
 add("long", " " * 3000 + "x")
 add("long", "\u4e00\u4e8c\u4e09" * 500)
+# Words whose merge state passes 1 MiB (the merge's large-buffer allocations).
+add("long", "a" * 60000)
+add("long", "\u4e00\u4e8c" * 12000)
 
 # --- random mixtures -------------------------------------------------------------------------
 POOLS = [

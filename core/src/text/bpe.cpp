@@ -188,7 +188,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int64_t>& out,
   }
 }
 
-void BpeModel::initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const {
+void BpeModel::initial_symbols(std::string_view word, Symbols& symbols) const {
   auto push = [&](int32_t id, size_t start, size_t len) {
     const auto n = static_cast<int32_t>(symbols.size());
     symbols.push_back({id, n - 1, -1, static_cast<uint32_t>(len), static_cast<uint32_t>(start)});
@@ -256,8 +256,9 @@ void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out, std:
     }
   }
 
-  thread_local std::vector<Symbol> symbols;
+  thread_local Symbols symbols;
   symbols.clear();
+  symbols.reserve(word.size());  // at most one symbol per byte: one allocation, not a doubling chain
   initial_symbols(word, symbols);
   if (symbols.size() > kLongWord) {
     merge_long(symbols);
@@ -274,7 +275,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int64_t>& out, std:
 // Both merge loops apply the merge of lowest rank first and, among equal ranks, the leftmost
 // occurrence, as Hugging Face's BPE does; they differ only in their queue.
 
-void BpeModel::merge_short(std::vector<Symbol>& symbols) const {
+void BpeModel::merge_short(Symbols& symbols) const {
   struct Candidate {
     uint32_t rank;
     int32_t pos, id;
@@ -322,9 +323,9 @@ void BpeModel::merge_short(std::vector<Symbol>& symbols) const {
 // positions sorted once (they arrive mostly in order already). A merges list where a new pair
 // ranks below the bucket being drained still gives the same result: that bucket is left, the
 // lower rank is taken first, and the rest of the bucket is sorted again when it comes back.
-void BpeModel::merge_long(std::vector<Symbol>& symbols) const {
+void BpeModel::merge_long(Symbols& symbols) const {
   struct Bucket {
-    std::vector<int32_t> positions;
+    std::vector<int32_t, LargeBufferAllocator<int32_t>> positions;
     size_t next = 0;      ///< positions before it were applied or found stale
     bool sorted = true;   ///< positions[next..] are in increasing order
     bool queued = false;  ///< its rank is in the heap

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "large_buffer.h"
+
 namespace streambp::text {
 
 /// Hash of strings that also accepts string_views (heterogeneous lookup).
@@ -101,12 +103,13 @@ class BpeModel {
     int32_t id, prev, next;
     uint32_t len, start;
   };
-  void initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const;
+  using Symbols = std::vector<Symbol, LargeBufferAllocator<Symbol>>;
+  void initial_symbols(std::string_view word, Symbols& symbols) const;
   /// Words longer than this many bytes merge through per-rank buckets (linear time);
   /// shorter ones through a binary heap. Both give the same ids.
   static constexpr size_t kLongWord = 256;
-  void merge_short(std::vector<Symbol>& symbols) const;
-  void merge_long(std::vector<Symbol>& symbols) const;
+  void merge_short(Symbols& symbols) const;
+  void merge_long(Symbols& symbols) const;
 
   Vocab vocab_;
   MergeTable merges_;
