@@ -74,6 +74,11 @@ struct EstimateArgs {
   EngineFlags engine;
 };
 int Estimate(const ConnectionFlags& conn, const EstimateArgs& args);
+struct HistoryArgs {
+  int64_t after = 0;   ///< records with a larger index
+  bool jsonl = false;  ///< one JSON object per line (metrics.jsonl's format) instead of a table
+};
+int History(const ConnectionFlags& conn, const HistoryArgs& args);
 struct TrainArgs {
   std::string objective = "sft";
   std::string data;

@@ -154,6 +154,17 @@ int main(int argc, char** argv) {
   AddEngineFlags(estimate_cmd, estimate.engine);
   estimate_cmd->callback([&] { run = [&] { return Estimate(conn, estimate); }; });
 
+  HistoryArgs history;
+  auto* history_cmd = app.add_subcommand("history", "the session's training history: a line per optimizer step");
+  AddConnectionFlags(history_cmd, conn);
+  history_cmd->add_option("--after", history.after, "only records with a larger index")
+      ->check([](const std::string& v) {
+        return !v.empty() && v.front() == '-' ? "must be a record index >= 0, got " + v : std::string();
+      })
+      ->capture_default_str();
+  history_cmd->add_flag("--jsonl", history.jsonl, "JSON lines (the server's metrics.jsonl format) instead of a table");
+  history_cmd->callback([&] { run = [&] { return History(conn, history); }; });
+
   if (const auto unknown = streambp::UnknownCommand(app, argc, argv); !unknown.empty()) {
     std::fprintf(stderr, "error: %s\n", unknown.c_str());
     return 2;

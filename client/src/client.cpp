@@ -444,6 +444,13 @@ Result<v1::SessionInfo> Client::CreateSession(v1::CreateSessionRequest request, 
       [&](grpc::ClientContext* ctx, v1::SessionInfo* r) { return stub_->CreateSession(ctx, request, r); });
 }
 
+Result<v1::GetHistoryResponse> Client::GetHistory(v1::GetHistoryRequest request, const CallOptions& call) const {
+  request = Scoped(std::move(request), options_);
+  return Call<v1::GetHistoryResponse>(
+      call_options_, call.timeout.value_or(options_.info_timeout),
+      [&](grpc::ClientContext* ctx, v1::GetHistoryResponse* r) { return stub_->GetHistory(ctx, request, r); });
+}
+
 Result<v1::SessionInfo> Client::GetSession(const std::string& name, const CallOptions& call) const {
   v1::GetSessionRequest request;
   request.set_name(name);

@@ -57,10 +57,17 @@ Caller Authorizer::authorize(const grpc::CallbackServerContext& ctx, Access acce
   if (!enabled()) return Caller::Admin();
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
-  if (it == md.end()) {
+  if (it == md.end()) return authorize(nullptr, access);
+  const std::string value(it->second.data(), it->second.size());
+  return authorize(&value, access);
+}
+
+Caller Authorizer::authorize(const std::string* authorization, Access access) const {
+  if (!enabled()) return Caller::Admin();
+  if (authorization == nullptr) {
     throw Unauthenticated("missing credentials: send metadata 'authorization: Bearer <token>'");
   }
-  const std::string value(it->second.data(), it->second.size());
+  const std::string& value = *authorization;
   const std::string prefix = "Bearer ";
   if (value.rfind(prefix, 0) != 0) throw Unauthenticated("the authorization metadata must be 'Bearer <token>'");
   const std::string token = value.substr(prefix.size());

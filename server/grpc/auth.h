@@ -45,6 +45,8 @@ class Authorizer {
   /// Throws Unauthenticated (no or a bad token) or PermissionDenied (a read-only token on a
   /// call that changes the model). Thread-safe. The Caller lives as long as this Authorizer.
   Caller authorize(const grpc::CallbackServerContext& ctx, Access access) const;
+  /// The same from an `authorization` value ("Bearer <token>"; null: none was sent).
+  Caller authorize(const std::string* authorization, Access access) const;
 
  private:
   AuthSection auth_;

@@ -65,6 +65,8 @@ void ToProto(const LogprobsReply& r, v1::ComputeLogprobsResponse* out);
 void ToProto(const SampleReply& r, v1::SampleResponse* out);
 void ToProto(const RolloutAck& a, v1::RolloutAck* out);
 void ToProto(const RolloutStats& s, v1::RolloutStats* out);
+void ToProto(const HistoryRecord& r, v1::HistoryRecord* out);  // convert_history.cpp
+void ToProto(const HistoryReply& h, v1::GetHistoryResponse* out);
 void ToProto(const PolicyUpdate& u, v1::PolicyUpdate* out);
 
 }  // namespace streambp::server

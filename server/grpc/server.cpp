@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "dashboard.h"
 #include "metrics.h"
 #include "service.h"
 #include "streambp/error.h"
@@ -275,10 +276,15 @@ std::unique_ptr<Server> Server::Create(const ServerConfig& config) {
   RaiseFileLimit();
   p->host = TrainingHost::Create(c);
   if (!c.metrics.listen.empty()) {
-    p->metrics = MetricsExporter::Create(c.metrics.listen, c.sessions.enabled && c.sessions.metrics_label);
+    const bool dashboard = DashboardEnabled(c);
+    p->metrics = MetricsExporter::Create(c.metrics.listen, c.sessions.enabled && c.sessions.metrics_label,
+                                         dashboard ? DashboardRoutes(p->host.get(), c)
+                                                   : std::map<std::string, HttpEndpoint::Route>{});
     RegisterGauges(*p->metrics, p->host.get());
-    spdlog::info("metrics on http://{}:{}/metrics", c.metrics.listen.substr(0, c.metrics.listen.rfind(':')),
-                 p->metrics->port());
+    const std::string base = "http://" + c.metrics.listen.substr(0, c.metrics.listen.rfind(':')) + ":" +
+                             std::to_string(p->metrics->port());
+    spdlog::info("metrics on {}/metrics", base);
+    if (dashboard) spdlog::info("dashboard on {}/dashboard", base);
   }
   p->telemetry = std::make_unique<ServerTelemetry>(p->metrics.get(), c.log.format == "json");
   p->host->set_telemetry(p->telemetry.get());

@@ -183,6 +183,15 @@ Unary* TrainerService::GetRolloutStats(Ctx* ctx, const Bytes* in, Bytes* out) {
   });
 }
 
+Unary* TrainerService::GetHistory(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::GetHistoryRequest, v1::GetHistoryResponse>;
+  return Call::Run(ctx, in, out, "GetHistory", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    ToProto(host_->history(call->session, call->request.after_index(), call->request.max_records()),
+            &call->response);
+    call->finish();
+  });
+}
+
 Unary* TrainerService::CreateSession(Ctx* ctx, const Bytes* in, Bytes* out) {
   using Call = UnaryCall<v1::CreateSessionRequest, v1::SessionInfo>;
   return Call::Run(ctx, in, out, "CreateSession", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {

@@ -27,6 +27,7 @@ using Service =
     Trainer::WithRawCallbackMethod_PushRolloutsStream<
     Trainer::WithRawCallbackMethod_WatchPolicy<
     Trainer::WithRawCallbackMethod_GetRolloutStats<
+    Trainer::WithRawCallbackMethod_GetHistory<
     Trainer::WithRawCallbackMethod_CreateSession<
     Trainer::WithRawCallbackMethod_GetSession<
     Trainer::WithRawCallbackMethod_ListSessions<
@@ -35,7 +36,7 @@ using Service =
     Trainer::WithRawCallbackMethod_Detokenize<
     Trainer::WithRawCallbackMethod_ForwardBackwardProgress<
     Trainer::WithRawCallbackMethod_TrainStepProgress<
-    Trainer::Service>>>>>>>>>>>>>>>>>>>>>>;
+    Trainer::Service>>>>>>>>>>>>>>>>>>>>>>>;
 // clang-format on
 }  // namespace raw
 
@@ -58,6 +59,7 @@ class TrainerService final : public raw::Service {
   Unary* Sample(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* PushRollouts(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* GetRolloutStats(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  Unary* GetHistory(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* CreateSession(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* GetSession(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* ListSessions(Ctx* ctx, const Bytes* in, Bytes* out) override;

@@ -152,6 +152,14 @@ ServerConfig ServerConfig::FromJson(const json& j, bool validate) {
   if (const json* m = top.sub("metrics")) {
     Section s(*m, "metrics");
     s.get("listen", c.metrics.listen);
+    s.get("dashboard", c.metrics.dashboard);
+    s.done();
+  }
+  if (const json* h = top.sub("history")) {
+    Section s(*h, "history");
+    s.get("max_records", c.history.max_records);
+    s.get("file", c.history.file);
+    s.get("tensorboard", c.history.tensorboard);
     s.done();
   }
   if (const json* r = top.sub("rollouts")) {
@@ -279,8 +287,17 @@ void ServerConfig::Validate() const {
     fail("log.level must be trace, debug, info, warn, error or off, got '" + log.level + "'");
   }
   if (shutdown.grace_seconds < 0) fail("shutdown.grace_seconds must be >= 0");
+  if (metrics.dashboard != "auto" && metrics.dashboard != "on" && metrics.dashboard != "off") {
+    fail("metrics.dashboard must be auto, on or off, got '" + metrics.dashboard + "'");
+  }
   if (!metrics.listen.empty() && metrics.listen.find(':') == std::string::npos) {
     fail("metrics.listen must be host:port or empty (off), got '" + metrics.listen + "'");
+  }
+  if (history.max_records < 1 || history.max_records > 1000000) {
+    fail("history.max_records must be in [1, 1000000], got " + std::to_string(history.max_records));
+  }
+  if (history.tensorboard && (!history.file || checkpoint_dir.empty())) {
+    fail("history.tensorboard needs history.file and checkpoint_dir (the event files go beside metrics.jsonl)");
   }
   if (limits.auto_chunks && limits.memory_budget_bytes <= 0) fail("limits.auto_chunks needs limits.memory_budget_bytes");
   if (rollouts.groups_per_step <= 0) fail("rollouts.groups_per_step must be > 0");
@@ -359,7 +376,9 @@ json ServerConfig::ToJson(bool mask_secrets) const {
               {"shutdown", {{"grace_seconds", shutdown.grace_seconds}, {"checkpoint_on_exit", shutdown.checkpoint_on_exit}}},
               {"log", {{"format", log.format}, {"level", log.level}}},
               {"keepalive", {{"time_ms", keepalive.time_ms}, {"timeout_ms", keepalive.timeout_ms}}},
-              {"metrics", {{"listen", metrics.listen}}},
+              {"metrics", {{"listen", metrics.listen}, {"dashboard", metrics.dashboard}}},
+              {"history",
+               {{"max_records", history.max_records}, {"file", history.file}, {"tensorboard", history.tensorboard}}},
               {"rollouts", {{"groups_per_step", rollouts.groups_per_step},
                             {"max_staleness", rollouts.max_staleness},
                             {"max_queue", rollouts.max_queue},

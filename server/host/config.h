@@ -95,6 +95,14 @@ struct KeepaliveSection {
 
 struct MetricsSection {
   std::string listen;  ///< host:port of the Prometheus /metrics HTTP endpoint; port 0 picks one; "" = off
+  std::string dashboard = "auto";  ///< the training dashboard beside it: auto (on without auth) | on | off
+};
+
+/// The training history of every session (docs/operations.md: Training history).
+struct HistorySection {
+  int64_t max_records = 4096;  ///< records each session keeps in memory for GetHistory
+  bool file = true;            ///< append them to <checkpoint_dir>[/<session>]/metrics.jsonl
+  bool tensorboard = false;    ///< and write TensorBoard event files beside it (tensorboard/)
 };
 
 struct SessionsSection {
@@ -137,6 +145,7 @@ struct ServerConfig {
   SessionsSection sessions;
   bool resume = false;           ///< at start, load the newest complete checkpoint in checkpoint_dir
   MetricsSection metrics;
+  HistorySection history;
 
   /// Throws InvalidArgument naming the first unknown key or bad value ("config: ...").
   /// `validate` false: only keys and types are checked, not how the fields fit together

@@ -47,6 +47,12 @@ void ValidateName(const std::string& name, size_t max, const char* what, const c
 
 void ValidateCheckpointName(const std::string& name) {
   ValidateName(name, 128, "checkpoint", "a name inside the server's checkpoint directory, never a path");
+  const bool history_file = name.size() > 6 && name.compare(name.size() - 6, 6, ".jsonl") == 0 &&
+                            (name == "metrics.jsonl" || name.rfind("metrics-", 0) == 0);
+  if (history_file || name == "tensorboard") {
+    throw InvalidArgument("checkpoint name '" + name +
+                          "' is reserved for the training history (metrics.jsonl, tensorboard/); choose another");
+  }
 }
 
 void ValidateSessionName(const std::string& name) { ValidateName(name, 64, "session", "a name, never a path"); }

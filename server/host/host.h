@@ -81,6 +81,9 @@ class TrainingHost {
   RolloutStats rollout_stats(const std::string& session = "") const;
   int64_t step(const std::string& session = "") const;
   int64_t policy_version(const std::string& session = "") const;
+  /// A session's training history: records with index > after_index, oldest first, at most
+  /// `max` (<= 0: all kept), and the index range kept.
+  HistoryReply history(const std::string& session, int64_t after_index, int64_t max) const;
   /// Non-empty once a rank is gone: every call is then answered Unavailable with it.
   std::string broken_reason() const;
 
@@ -166,7 +169,9 @@ class TrainingHost {
   // host_steps.cpp
   StepStats run_forward_backward(const CallContext& ctx, HostSession& s, const StepCommand& command,
                                  const EngineOptions& resolved);
-  OptimStats run_optim_step(HostSession& s, const std::optional<AdamStepParams>& adam = std::nullopt);
+  /// Records the step in the session's history under `source` (train | optim_step | rollouts).
+  OptimStats run_optim_step(HostSession& s, const std::string& source,
+                            const std::optional<AdamStepParams>& adam = std::nullopt, int64_t groups_consumed = 0);
   StepCommand prepare_step(const CallContext& ctx, HostSession& s, StepRequest& request, StepKind kind,
                            EngineOptions* resolved);
 
@@ -181,6 +186,11 @@ class TrainingHost {
   void schedule_rollout_step(const std::shared_ptr<HostSession>& s);
   void run_rollout_step(HostSession& s);
   void audit(const HostSession& s, const nlohmann::json& record);
+
+  // The training history (host_history.cpp).
+  void open_history(HostSession& s, bool fresh_model);
+  void record_history(HostSession& s, const std::string& source, const OptimStats& optim, double optim_seconds,
+                      int64_t groups_consumed = 0);
 
   ServerConfig config_;
   InputLimits limits_;
@@ -221,6 +231,9 @@ class TrainingHost {
   bool shut_down_ = false;
   std::string shutdown_checkpoint_;
 };
+
+/// The most records one GetHistory answer carries (a page; the next starts after its last).
+constexpr int64_t kMaxHistoryPage = 10000;
 
 /// A checkpoint name: [A-Za-z0-9._-]+, not starting with '.', at most 128 characters.
 /// InvalidArgument otherwise (it is a name inside the checkpoint directory, never a path).

@@ -198,7 +198,7 @@ void TrainingHost::run_rollout_step(HostSession& s) {
       s.rollouts->set_last_step_seconds(Since(start));
       throw;
     }
-    t.optim = run_optim_step(s);
+    t.optim = run_optim_step(s, "rollouts", std::nullopt, static_cast<int64_t>(groups.size()));
   } catch (...) {
     s.rollouts->set_last_step_seconds(Since(start));
     if (groups.empty()) throw;  // restored above

@@ -2,9 +2,11 @@
 // Rank 0's state of one session (internal to the host; the replica holds its trainer).
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "history.h"
 #include "policy_hub.h"
 #include "rollout_queue.h"
 #include "types.h"
@@ -21,6 +23,15 @@ struct HostSession {
   /// valid for the calls that still hold the session).
   std::unique_ptr<RolloutQueue> rollouts;
   PolicyHub hub;
+  /// Set once before the session is ready and never reset, like `rollouts`.
+  std::unique_ptr<History> history;
+  /// Device thread: the forward-backwards since the last optimizer step, for its history
+  /// record (reset when a forward-backward starts with no gradients pending).
+  struct Accumulated {
+    int64_t count = 0, tokens = 0, peak_memory_bytes = 0;
+    double loss = 0, seconds = 0;
+    std::map<std::string, std::pair<double, int64_t>> metrics;  ///< sum, count
+  } accumulated;
   std::atomic<int64_t> step{0}, version{0}, pending{0};
   std::atomic<int64_t> weights_generation{0};  ///< +1 whenever its weights change
   std::shared_ptr<const WeightsSnapshot> snapshot;  ///< device thread: the last export's

@@ -71,8 +71,10 @@ void TrainingHost::open_sessions() {
     s->spec.max_staleness = config_.rollouts.max_staleness;
     s->spec.grpo = config_.rollouts.grpo;
     s->spec.full = true;
+    bool resumed = false;
     if (config_.resume) {
       const std::string newest = FindNewestCheckpoint(config_.checkpoint_dir);
+      resumed = !newest.empty();
       if (!newest.empty()) {
         executor_->run(LoadCommand{"", checkpoint_path(*s, newest)});
         spdlog::info("resumed from checkpoint {} (step {}, policy version {})", newest, replica.trainer().step(),
@@ -81,6 +83,7 @@ void TrainingHost::open_sessions() {
     }
     s->rollouts = std::make_unique<RolloutQueue>(RolloutOptionsOf(config_, s->spec, config_.rollouts.log),
                                                  replica.trainer().policy_version());
+    open_history(*s, !resumed);
     s->resident = true;
     s->ready = true;
     s->trainable_parameters = static_cast<int64_t>(replica.trainer().trainable().size());
@@ -113,6 +116,7 @@ void TrainingHost::open_sessions() {
       s->version = version;
       s->rollouts = std::make_unique<RolloutQueue>(
           RolloutOptionsOf(config_, s->spec, (entry.path() / "rollouts.log").string()), version);
+      open_history(*s, false);
       s->ready = true;
       audit(*s, {{"resumed", version}});
       announce(*s, "start", nullptr, 0);
@@ -275,6 +279,7 @@ void TrainingHost::create_session(CallContext ctx, SessionRequest request, Done<
           for (const auto& [name, p] : executor_->replica().trainer(s->spec.name).trainable()) {
             s->trainable_parameters += p.numel();
           }
+          open_history(*s, true);
           publish_state(*s);
           s->ready = true;
           audit(*s, {{"resumed", 0}});

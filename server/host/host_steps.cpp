@@ -79,7 +79,9 @@ void CheckWeightsVersion(const HostSession& s, std::optional<int64_t> weights_ve
 StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession& s, const StepCommand& command,
                                              const EngineOptions& resolved) {
   const auto start = Clock::now();
-  use(s);
+  auto& trainer = use(s);
+  // Gradients thrown away since (a failed step, a load) take their history with them.
+  if (!trainer.has_pending_gradients()) s.accumulated = {};
   memory::ResetPeak();
   const int64_t live_before = memory::LiveBytes();
   const auto& topts = executor_->replica().trainer_options();
@@ -109,10 +111,22 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
   // The version these gradients were computed at (the log's forward_backward.policy_version).
   st.policy_version = executor_->replica().trainer(s.spec.name).policy_version();
   if (telemetry_) telemetry_->on_forward_backward(s.spec.name, st);
+  auto& a = s.accumulated;
+  ++a.count;
+  a.tokens += st.result.tokens;
+  a.loss += st.result.loss;
+  a.seconds += st.seconds;
+  a.peak_memory_bytes = std::max(a.peak_memory_bytes, st.peak_memory_bytes);
+  for (const auto& [name, value] : st.result.metrics) {
+    auto& m = a.metrics[name];
+    m.first += value;
+    ++m.second;
+  }
   return st;
 }
 
-OptimStats TrainingHost::run_optim_step(HostSession& s, const std::optional<AdamStepParams>& adam) {
+OptimStats TrainingHost::run_optim_step(HostSession& s, const std::string& source,
+                                        const std::optional<AdamStepParams>& adam, int64_t groups_consumed) {
   const auto start = Clock::now();
   auto& trainer = use(s);
   // Refused here, before any rank sees the command; the gradients stay pending.
@@ -127,6 +141,7 @@ OptimStats TrainingHost::run_optim_step(HostSession& s, const std::optional<Adam
   o.step = trainer.step();
   publish_state(s);
   if (telemetry_) telemetry_->on_optim_step(s.spec.name, o, Since(start));
+  record_history(s, source, o, Since(start), groups_consumed);
   return o;
 }
 
@@ -182,7 +197,7 @@ void TrainingHost::train_step(CallContext ctx, StepRequest request, Done<TrainSt
         t.forward = run_forward_backward(ctx, *s, *command, *resolved);
         t.forward.policy_version = executor_->replica().trainer(s->spec.name).policy_version();
         if (ctx.progress) ctx.progress(StepProgressEvent{"optimizer"});
-        t.optim = run_optim_step(*s, adam);
+        t.optim = run_optim_step(*s, "train", adam);
         if (!t.optim.optim.skipped) announce(*s, "train", &t.forward.result, 0);
         if (telemetry_) telemetry_->on_train_step(s->spec.name, t, "train", Since(start));
         return Share(std::move(t));
@@ -203,7 +218,7 @@ void TrainingHost::optim_step(CallContext ctx, std::optional<AdamStepParams> ada
   submit<OptimStats>(
       ctx, s, true,
       [this, s, adam] {
-        auto o = run_optim_step(*s, adam);
+        auto o = run_optim_step(*s, "optim_step", adam);
         if (!o.optim.skipped) announce(*s, "train", nullptr, 0);
         return Share(std::move(o));
       },

@@ -19,6 +19,7 @@
 #include "streambp/objective.h"
 #include "streambp/sampler.h"
 #include "streambp/trainer_options.h"
+#include "history.h"
 #include "text_codec.h"
 
 namespace streambp::server {
@@ -293,6 +294,14 @@ struct PolicyUpdate {
   int64_t groups_consumed = 0;
   int64_t groups_dropped = 0;
   Metrics metrics;
+};
+
+/// What GetHistory answers.
+struct HistoryReply {
+  std::vector<HistoryRecord> records;
+  int64_t first_index = 0;  ///< the oldest record kept (0: none)
+  int64_t last_index = 0;   ///< the newest
+  std::string file;         ///< metrics.jsonl's path, "" when the history is not written
 };
 
 /// What GetInfo reports.

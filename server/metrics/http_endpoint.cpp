@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -27,6 +28,7 @@ const char* Reason(int status) {
   switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
@@ -41,9 +43,66 @@ std::string Serialize(const HttpAnswer& a, bool head, const char* extra_headers 
   out += "Content-Type: " + a.content_type + "\r\n";
   out += "Content-Length: " + std::to_string(a.body.size()) + "\r\n";
   out += extra_headers;
+  out += a.headers;
   out += "Connection: close\r\n\r\n";
   if (!head) out += a.body;
   return out;
+}
+
+int Hex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string PercentDecoded(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && Hex(s[i + 1]) >= 0 && Hex(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(Hex(s[i + 1]) * 16 + Hex(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i] == '+' ? ' ' : s[i]);
+    }
+  }
+  return out;
+}
+
+// The request head: "METHOD SP TARGET SP VERSION" and "Name: value" lines.
+HttpRequest ParseRequest(const std::string& head, const std::string& target) {
+  HttpRequest r;
+  const auto q = target.find('?');
+  r.path = target.substr(0, q);
+  if (q != std::string::npos) {
+    const std::string query = target.substr(q + 1);
+    size_t start = 0;
+    while (start <= query.size()) {
+      const auto end = std::min(query.find('&', start), query.size());
+      const std::string pair = query.substr(start, end - start);
+      const auto eq = pair.find('=');
+      if (!pair.empty()) {
+        r.query[PercentDecoded(pair.substr(0, eq))] = eq == std::string::npos ? "" : PercentDecoded(pair.substr(eq + 1));
+      }
+      start = end + 1;
+    }
+  }
+  size_t pos = head.find('\n');
+  while (pos != std::string::npos && pos + 1 < head.size()) {
+    const auto end = head.find('\n', pos + 1);
+    std::string line = head.substr(pos + 1, (end == std::string::npos ? head.size() : end) - pos - 1);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) break;
+    const auto colon = line.find(':');
+    if (colon != std::string::npos) {
+      std::string name = line.substr(0, colon);
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      const auto value = line.find_first_not_of(" \t", colon + 1);
+      r.headers[name] = value == std::string::npos ? "" : line.substr(value);
+    }
+    pos = end;
+  }
+  return r;
 }
 
 void NonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
@@ -136,10 +195,9 @@ void HttpEndpoint::run() {
       a.body = "bad request line\n";
     } else {
       const std::string method = line.substr(0, sp1);
-      std::string path = line.substr(sp1 + 1, sp2 - sp1 - 1);
-      path = path.substr(0, path.find('?'));
+      const HttpRequest request = ParseRequest(c.in, line.substr(sp1 + 1, sp2 - sp1 - 1));
       head = method == "HEAD";
-      auto route = routes_.find(path);
+      auto route = routes_.find(request.path);
       if (method != "GET" && method != "HEAD") {
         a.status = 405;
         extra = "Allow: GET, HEAD\r\n";
@@ -149,7 +207,7 @@ void HttpEndpoint::run() {
         a.body = "metrics are at /metrics\n";
       } else {
         try {
-          a = route->second();
+          a = route->second(request);
         } catch (const std::exception& e) {
           a = HttpAnswer{500, "text/plain; charset=utf-8", std::string(e.what()) + "\n"};
         }

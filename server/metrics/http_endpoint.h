@@ -20,6 +20,14 @@ struct HttpAnswer {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  std::string headers;  ///< extra header lines, each ending in \r\n
+};
+
+/// What a route sees of a request.
+struct HttpRequest {
+  std::string path;
+  std::map<std::string, std::string> query;    ///< ?a=b&c=d, percent-decoded (a repeated key: the last)
+  std::map<std::string, std::string> headers;  ///< names in lower case
 };
 
 class HttpEndpoint {
@@ -30,7 +38,7 @@ class HttpEndpoint {
     size_t max_request_bytes = 16 << 10;   ///< request line + headers
   };
   /// GET/HEAD of an exact path; anything the route throws becomes a 500 with its message.
-  using Route = std::function<HttpAnswer()>;
+  using Route = std::function<HttpAnswer(const HttpRequest&)>;
 
   /// Binds `listen` (host:port, port 0 = any) and starts serving; throws Error(kInternal)
   /// when it cannot be bound.

@@ -140,7 +140,8 @@ constexpr const char* kService = "streambp.v1.Trainer";
 
 }  // namespace
 
-std::unique_ptr<MetricsExporter> MetricsExporter::Create(const std::string& listen, bool session_label) {
+std::unique_ptr<MetricsExporter> MetricsExporter::Create(const std::string& listen, bool session_label,
+                                                         std::map<std::string, HttpEndpoint::Route> pages) {
   std::unique_ptr<MetricsExporter> m(new MetricsExporter());
   m->session_label_ = session_label;
   m->registry_ = std::make_shared<prometheus::Registry>();
@@ -256,8 +257,8 @@ std::unique_ptr<MetricsExporter> MetricsExporter::Create(const std::string& list
                       [start] { return start; });
 
   MetricsExporter* self = m.get();
-  std::map<std::string, HttpEndpoint::Route> routes;
-  routes["/metrics"] = [self] { return HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8", self->Render()}; };
+  std::map<std::string, HttpEndpoint::Route> routes = std::move(pages);
+  routes["/metrics"] = [self](const HttpRequest&) { return HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8", self->Render()}; };
   m->http_ = std::make_unique<HttpEndpoint>(listen, std::move(routes), HttpEndpoint::Options{});
   m->port_ = m->http_->port();
   return m;

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "http_endpoint.h"
+
 namespace prometheus {
 class Counter;
 class Gauge;
@@ -31,7 +33,6 @@ class Family;
 namespace streambp::server {
 
 class CallbackGauges;
-class HttpEndpoint;
 
 /// Owns a prometheus::Registry and the HTTP exposer that serves it.
 ///
@@ -47,7 +48,9 @@ class MetricsExporter {
   /// (other paths: 404) one connection at a time on a thread of its own. Throws
   /// Error(kInternal) naming the address when it cannot be bound.
   /// `session_label`: the training signals carry a `session` label (sessions.metrics_label).
-  static std::unique_ptr<MetricsExporter> Create(const std::string& listen, bool session_label = false);
+  /// `pages`: more routes served on the same port (the dashboard).
+  static std::unique_ptr<MetricsExporter> Create(const std::string& listen, bool session_label = false,
+                                                 std::map<std::string, HttpEndpoint::Route> pages = {});
   ~MetricsExporter();
   MetricsExporter(const MetricsExporter&) = delete;
   MetricsExporter& operator=(const MetricsExporter&) = delete;

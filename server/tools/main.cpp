@@ -215,6 +215,9 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--lr", serve.lr, with_default("learning rate", lr));
   serve_cmd->add_option("--micro-batch-tokens", serve.micro_batch_tokens, "padded tokens per micro-batch (0 = whole)");
   serve_cmd->add_option("--checkpoint-dir", serve.checkpoint_dir, "folder of Save/LoadCheckpoint names");
+  serve_cmd->add_flag("--history-tensorboard", serve.history_tensorboard,
+                      "also write each session's training history as TensorBoard event files "
+                      "(<checkpoint-dir>[/<session>]/tensorboard/; needs --checkpoint-dir)");
   serve_cmd->add_option("--token", serve.tokens, "bearer token clients must send (repeatable)");
   serve_cmd->add_option("--queue-depth", serve.queue_depth,
                         with_default("requests that may wait for the device", std::to_string(defaults.limits.queue_depth)));

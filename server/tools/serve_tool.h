@@ -16,6 +16,7 @@ struct ServeArgs {
   std::string port_file;         ///< write the bound port here once listening
   bool check_config = false;     ///< validate, print the effective config, exit
   bool no_model_check = false;   ///< with check_config: leave the model folder and device unchecked
+  bool history_tensorboard = false;  ///< history.tensorboard: TensorBoard event files beside metrics.jsonl
 };
 
 int Serve(const ServeArgs& args);

@@ -48,6 +48,11 @@ PY
 
 # A new server resumes from the newest checkpoint; its exported weights serve again, identical.
 start_server second --checkpoint-dir "$dir/ckpt"
+# It starts a fresh model (no --resume): the first run's history is moved aside, not continued.
+ls "$dir"/ckpt/metrics-*.jsonl > /dev/null 2>&1 || fail "the first run's metrics.jsonl was not kept: $(ls "$dir/ckpt")"
+grep -q '"policy_version":1' "$dir"/ckpt/metrics-*.jsonl || fail "first run's history: $(cat "$dir"/ckpt/metrics-*.jsonl)"
+"$cli" history --server "127.0.0.1:$port" > "$dir/history0.out" 2>&1 || fail "history: $(cat "$dir/history0.out")"
+grep -q "no steps recorded yet" "$dir/history0.out" || fail "history of a fresh server: $(cat "$dir/history0.out")"
 "$cli" load --server "127.0.0.1:$port" > "$dir/load.out" || fail "load: $(cat "$dir/load.out")"
 grep -q "shutdown-1" "$dir/load.out" || fail "load output: $(cat "$dir/load.out")"
 "$cli" export-weights --server "127.0.0.1:$port" --out "$dir/exported" > "$dir/export.out" || fail "export-weights"
@@ -70,6 +75,32 @@ if command -v npm >/dev/null 2>&1 && (cd "$dir" && timeout 180 npm install --sil
 else
   echo "buf curl: skipped (npm or the npm registry not available)"
 fi
-kill -TERM "$server_pid" "$second_pid"
-wait "$server_pid" "$second_pid" 2>/dev/null
+third_pid=$server_pid
+
+# streambp history: a line per step, and as JSON lines the server's metrics.jsonl itself.
+start_server fourth --checkpoint-dir "$dir/ckpt4" --history-tensorboard
+printf '{"tokens":[1,2,3,4,5,6,7,8]}\n{"tokens":[9,8,7,6,5,4]}\n' > "$dir/small.jsonl"
+"$cli" train --server "127.0.0.1:$port" --data "$dir/small.jsonl" --steps 3 --batch-size 1 > "$dir/small.out" 2>&1 \
+  || fail "train: $(cat "$dir/small.out")"
+"$cli" history --server "127.0.0.1:$port" > "$dir/history.out" 2>"$dir/history.err" || fail "history"
+[ "$(grep -c ' train ' "$dir/history.out")" -eq 3 ] || fail "history table: $(cat "$dir/history.out")"
+grep -q "3 steps (newest index 3)" "$dir/history.err" || fail "history summary: $(cat "$dir/history.err")"
+"$cli" history --server "127.0.0.1:$port" --jsonl --after 1 > "$dir/history.jsonl" || fail "history --jsonl"
+python3 - "$dir/history.jsonl" "$dir/ckpt4/metrics.jsonl" <<'PY' || fail "history --jsonl differs from metrics.jsonl"
+import json, sys
+got = [json.loads(l) for l in open(sys.argv[1])]
+want = [json.loads(l) for l in open(sys.argv[2])][1:]
+assert [r["index"] for r in got] == [2, 3], got
+assert got == want, (got, want)
+PY
+ls "$dir"/ckpt4/tensorboard/events.out.tfevents.* > /dev/null 2>&1 || fail "no TensorBoard event file: $(ls -R "$dir/ckpt4")"
+expect_error() {  # expect_error "substring" cmd...
+  local want="$1"; shift
+  local out
+  if out="$("$@" 2>&1)"; then fail "expected failure: $*"; fi
+  grep -qF -- "$want" <<<"$out" || fail "expected '$want' in: $out"
+}
+expect_error "--after: must be a record index >= 0, got -1" "$cli" history --server "127.0.0.1:$port" --after -1
+kill -TERM "$server_pid" "$second_pid" "$third_pid"
+wait "$server_pid" "$second_pid" "$third_pid" 2>/dev/null
 echo "serve tests: all passed"

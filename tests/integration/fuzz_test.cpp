@@ -225,6 +225,10 @@ std::vector<std::pair<std::string, std::unique_ptr<Message>>> Seeds() {
   add("LoadCheckpoint", std::move(load));
   add("GetInfo", std::make_unique<v1::GetInfoRequest>());
   add("GetRolloutStats", std::make_unique<v1::GetRolloutStatsRequest>());
+  auto history = std::make_unique<v1::GetHistoryRequest>();
+  history->set_after_index(1);
+  history->set_max_records(3);
+  add("GetHistory", std::move(history));
   return out;
 }
 

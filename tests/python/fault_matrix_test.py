@@ -326,7 +326,8 @@ def case_kill9(rounds=6, seed=int(os.environ.get("STREAMBP_FAULT_SEED", "7"))):
           f"missing {sorted(acknowledged - set(ids))[:5]}, twice {sorted(i for i in set(ids) if ids.count(i) > 1)[:5]}")
     # Every checkpoint on disk is complete and loads; none is left half-written.
     ckpt = config["checkpoint_dir"]
-    names = sorted(n for n in os.listdir(ckpt) if not n.startswith("."))
+    # (Beside them: the training history, metrics.jsonl.)
+    names = sorted(n for n in os.listdir(ckpt) if not n.startswith(".") and n != "metrics.jsonl")
     for n in names:
         check(os.path.exists(os.path.join(ckpt, n, "manifest.json")), f"checkpoint {n} is incomplete")
     newest = max(names, key=lambda n: json.load(open(os.path.join(ckpt, n, "trainer_state.json")))["policy_version"])

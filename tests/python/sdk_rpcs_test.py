@@ -141,6 +141,9 @@ def main() -> int:
                 break
     stats = tc.rollout_stats()
     check(stats.steps_run == 1 and stats.consumed == 2 and stats.duplicates == 1, f"GetRolloutStats: {stats}")
+    history = tc.history()
+    check(history and history[-1].source == "rollouts" and history[-1].groups_consumed == 2
+          and history[-1].policy_version == stats.policy_version, f"GetHistory: {history[-1:]}")
 
     async def first_update():
         async for update in tc.watch_policy_async(since_version=0, timeout=60):

@@ -29,7 +29,7 @@ import grpc
 import streambp
 from streambp import StreambpError, custom_loss, data, pb, types
 from streambp._runtime import Runtime, Sequencer, call_forms, release_order
-from streambp.training import _FolderWriter
+from streambp._weights_folder import FolderWriter
 
 
 def test_jsonl_formats():
@@ -318,7 +318,7 @@ def export_chunks(weights, config, files=(), sha=None):
 
 
 def write_export(folder, chunks, expect=""):
-    writer = _FolderWriter(folder, expect, "s")
+    writer = FolderWriter(folder, expect, "s")
     for c in chunks:
         writer.add(c)
     return writer.finish()

@@ -44,6 +44,7 @@ export const METHODS = {
   PushRolloutsStream: { deadline: 'none' },
   WatchPolicy: { deadline: 'none', session: true },
   GetRolloutStats: { deadline: 'info', session: true },
+  GetHistory: { deadline: 'info', session: true },
   CreateSession: { deadline: 'step', requestId: true },
   GetSession: { deadline: 'info' },
   ListSessions: { deadline: 'info' },
@@ -381,6 +382,15 @@ export class Client {
   /** Counters of the rollout queue. */
   getRolloutStats(request: T.GetRolloutStatsRequest = {}, options?: CallOptions): Promise<T.RolloutStats__Output> {
     return this.unary('GetRolloutStats', request, options);
+  }
+
+  /**
+   * The session's training history, oldest first: one record per optimizer step (loss,
+   * objective metrics, grad norm, lr, tokens/s, memory, version, time). Page with
+   * `after_index` (the last index seen) to follow training; `last_index` is the newest.
+   */
+  getHistory(request: T.GetHistoryRequest = {}, options?: CallOptions): Promise<T.GetHistoryResponse__Output> {
+    return this.unary('GetHistory', request, options);
   }
 
   // --- Sessions ---------------------------------------------------------------------------

@@ -127,6 +127,18 @@ test('every RPC once against a real server', { skip }, async () => {
   const stats = await s.getRolloutStats();
   assert.equal(stats.steps_run, 1);
   assert.equal(stats.consumed, 2);
+  // The history: a record per optimizer step, with what each step answered.
+  const history = await s.getHistory();
+  assert.deepEqual(history.records.map((r) => r.source), ['optim_step', 'train', 'train', 'optim_step', 'rollouts']);
+  assert.deepEqual(history.records.map((r) => r.policy_version), [1, 2, 3, 4, 5]);
+  assert.equal(history.records[1].loss, step.stats?.loss);
+  assert.equal(history.records[1].grad_norm, step.optim?.grad_norm);
+  assert.equal(history.records[3].learning_rate, 2e-3);
+  assert.equal(history.records[4].groups_consumed, 2);
+  assert.ok('reward_mean' in history.records[4].metrics, JSON.stringify(history.records[4].metrics));
+  assert.equal(history.last_index, 5);
+  assert.ok(history.file.endsWith(path.join('node', 'metrics.jsonl')), history.file);
+  assert.deepEqual((await s.getHistory({ after_index: 3 })).records.map((r) => r.index), [4, 5]);
 
   // State: checkpoints and weights.
   const saved = await s.saveCheckpoint({ name: 'node-ckpt' });

@@ -19,6 +19,7 @@ from .custom_loss import LossFn, torch_available
 from .data import (batch_from_records, dpo_batch, grpo_batch, objective_options, parse_jsonl, read_jsonl,
                    rollout_group, sft_batch, text_input, weighted_batch)
 from .errors import StreambpError
+from .history import HistoryRecord
 from .safetensors import Tensor, load_safetensors
 from .training import RolloutStream, TrainingClient
 from .types import (AdamParams, CheckpointInfo, Completion, CustomLossResult, ExportedWeights, ForwardBackwardResult,
@@ -36,6 +37,6 @@ __all__ = [
     "rollout_group", "sft_batch", "text_input", "weighted_batch", "Tensor", "load_safetensors",
     "CheckpointInfo", "Completion", "CustomLossResult", "ExportedWeights", "ForwardBackwardResult",
     "LoadedCheckpoint", "LogprobsResult", "LoraConfig", "MemoryEstimate", "OptimStepResult", "PolicyUpdate",
-    "RolloutAck", "RolloutStats", "RoutedExperts", "SampleResult", "ServerInfo", "SessionInfo", "SessionList",
+    "HistoryRecord", "RolloutAck", "RolloutStats", "RoutedExperts", "SampleResult", "ServerInfo", "SessionInfo", "SessionList",
     "StepProgress", "StepStats", "TokenizedText", "TokenizerInfo", "TrainStepResult", "__version__",
 ]

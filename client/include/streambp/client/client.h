@@ -170,6 +170,10 @@ class Client {
                                               const CallOptions& call = {},
                                               const std::function<void(int64_t, int64_t)>& progress = {}) const;
 
+  /// The session's training history (a record per optimizer step), oldest first, from
+  /// request.after_index on (one page: up to request.max_records, at most 10000).
+  Result<v1::GetHistoryResponse> GetHistory(v1::GetHistoryRequest request = {}, const CallOptions& call = {}) const;
+
   /// Predicted peak memory of a step and whether it fits.
   Result<v1::EstimateMemoryResponse> EstimateMemory(const v1::EstimateMemoryRequest& request,
                                                     const CallOptions& call = {}) const;

@@ -20,6 +20,8 @@ export type { EstimateMemoryResponse, EstimateMemoryResponse__Output } from './s
 export type { ExportWeightsRequest, ExportWeightsRequest__Output } from './streambp/v1/ExportWeightsRequest';
 export type { ForwardBackwardRequest, ForwardBackwardRequest__Output } from './streambp/v1/ForwardBackwardRequest';
 export type { ForwardBackwardResponse, ForwardBackwardResponse__Output } from './streambp/v1/ForwardBackwardResponse';
+export type { GetHistoryRequest, GetHistoryRequest__Output } from './streambp/v1/GetHistoryRequest';
+export type { GetHistoryResponse, GetHistoryResponse__Output } from './streambp/v1/GetHistoryResponse';
 export type { GetInfoRequest, GetInfoRequest__Output } from './streambp/v1/GetInfoRequest';
 export type { GetInfoResponse, GetInfoResponse__Output } from './streambp/v1/GetInfoResponse';
 export type { GetRolloutStatsRequest, GetRolloutStatsRequest__Output } from './streambp/v1/GetRolloutStatsRequest';
@@ -28,6 +30,7 @@ export type { GrpoBatch, GrpoBatch__Output } from './streambp/v1/GrpoBatch';
 export type { GrpoCompletion, GrpoCompletion__Output } from './streambp/v1/GrpoCompletion';
 export type { GrpoGroup, GrpoGroup__Output } from './streambp/v1/GrpoGroup';
 export type { GrpoOptions, GrpoOptions__Output } from './streambp/v1/GrpoOptions';
+export type { HistoryRecord, HistoryRecord__Output } from './streambp/v1/HistoryRecord';
 export type { ListSessionsRequest, ListSessionsRequest__Output } from './streambp/v1/ListSessionsRequest';
 export type { ListSessionsResponse, ListSessionsResponse__Output } from './streambp/v1/ListSessionsResponse';
 export type { LoadCheckpointRequest, LoadCheckpointRequest__Output } from './streambp/v1/LoadCheckpointRequest';

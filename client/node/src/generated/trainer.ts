@@ -21,6 +21,8 @@ import type { EstimateMemoryResponse as _streambp_v1_EstimateMemoryResponse, Est
 import type { ExportWeightsRequest as _streambp_v1_ExportWeightsRequest, ExportWeightsRequest__Output as _streambp_v1_ExportWeightsRequest__Output } from './streambp/v1/ExportWeightsRequest';
 import type { ForwardBackwardRequest as _streambp_v1_ForwardBackwardRequest, ForwardBackwardRequest__Output as _streambp_v1_ForwardBackwardRequest__Output } from './streambp/v1/ForwardBackwardRequest';
 import type { ForwardBackwardResponse as _streambp_v1_ForwardBackwardResponse, ForwardBackwardResponse__Output as _streambp_v1_ForwardBackwardResponse__Output } from './streambp/v1/ForwardBackwardResponse';
+import type { GetHistoryRequest as _streambp_v1_GetHistoryRequest, GetHistoryRequest__Output as _streambp_v1_GetHistoryRequest__Output } from './streambp/v1/GetHistoryRequest';
+import type { GetHistoryResponse as _streambp_v1_GetHistoryResponse, GetHistoryResponse__Output as _streambp_v1_GetHistoryResponse__Output } from './streambp/v1/GetHistoryResponse';
 import type { GetInfoRequest as _streambp_v1_GetInfoRequest, GetInfoRequest__Output as _streambp_v1_GetInfoRequest__Output } from './streambp/v1/GetInfoRequest';
 import type { GetInfoResponse as _streambp_v1_GetInfoResponse, GetInfoResponse__Output as _streambp_v1_GetInfoResponse__Output } from './streambp/v1/GetInfoResponse';
 import type { GetRolloutStatsRequest as _streambp_v1_GetRolloutStatsRequest, GetRolloutStatsRequest__Output as _streambp_v1_GetRolloutStatsRequest__Output } from './streambp/v1/GetRolloutStatsRequest';
@@ -29,6 +31,7 @@ import type { GrpoBatch as _streambp_v1_GrpoBatch, GrpoBatch__Output as _streamb
 import type { GrpoCompletion as _streambp_v1_GrpoCompletion, GrpoCompletion__Output as _streambp_v1_GrpoCompletion__Output } from './streambp/v1/GrpoCompletion';
 import type { GrpoGroup as _streambp_v1_GrpoGroup, GrpoGroup__Output as _streambp_v1_GrpoGroup__Output } from './streambp/v1/GrpoGroup';
 import type { GrpoOptions as _streambp_v1_GrpoOptions, GrpoOptions__Output as _streambp_v1_GrpoOptions__Output } from './streambp/v1/GrpoOptions';
+import type { HistoryRecord as _streambp_v1_HistoryRecord, HistoryRecord__Output as _streambp_v1_HistoryRecord__Output } from './streambp/v1/HistoryRecord';
 import type { ListSessionsRequest as _streambp_v1_ListSessionsRequest, ListSessionsRequest__Output as _streambp_v1_ListSessionsRequest__Output } from './streambp/v1/ListSessionsRequest';
 import type { ListSessionsResponse as _streambp_v1_ListSessionsResponse, ListSessionsResponse__Output as _streambp_v1_ListSessionsResponse__Output } from './streambp/v1/ListSessionsResponse';
 import type { LoadCheckpointRequest as _streambp_v1_LoadCheckpointRequest, LoadCheckpointRequest__Output as _streambp_v1_LoadCheckpointRequest__Output } from './streambp/v1/LoadCheckpointRequest';
@@ -101,6 +104,8 @@ export interface ProtoGrpcType {
       ExportWeightsRequest: MessageTypeDefinition<_streambp_v1_ExportWeightsRequest, _streambp_v1_ExportWeightsRequest__Output>
       ForwardBackwardRequest: MessageTypeDefinition<_streambp_v1_ForwardBackwardRequest, _streambp_v1_ForwardBackwardRequest__Output>
       ForwardBackwardResponse: MessageTypeDefinition<_streambp_v1_ForwardBackwardResponse, _streambp_v1_ForwardBackwardResponse__Output>
+      GetHistoryRequest: MessageTypeDefinition<_streambp_v1_GetHistoryRequest, _streambp_v1_GetHistoryRequest__Output>
+      GetHistoryResponse: MessageTypeDefinition<_streambp_v1_GetHistoryResponse, _streambp_v1_GetHistoryResponse__Output>
       GetInfoRequest: MessageTypeDefinition<_streambp_v1_GetInfoRequest, _streambp_v1_GetInfoRequest__Output>
       GetInfoResponse: MessageTypeDefinition<_streambp_v1_GetInfoResponse, _streambp_v1_GetInfoResponse__Output>
       GetRolloutStatsRequest: MessageTypeDefinition<_streambp_v1_GetRolloutStatsRequest, _streambp_v1_GetRolloutStatsRequest__Output>
@@ -109,6 +114,7 @@ export interface ProtoGrpcType {
       GrpoCompletion: MessageTypeDefinition<_streambp_v1_GrpoCompletion, _streambp_v1_GrpoCompletion__Output>
       GrpoGroup: MessageTypeDefinition<_streambp_v1_GrpoGroup, _streambp_v1_GrpoGroup__Output>
       GrpoOptions: MessageTypeDefinition<_streambp_v1_GrpoOptions, _streambp_v1_GrpoOptions__Output>
+      HistoryRecord: MessageTypeDefinition<_streambp_v1_HistoryRecord, _streambp_v1_HistoryRecord__Output>
       ListSessionsRequest: MessageTypeDefinition<_streambp_v1_ListSessionsRequest, _streambp_v1_ListSessionsRequest__Output>
       ListSessionsResponse: MessageTypeDefinition<_streambp_v1_ListSessionsResponse, _streambp_v1_ListSessionsResponse__Output>
       LoadCheckpointRequest: MessageTypeDefinition<_streambp_v1_LoadCheckpointRequest, _streambp_v1_LoadCheckpointRequest__Output>

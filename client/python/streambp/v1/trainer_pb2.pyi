@@ -265,6 +265,28 @@ class ForwardBackwardResponse(_message.Message):
     stats: StepStats
     def __init__(self, stats: _Optional[_Union[StepStats, _Mapping]] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
+class GetHistoryRequest(_message.Message):
+    __slots__ = ["after_index", "max_records", "session"]
+    AFTER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    after_index: int
+    max_records: int
+    session: str
+    def __init__(self, session: _Optional[str] = ..., after_index: _Optional[int] = ..., max_records: _Optional[int] = ...) -> None: ...
+
+class GetHistoryResponse(_message.Message):
+    __slots__ = ["file", "first_index", "last_index", "records"]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    first_index: int
+    last_index: int
+    records: _containers.RepeatedCompositeFieldContainer[HistoryRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[HistoryRecord, _Mapping]]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., file: _Optional[str] = ...) -> None: ...
+
 class GetInfoRequest(_message.Message):
     __slots__ = ["session"]
     SESSION_FIELD_NUMBER: _ClassVar[int]
@@ -408,6 +430,51 @@ class GrpoOptions(_message.Message):
     temperature: float
     tis_cap: float
     def __init__(self, beta: _Optional[float] = ..., epsilon_low: _Optional[float] = ..., epsilon_high: _Optional[float] = ..., loss_type: _Optional[str] = ..., scale_rewards: _Optional[str] = ..., importance_sampling_level: _Optional[str] = ..., temperature: _Optional[float] = ..., old_logprobs: _Optional[str] = ..., tis_cap: _Optional[float] = ..., max_completion_length: _Optional[float] = ..., normalizer: _Optional[float] = ..., entropy: bool = ...) -> None: ...
+
+class HistoryRecord(_message.Message):
+    __slots__ = ["forward_backwards", "grad_norm", "groups_consumed", "index", "learning_rate", "loss", "metrics", "peak_memory_bytes", "policy_version", "seconds", "skip_reason", "skipped", "source", "step", "time", "tokens", "tokens_per_second"]
+    class MetricsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    FORWARD_BACKWARDS_FIELD_NUMBER: _ClassVar[int]
+    GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    SKIP_REASON_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    forward_backwards: int
+    grad_norm: float
+    groups_consumed: int
+    index: int
+    learning_rate: float
+    loss: float
+    metrics: _containers.ScalarMap[str, float]
+    peak_memory_bytes: int
+    policy_version: int
+    seconds: float
+    skip_reason: str
+    skipped: bool
+    source: str
+    step: int
+    time: float
+    tokens: int
+    tokens_per_second: float
+    def __init__(self, index: _Optional[int] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., source: _Optional[str] = ..., time: _Optional[float] = ..., loss: _Optional[float] = ..., tokens: _Optional[int] = ..., forward_backwards: _Optional[int] = ..., tokens_per_second: _Optional[float] = ..., seconds: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ..., grad_norm: _Optional[float] = ..., learning_rate: _Optional[float] = ..., skipped: bool = ..., skip_reason: _Optional[str] = ..., groups_consumed: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
     __slots__ = []

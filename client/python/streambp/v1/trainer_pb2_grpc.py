@@ -104,6 +104,11 @@ class TrainerStub(object):
                 request_serializer=streambp_dot_v1_dot_trainer__pb2.GetRolloutStatsRequest.SerializeToString,
                 response_deserializer=streambp_dot_v1_dot_trainer__pb2.RolloutStats.FromString,
                 )
+        self.GetHistory = channel.unary_unary(
+                '/streambp.v1.Trainer/GetHistory',
+                request_serializer=streambp_dot_v1_dot_trainer__pb2.GetHistoryRequest.SerializeToString,
+                response_deserializer=streambp_dot_v1_dot_trainer__pb2.GetHistoryResponse.FromString,
+                )
         self.CreateSession = channel.unary_unary(
                 '/streambp.v1.Trainer/CreateSession',
                 request_serializer=streambp_dot_v1_dot_trainer__pb2.CreateSessionRequest.SerializeToString,
@@ -261,6 +266,15 @@ class TrainerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHistory(self, request, context):
+        """The session's training history: one record per optimizer step (TrainStep, OptimStep
+        after ForwardBackward, or a rollout step), oldest first. Page with after_index; the
+        same records are appended to <checkpoint_dir>[/<session>]/metrics.jsonl.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateSession(self, request, context):
         """--- Sessions ----------------------------------------------------------------------
         A session is one trainable thing on the server's shared base model: a LoRA adapter
@@ -384,6 +398,11 @@ def add_TrainerServicer_to_server(servicer, server):
                     servicer.GetRolloutStats,
                     request_deserializer=streambp_dot_v1_dot_trainer__pb2.GetRolloutStatsRequest.FromString,
                     response_serializer=streambp_dot_v1_dot_trainer__pb2.RolloutStats.SerializeToString,
+            ),
+            'GetHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHistory,
+                    request_deserializer=streambp_dot_v1_dot_trainer__pb2.GetHistoryRequest.FromString,
+                    response_serializer=streambp_dot_v1_dot_trainer__pb2.GetHistoryResponse.SerializeToString,
             ),
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
@@ -718,6 +737,23 @@ class Trainer(object):
         return grpc.experimental.unary_unary(request, target, '/streambp.v1.Trainer/GetRolloutStats',
             streambp_dot_v1_dot_trainer__pb2.GetRolloutStatsRequest.SerializeToString,
             streambp_dot_v1_dot_trainer__pb2.RolloutStats.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/streambp.v1.Trainer/GetHistory',
+            streambp_dot_v1_dot_trainer__pb2.GetHistoryRequest.SerializeToString,
+            streambp_dot_v1_dot_trainer__pb2.GetHistoryResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -14,6 +14,8 @@ import type { EstimateMemoryResponse as _streambp_v1_EstimateMemoryResponse, Est
 import type { ExportWeightsRequest as _streambp_v1_ExportWeightsRequest, ExportWeightsRequest__Output as _streambp_v1_ExportWeightsRequest__Output } from '../../streambp/v1/ExportWeightsRequest';
 import type { ForwardBackwardRequest as _streambp_v1_ForwardBackwardRequest, ForwardBackwardRequest__Output as _streambp_v1_ForwardBackwardRequest__Output } from '../../streambp/v1/ForwardBackwardRequest';
 import type { ForwardBackwardResponse as _streambp_v1_ForwardBackwardResponse, ForwardBackwardResponse__Output as _streambp_v1_ForwardBackwardResponse__Output } from '../../streambp/v1/ForwardBackwardResponse';
+import type { GetHistoryRequest as _streambp_v1_GetHistoryRequest, GetHistoryRequest__Output as _streambp_v1_GetHistoryRequest__Output } from '../../streambp/v1/GetHistoryRequest';
+import type { GetHistoryResponse as _streambp_v1_GetHistoryResponse, GetHistoryResponse__Output as _streambp_v1_GetHistoryResponse__Output } from '../../streambp/v1/GetHistoryResponse';
 import type { GetInfoRequest as _streambp_v1_GetInfoRequest, GetInfoRequest__Output as _streambp_v1_GetInfoRequest__Output } from '../../streambp/v1/GetInfoRequest';
 import type { GetInfoResponse as _streambp_v1_GetInfoResponse, GetInfoResponse__Output as _streambp_v1_GetInfoResponse__Output } from '../../streambp/v1/GetInfoResponse';
 import type { GetRolloutStatsRequest as _streambp_v1_GetRolloutStatsRequest, GetRolloutStatsRequest__Output as _streambp_v1_GetRolloutStatsRequest__Output } from '../../streambp/v1/GetRolloutStatsRequest';
@@ -161,6 +163,25 @@ export interface TrainerClient extends grpc.Client {
    */
   forwardBackwardProgress(argument: _streambp_v1_ForwardBackwardRequest, metadata: grpc.Metadata, options?: grpc.CallOptions): grpc.ClientReadableStream<_streambp_v1_StepProgress__Output>;
   forwardBackwardProgress(argument: _streambp_v1_ForwardBackwardRequest, options?: grpc.CallOptions): grpc.ClientReadableStream<_streambp_v1_StepProgress__Output>;
+  
+  /**
+   * The session's training history: one record per optimizer step (TrainStep, OptimStep
+   * after ForwardBackward, or a rollout step), oldest first. Page with after_index; the
+   * same records are appended to <checkpoint_dir>[/<session>]/metrics.jsonl.
+   */
+  GetHistory(argument: _streambp_v1_GetHistoryRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_GetHistoryResponse__Output>): grpc.ClientUnaryCall;
+  GetHistory(argument: _streambp_v1_GetHistoryRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_GetHistoryResponse__Output>): grpc.ClientUnaryCall;
+  GetHistory(argument: _streambp_v1_GetHistoryRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_GetHistoryResponse__Output>): grpc.ClientUnaryCall;
+  GetHistory(argument: _streambp_v1_GetHistoryRequest, callback: grpc.requestCallback<_streambp_v1_GetHistoryResponse__Output>): grpc.ClientUnaryCall;
+  /**
+   * The session's training history: one record per optimizer step (TrainStep, OptimStep
+   * after ForwardBackward, or a rollout step), oldest first. Page with after_index; the
+   * same records are appended to <checkpoint_dir>[/<session>]/metrics.jsonl.
+   */
+  getHistory(argument: _streambp_v1_GetHistoryRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_GetHistoryResponse__Output>): grpc.ClientUnaryCall;
+  getHistory(argument: _streambp_v1_GetHistoryRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_GetHistoryResponse__Output>): grpc.ClientUnaryCall;
+  getHistory(argument: _streambp_v1_GetHistoryRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_GetHistoryResponse__Output>): grpc.ClientUnaryCall;
+  getHistory(argument: _streambp_v1_GetHistoryRequest, callback: grpc.requestCallback<_streambp_v1_GetHistoryResponse__Output>): grpc.ClientUnaryCall;
   
   /**
    * What the server runs: model, dtype, device, engine, chunk sizes, policy version.
@@ -403,6 +424,13 @@ export interface TrainerHandlers extends grpc.UntypedServiceImplementation {
   ForwardBackwardProgress: grpc.handleServerStreamingCall<_streambp_v1_ForwardBackwardRequest__Output, _streambp_v1_StepProgress>;
   
   /**
+   * The session's training history: one record per optimizer step (TrainStep, OptimStep
+   * after ForwardBackward, or a rollout step), oldest first. Page with after_index; the
+   * same records are appended to <checkpoint_dir>[/<session>]/metrics.jsonl.
+   */
+  GetHistory: grpc.handleUnaryCall<_streambp_v1_GetHistoryRequest__Output, _streambp_v1_GetHistoryResponse>;
+  
+  /**
    * What the server runs: model, dtype, device, engine, chunk sizes, policy version.
    */
   GetInfo: grpc.handleUnaryCall<_streambp_v1_GetInfoRequest__Output, _streambp_v1_GetInfoResponse>;
@@ -481,6 +509,7 @@ export interface TrainerDefinition extends grpc.ServiceDefinition {
   ExportWeights: MethodDefinition<_streambp_v1_ExportWeightsRequest, _streambp_v1_WeightsChunk, _streambp_v1_ExportWeightsRequest__Output, _streambp_v1_WeightsChunk__Output>
   ForwardBackward: MethodDefinition<_streambp_v1_ForwardBackwardRequest, _streambp_v1_ForwardBackwardResponse, _streambp_v1_ForwardBackwardRequest__Output, _streambp_v1_ForwardBackwardResponse__Output>
   ForwardBackwardProgress: MethodDefinition<_streambp_v1_ForwardBackwardRequest, _streambp_v1_StepProgress, _streambp_v1_ForwardBackwardRequest__Output, _streambp_v1_StepProgress__Output>
+  GetHistory: MethodDefinition<_streambp_v1_GetHistoryRequest, _streambp_v1_GetHistoryResponse, _streambp_v1_GetHistoryRequest__Output, _streambp_v1_GetHistoryResponse__Output>
   GetInfo: MethodDefinition<_streambp_v1_GetInfoRequest, _streambp_v1_GetInfoResponse, _streambp_v1_GetInfoRequest__Output, _streambp_v1_GetInfoResponse__Output>
   GetRolloutStats: MethodDefinition<_streambp_v1_GetRolloutStatsRequest, _streambp_v1_RolloutStats, _streambp_v1_GetRolloutStatsRequest__Output, _streambp_v1_RolloutStats__Output>
   GetSession: MethodDefinition<_streambp_v1_GetSessionRequest, _streambp_v1_SessionInfo, _streambp_v1_GetSessionRequest__Output, _streambp_v1_SessionInfo__Output>
