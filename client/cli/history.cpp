@@ -1,6 +1,7 @@
 // `streambp history`: a session's training history (GetHistory), as a table or as JSON lines
 // (the server's metrics.jsonl format), read page by page.
 #include <cstdio>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -44,7 +45,8 @@ int History(const ConnectionFlags& conn, const HistoryArgs& args) {
           header = true;
         }
         std::string metrics;
-        for (const auto& [name, value] : r.metrics()) {
+        const std::map<std::string, double> sorted(r.metrics().begin(), r.metrics().end());
+        for (const auto& [name, value] : sorted) {
           char v[64];
           std::snprintf(v, sizeof(v), "%s%s=%.4g", metrics.empty() ? "" : " ", name.c_str(), value);
           metrics += v;

@@ -82,7 +82,6 @@ int Train(const ConnectionFlags& conn, const TrainArgs& args) {
     auto result = client->TrainStepWithProgress(std::move(request), progress);
     if (!result.ok() && tty) std::printf("\n");
     const auto r = Check(std::move(result));
-    const double secs = Since(t0);
     const auto& stats = r.stats();
     const auto& optim = r.optim();
     if (step == 0) first_loss = stats.loss();
@@ -93,7 +92,9 @@ int Train(const ConnectionFlags& conn, const TrainArgs& args) {
     const double eta = elapsed / double(step + 1) * double(steps - step - 1);
     char line[512];
     std::snprintf(line, sizeof line, "step %lld/%lld  loss %.6f  tok/s %.0f  grad_norm %.4g  lr %.3e  eta %s  policy v%lld%s%s",
-                  (long long)(step + 1), (long long)steps, stats.loss(), stats.tokens() / std::max(secs, 1e-9),
+                  // tok/s over the run so far: one step's rate swings with its size and the
+                  // machine's noise (tiny steps: 120 to 2500); the running rate settles.
+                  (long long)(step + 1), (long long)steps, stats.loss(), double(tokens) / std::max(elapsed, 1e-9),
                   optim.grad_norm(), optim.learning_rate(), Duration(eta).c_str(), (long long)optim.policy_version(),
                   optim.skipped() ? "  skipped: " : "", optim.skipped() ? optim.skip_reason().c_str() : "");
     if (tty) {
