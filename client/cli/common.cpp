@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -32,6 +33,12 @@ void AddConnectionFlags(CLI::App* cmd, ConnectionFlags& f) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--session", f.session, "the session the calls are for (servers with sessions)")
       ->envname("STREAMBP_SESSION");
+  cmd->add_option("--wait", f.wait,
+                  "wait up to this many seconds for the server to accept connections (one started a moment ago "
+                  "and still loading its model); 0 = fail at once when none answers")
+      ->envname("STREAMBP_WAIT")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
 }
 
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
@@ -105,6 +112,13 @@ std::unique_ptr<client::Client> Connect(const ConnectionFlags& f) {
   o.session = f.session;
   auto client = client::Client::Create(o);
   LastChannel() = client->channel();
+  if (f.wait > 0) {
+    // A channel that is not READY by then is left to the first call, whose error says why.
+    const auto deadline = std::chrono::system_clock::now() +
+                          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                              std::chrono::duration<double>(f.wait));
+    client->channel()->WaitForConnected(deadline);
+  }
   return client;
 }
 

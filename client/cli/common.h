@@ -19,6 +19,7 @@ struct ConnectionFlags {
   std::string ca, cert, key, server_name;
   double timeout = 0;                     ///< --timeout seconds per call; 0 = the library defaults
   std::string session;                    ///< --session, env STREAMBP_SESSION: the session every call names
+  double wait = 0;                        ///< --wait seconds, env STREAMBP_WAIT: for a server still starting
 };
 
 /// Engine flags shared by train and estimate.

@@ -155,6 +155,10 @@ std::unique_ptr<Client> Client::Create(const ClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  // A server restarting (or still loading its model) is tried again within 5 s, not after
+  // gRPC's default backoff of up to 120 s: a rollout worker or `streambp --wait` waiting for
+  // it would otherwise sit idle long after it listens.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (tls.enabled) {
     grpc::SslCredentialsOptions ssl;

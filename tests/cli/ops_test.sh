@@ -89,6 +89,23 @@ grep -q "without a scheme" "$dir/scheme.out" || fail "--server with a scheme: $(
 [ "$rc" -eq 3 ] || fail "no server: exit $rc, expected 3: $(cat "$dir/down.out")"
 grep -q "no server at 127.0.0.1:$port" "$dir/down.out" || fail "no server message: $(cat "$dir/down.out")"
 grep -q "streambp-server serve" "$dir/down.out" || fail "no server message: $(cat "$dir/down.out")"
+# --wait: a client started before its server gets its answer once the server listens (the
+# README starts `serve &` and runs the client on the next line), and gives up with exit 3 when
+# none comes.
+"$cli" info --server "127.0.0.1:$port" --wait 0.5 > "$dir/wait_none.out" 2>&1; rc=$?
+[ "$rc" -eq 3 ] || fail "--wait with no server: exit $rc, expected 3: $(cat "$dir/wait_none.out")"
+"$cli" info --server "127.0.0.1:$port" --wait 120 > "$dir/wait.out" 2>&1 &
+wait_pid=$!
+sleep 1.5
+"$server" serve --listen "127.0.0.1:$port" > "$dir/wait_server.log" 2>&1 &
+server_pid=$!
+pids+=("$server_pid")
+wait "$wait_pid" || fail "info --wait: the server came up but the client failed: $(cat "$dir/wait.out")"
+grep -q "^policy: *version 0" "$dir/wait.out" || fail "info --wait: $(cat "$dir/wait.out")"
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "the --wait test's server did not stop cleanly"
+"$cli" info --server "127.0.0.1:$port" --wait -1 > /dev/null 2>&1; rc=$?
+[ "$rc" -eq 2 ] || fail "--wait -1: exit $rc, expected 2"
 "$cli" info --bogus > /dev/null 2>&1; rc=$?
 [ "$rc" -eq 2 ] || fail "an unknown flag: exit $rc, expected 2"
 
