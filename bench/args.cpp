@@ -100,6 +100,11 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_option("--tokenizer", a.tokenizer,
                  "text mode: a tokenizer folder; encode MB/s, chat rendering, and a text request vs its step");
   app.add_option("--text-file", a.text_file, "text mode: the English text to encode")->capture_default_str();
+  app.add_option("--text-bytes", a.text_bytes,
+                 "text mode: the English text is repeated to at least this many bytes, and every adversarial input "
+                 "is that long (16777216 = the server's default limits.max_text_bytes)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
   app.add_option("--sample-prompts", a.sample_prompts,
                  "sample mode: time one Sample of this many prompts (random ids) x --sample-n completions, "
                  "next to the forward-backward of the same sequences")

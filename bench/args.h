@@ -41,6 +41,7 @@ struct Args {
   std::string tokenizer;  ///< text mode: a folder with tokenizer.json
   int64_t sample_prompts = 0, sample_n = 8, sample_prompt_len = 128, sample_max_tokens = 128;  ///< sample mode
   std::string text_file = STREAMBP_SOURCE_DIR "/README.md";
+  int64_t text_bytes = 4 << 20;  ///< text mode: the English text repeated to at least this size
   double lora_alpha = 0;
   std::string total_budget = "1GiB";
 };

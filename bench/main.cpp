@@ -235,6 +235,7 @@ int main(int argc, char** argv) {
       TextBenchPlan plan;
       plan.tokenizer_dir = a.tokenizer;
       plan.text_file = a.text_file;
+      plan.min_bytes = static_cast<size_t>(a.text_bytes);
       plan.model = &ctx.model;
       if (a.quick) {
         plan.min_bytes = 1 << 20;

@@ -122,6 +122,7 @@ BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::st
   }
   if (options_.unk_id && *options_.unk_id < size) span_[static_cast<size_t>(*options_.unk_id)] = 0;
   merges_.reserve(merges.size());
+  by_rank_.assign(merges.size(), RankedMerge{~uint64_t{0}, -1});
   std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
@@ -138,6 +139,7 @@ BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::st
     joined += right;
     const int32_t merged = id_of(joined);
     merges_.insert_or_assign(PairKey(l, r), MergeTarget{static_cast<uint32_t>(rank), merged});
+    by_rank_[rank] = RankedMerge{PairKey(l, r), merged};  // a pair listed twice: the table keeps the later rank
   }
 }
 
@@ -346,8 +348,8 @@ void BpeModel::merge_long(Symbols& symbols) const {
       if (kept > (size_t{1} << 20)) pool.clear();  // a huge word: do not keep its buffers
     }
   } reset;
+  if (slot_of_rank.size() < by_rank_.size()) slot_of_rank.resize(by_rank_.size(), -1);
   auto bucket = [&](uint32_t rank) -> Bucket& {
-    if (slot_of_rank.size() <= rank) slot_of_rank.resize(rank + 1, -1);
     int32_t& slot = slot_of_rank[rank];
     if (slot < 0) {
       slot = static_cast<int32_t>(used++);
@@ -385,15 +387,17 @@ void BpeModel::merge_long(Symbols& symbols) const {
       std::sort(b.positions.begin() + static_cast<std::ptrdiff_t>(b.next), b.positions.end());
       b.sorted = true;
     }
+    // Every candidate in this bucket was queued for the rank's one pair; one whose sides have
+    // changed since is stale.
+    const RankedMerge merge = by_rank_[rank];
     while (b.next < b.positions.size()) {
       if ((b.next & 1023) == 0) PollInterrupt(1024);
       const int32_t pos = b.positions[b.next++];
       Symbol& left = symbols[pos];
       if (left.len == 0 || left.next < 0) continue;
       Symbol& right = symbols[left.next];
-      const MergeTarget* merge = merges_.find(PairKey(left.id, right.id));
-      if (!merge || merge->rank != rank) continue;  // stale: a side has changed
-      left.id = merge->id;
+      if (PairKey(left.id, right.id) != merge.pair) continue;  // stale: a side has changed
+      left.id = merge.id;
       left.len += right.len;
       right.len = 0;
       left.next = right.next;

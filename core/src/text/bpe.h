@@ -113,6 +113,13 @@ class BpeModel {
 
   Vocab vocab_;
   MergeTable merges_;
+  /// By rank: the pair it merges and the token it makes (merge_long checks a queued candidate
+  /// against its rank's pair here: the rank is hot, a hash probe is not).
+  struct RankedMerge {
+    uint64_t pair;
+    int32_t id;
+  };
+  std::vector<RankedMerge> by_rank_;
   // Byte-level: the token of each byte; character-level: of each ASCII character. -1: none.
   std::array<int32_t, 256> byte_ids_;
   std::array<int32_t, 256> fallback_ids_;  // character-level: the `<0xNN>` tokens, -1 when none
