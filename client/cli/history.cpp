@@ -6,8 +6,34 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "streambp/history_line.h"
 
 namespace streambp::cli {
+namespace {
+
+// The record as a metrics.jsonl line: its scalar fields by their proto names (the file's
+// names), then the objective's metrics (streambp/history_line.h has the shared rules).
+nlohmann::json Line(const v1::HistoryRecord& r) {
+  nlohmann::json line = nlohmann::json::object();
+  const auto* d = r.GetDescriptor();
+  const auto* reflection = r.GetReflection();
+  using F = google::protobuf::FieldDescriptor;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const F* f = d->field(i);
+    if (f->is_repeated()) continue;  // the metrics map, below
+    switch (f->cpp_type()) {
+      case F::CPPTYPE_INT64: line[f->name()] = reflection->GetInt64(r, f); break;
+      case F::CPPTYPE_DOUBLE: line[f->name()] = HistoryNumber(reflection->GetDouble(r, f)); break;
+      case F::CPPTYPE_BOOL: line[f->name()] = reflection->GetBool(r, f); break;
+      case F::CPPTYPE_STRING: line[f->name()] = reflection->GetString(r, f); break;
+      default: break;
+    }
+  }
+  for (const auto& [name, value] : r.metrics()) line[HistoryMetricKey(name)] = HistoryNumber(value);
+  return line;
+}
+
+}  // namespace
 
 int History(const ConnectionFlags& conn, const HistoryArgs& args) {
   auto client = Connect(conn);
@@ -20,24 +46,7 @@ int History(const ConnectionFlags& conn, const HistoryArgs& args) {
     last = page.last_index();
     for (const auto& r : page.records()) {
       if (args.jsonl) {
-        nlohmann::json line = {{"index", r.index()},
-                               {"step", r.step()},
-                               {"policy_version", r.policy_version()},
-                               {"source", r.source()},
-                               {"time", r.time()},
-                               {"loss", r.loss()},
-                               {"tokens", r.tokens()},
-                               {"forward_backwards", r.forward_backwards()},
-                               {"tokens_per_second", r.tokens_per_second()},
-                               {"seconds", r.seconds()},
-                               {"peak_memory_bytes", r.peak_memory_bytes()},
-                               {"grad_norm", r.grad_norm()},
-                               {"learning_rate", r.learning_rate()},
-                               {"skipped", r.skipped()},
-                               {"skip_reason", r.skip_reason()},
-                               {"groups_consumed", r.groups_consumed()}};
-        for (const auto& [name, value] : r.metrics()) line[line.contains(name) ? "objective/" + name : name] = value;
-        std::printf("%s\n", line.dump().c_str());
+        std::printf("%s\n", Line(r).dump().c_str());
       } else {
         if (!header) {
           std::printf("%6s %6s %-10s %12s %11s %10s %9s  %s\n", "index", "step", "source", "loss", "grad_norm", "lr",

@@ -1,5 +1,7 @@
 #include "dashboard.h"
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "host.h"
@@ -56,7 +58,7 @@ int64_t AfterOf(const HttpRequest& request) {
 bool DashboardEnabled(const ServerConfig& config) {
   if (config.metrics.dashboard == "on") return true;
   if (config.metrics.dashboard == "off") return false;
-  return Authorizer(config.auth).enabled() == false;
+  return !Authorizer(config.auth).enabled();
 }
 
 std::map<std::string, HttpEndpoint::Route> DashboardRoutes(TrainingHost* host, const ServerConfig& config) {
@@ -69,7 +71,8 @@ std::map<std::string, HttpEndpoint::Route> DashboardRoutes(TrainingHost* host, c
     return Answer(*auth, request, [&](const Caller& caller) {
       nlohmann::json sessions = nlohmann::json::array();
       auto add = [&](const std::string& name, int64_t step, int64_t version) {
-        const auto h = host->history(name, 0, 1);
+        // After the newest record: no records copied, only the indexes and the file.
+        const auto h = host->history(name, std::numeric_limits<int64_t>::max(), 1);
         sessions.push_back({{"name", name}, {"step", step}, {"policy_version", version},
                             {"last_index", h.last_index}, {"file", h.file}});
       };

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -11,26 +12,16 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <set>
 
 #include <spdlog/spdlog.h>
 
 #include "streambp/error.h"
+#include "streambp/history_line.h"
 #include "tensorboard.h"
 
 namespace streambp::server {
 namespace fs = std::filesystem;
 namespace {
-
-const std::set<std::string>& FieldNames() {
-  static const std::set<std::string> names = {
-      "index", "step", "policy_version", "source", "time", "loss", "tokens", "forward_backwards",
-      "tokens_per_second", "seconds", "peak_memory_bytes", "grad_norm", "learning_rate", "skipped",
-      "skip_reason", "groups_consumed"};
-  return names;
-}
-
-nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 double NumberOf(const nlohmann::json& j) {
   return j.is_null() ? std::numeric_limits<double>::quiet_NaN() : j.get<double>();
@@ -46,19 +37,19 @@ nlohmann::json HistoryRecord::ToJson() const {
                       {"policy_version", policy_version},
                       {"source", source},
                       {"time", time},
-                      {"loss", Number(loss)},
+                      {"loss", HistoryNumber(loss)},
                       {"tokens", tokens},
                       {"forward_backwards", forward_backwards},
-                      {"tokens_per_second", Number(tokens_per_second)},
+                      {"tokens_per_second", HistoryNumber(tokens_per_second)},
                       {"seconds", seconds},
                       {"peak_memory_bytes", peak_memory_bytes},
-                      {"grad_norm", Number(grad_norm)},
+                      {"grad_norm", HistoryNumber(grad_norm)},
                       {"learning_rate", learning_rate},
                       {"skipped", skipped},
                       {"skip_reason", skip_reason},
                       {"groups_consumed", groups_consumed}};
   for (const auto& [name, value] : metrics) {
-    j[FieldNames().count(name) || name.rfind("objective/", 0) == 0 ? "objective/" + name : name] = Number(value);
+    j[HistoryMetricKey(name)] = HistoryNumber(value);
   }
   return j;
 }
@@ -85,7 +76,7 @@ HistoryRecord HistoryRecord::FromJson(const nlohmann::json& j) {
   r.skip_reason = j.value("skip_reason", std::string());
   r.groups_consumed = j.value("groups_consumed", int64_t{0});
   for (const auto& [key, value] : j.items()) {
-    if (FieldNames().count(key)) continue;
+    if (std::find(kHistoryFields.begin(), kHistoryFields.end(), key) != kHistoryFields.end()) continue;
     const std::string name = key.rfind("objective/", 0) == 0 ? key.substr(10) : key;
     r.metrics[name] = NumberOf(value);
   }
@@ -186,11 +177,10 @@ void History::write(const HistoryRecord& record) {
 std::vector<HistoryRecord> History::read(int64_t after_index, int64_t max) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<HistoryRecord> out;
-  for (const auto& r : ring_) {
-    if (r.index <= after_index) continue;
-    if (max > 0 && static_cast<int64_t>(out.size()) >= max) break;
-    out.push_back(r);
-  }
+  // Indexes increase along the ring: the page starts where after_index ends, found by bisection.
+  auto it = std::upper_bound(ring_.begin(), ring_.end(), after_index,
+                             [](int64_t after, const HistoryRecord& r) { return after < r.index; });
+  for (; it != ring_.end() && (max <= 0 || static_cast<int64_t>(out.size()) < max); ++it) out.push_back(*it);
   return out;
 }
 

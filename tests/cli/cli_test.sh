@@ -106,13 +106,19 @@ grep -q "adapter: LoRA r 4" "$dir/lora.txt" || fail "train output: $(cat "$dir/l
   --out "$dir/ga.safetensors" > "$dir/ga.txt" || fail "grad --adapter: $(cat "$dir/ga.txt")"
 "$server" grad --model "$dir/merged" --dtype float64 --data "$dir/data.jsonl" --out "$dir/gm.safetensors" \
   > "$dir/gm.txt" || fail "grad merged"
-python3 - "$dir" <<'PY' || fail "adapter gradients or merged loss"
-import json, struct, sys
-d = sys.argv[1]
+# A safetensors file's JSON header, for the two checks below.
+cat > "$dir/st_header.py" <<'PY'
+import json, struct
 def header(path):
     raw = open(path, "rb").read()
     n = struct.unpack("<Q", raw[:8])[0]
     return json.loads(raw[8:8 + n])
+PY
+python3 - "$dir" <<'PY' || fail "adapter gradients or merged loss"
+import json, sys
+d = sys.argv[1]
+sys.path.insert(0, d)
+from st_header import header
 grads, adapter = header(f"{d}/ga.safetensors"), header(f"{d}/adapter/adapter_model.safetensors")
 names = lambda h: sorted(k for k in h if k != "__metadata__")
 assert names(grads) == names(adapter), (names(grads)[:3], names(adapter)[:3])
@@ -140,12 +146,10 @@ expect_error "give --adapter (start from an adapter) or --lora-rank, not both" \
 "$server" grad --model "$dir/moe-merged" --dtype float64 --data "$dir/data.jsonl" --out "$dir/gmm.safetensors" \
   > /dev/null || fail "grad merged (router)"
 python3 - "$dir" <<'PY' || fail "router adapter"
-import json, struct, sys
+import json, sys
 d = sys.argv[1]
-def header(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    return json.loads(raw[8:8 + n])
+sys.path.insert(0, d)
+from st_header import header
 grads, adapter = header(f"{d}/gma.safetensors"), header(f"{d}/moe-adapter/adapter_model.safetensors")
 names = lambda h: sorted(k for k in h if k != "__metadata__")
 routers = [k for k in names(adapter) if k.endswith(".mlp.gate.weight")]

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "history.h"
+#include "streambp/history_line.h"
 #include "integration/server_fixture.h"
 #include "integration/wire.h"
 #include "streambp/v1/trainer.grpc.pb.h"
@@ -332,6 +333,29 @@ TEST(History, AFullDiskIsLoggedKeepsTheRecordInMemoryAndTheNextLineStartsClean) 
   EXPECT_TRUE(back.skipped);
   EXPECT_EQ(back.skip_reason, "non-finite loss");
   EXPECT_EQ(back.metrics, odd.metrics);
+}
+
+// The CLI writes `history --jsonl` lines from the wire's records by the proto's field names,
+// the server from its own struct: both name the fields of streambp/history_line.h, so those
+// must be the proto's, in its order, and a record and its line must carry the same keys.
+TEST(History, TheLineFieldsAreTheProtosAndTheServersLineHasEachOnce) {
+  const auto* d = v1::HistoryRecord::descriptor();
+  std::vector<std::string> proto;
+  for (int i = 0; i < d->field_count(); ++i) {
+    if (!d->field(i)->is_repeated()) proto.push_back(d->field(i)->name());
+  }
+  ASSERT_EQ(proto.size(), kHistoryFields.size());
+  for (size_t i = 0; i < proto.size(); ++i) EXPECT_EQ(proto[i], kHistoryFields[i]) << i;
+  server::HistoryRecord r;
+  r.metrics = {{"kl", 0.5}, {"step", 2.0}, {"objective/x", 1.0}};
+  const auto line = r.ToJson();
+  for (auto f : kHistoryFields) EXPECT_TRUE(line.contains(std::string(f))) << f;
+  EXPECT_EQ(line.size(), kHistoryFields.size() + 3);
+  EXPECT_EQ(line["kl"], 0.5);
+  EXPECT_EQ(line["objective/step"], 2.0);
+  EXPECT_EQ(line["objective/objective/x"], 1.0);
+  EXPECT_EQ(HistoryMetricKey("reward_mean"), "reward_mean");
+  EXPECT_TRUE(HistoryNumber(std::nan("")).is_null());
 }
 
 TEST(History, SessionsKeepTheirOwnHistoriesWhichGoWithTheSession) {
