@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   auto* grad_cmd = app.add_subcommand("grad", "loss and gradient of every parameter, as safetensors");
   AddModelFlags(grad_cmd, grad.model);
   grad_cmd->add_option("--data", grad.data, "JSONL file of examples")->required();
-  grad_cmd->add_option("--objective", grad.objective, "loss plugin: sft | dpo | grpo");
+  grad_cmd->add_option("--objective", grad.objective, "loss plugin: sft | dpo | grpo | weighted_logprobs, or Tinker's cross_entropy | importance_sampling | ppo | cispo | dro");
   grad_cmd->add_option("--objective-options", grad.objective_options,
                        "the objective's options as a JSON object, e.g. '{\"beta\":0.1}'");
   grad_cmd->add_option("--engine", grad.engine, "full | checkpoint | stream")
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
       "verify", "run every engine on the same batch and check they give the same gradients");
   AddModelFlags(verify_cmd, verify.model);
   verify_cmd->add_option("--data", verify.data, "JSONL file (default: a synthetic batch)");
-  verify_cmd->add_option("--objective", verify.objective, "loss plugin: sft | dpo | grpo");
+  verify_cmd->add_option("--objective", verify.objective, "loss plugin: sft | dpo | grpo | weighted_logprobs, or Tinker's cross_entropy | importance_sampling | ppo | cispo | dro");
   verify_cmd->add_option("--objective-options", verify.objective_options,
                          "the objective's options as a JSON object");
   verify_cmd->add_option("--layout", verify.layout, "right | left | packed")
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   auto* train_cmd = app.add_subcommand("train", "train on a JSONL file with the Trainer, one line per step");
   AddModelFlags(train_cmd, train.model);  // --seed seeds the embedded model and the trainer
   train_cmd->add_option("--data", train.data, "JSONL file of examples")->required();
-  train_cmd->add_option("--objective", train.objective, "loss plugin: sft | dpo | grpo");
+  train_cmd->add_option("--objective", train.objective, "loss plugin: sft | dpo | grpo | weighted_logprobs, or Tinker's cross_entropy | importance_sampling | ppo | cispo | dro");
   train_cmd->add_option("--objective-options", train.objective_options,
                         "the objective's options as a JSON object");
   train_cmd->add_option("--steps", train.steps, "optimizer steps")->required()->check(CLI::PositiveNumber);

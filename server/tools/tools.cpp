@@ -91,6 +91,27 @@ std::vector<Sequence> SyntheticSequences(const std::string& objective, int64_t c
     return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n);
   };
   std::vector<Sequence> out;
+  if (IsPolicyLoss(objective) || objective == "cross_entropy" || objective == "weighted_logprobs") {
+    // sft's sequences with per-token side inputs: sampler log-probs near the policy's (a
+    // random model's are about -log V) and advantages of both signs; or weights.
+    auto seqs = SyntheticSequences("sft", count, seq_len, vocab, seed);
+    auto values = at::rand({static_cast<int64_t>(2 * seq_len)}, gen, torch::kFloat64);
+    const double* u = values.data_ptr<double>();
+    const double typical = -std::log(static_cast<double>(vocab));
+    for (auto& s : seqs) {
+      const size_t n = s.tokens.size();
+      for (size_t t = 0; t < n; ++t) {
+        const double a = u[t % static_cast<size_t>(seq_len)], b = u[seq_len + t % static_cast<size_t>(seq_len)];
+        if (IsPolicyLoss(objective)) {
+          s.sampler_logprobs.push_back(t == 0 ? 0.0 : typical + 0.6 * (a - 0.5));
+          s.advantages.push_back(t == 0 ? 0.0 : 2.0 * b - 1.0);
+        } else {
+          s.token_weights.push_back(t == 0 ? 0.0 : 2.0 * b - 1.0);
+        }
+      }
+    }
+    return seqs;
+  }
   if (objective == "sft") {
     for (int64_t i = 0; i < count; ++i) {
       const int64_t n = std::max<int64_t>(2, seq_len - i * seq_len / (2 * std::max<int64_t>(count, 1)));

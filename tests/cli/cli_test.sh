@@ -70,6 +70,22 @@ printf '{"prompt":[1,2],"completions":[{"tokens":[3,4],"reward":1.0,"logprobs":[
 expect_error "alone in its group" "$server" grad --model "$dir/model" --objective grpo --out "$dir/x.safetensors" \
   --data <(echo '{"prompt":[1],"completions":[{"tokens":[3],"reward":1}]}')
 expect_error "unknown option 'betta'" "$server" verify --objective dpo --objective-options '{"betta":1}'
+# Tinker's losses from files (one sampler log-prob and advantage per token after the first)
+# and synthetic in verify (the engines agree in float64), with options.
+printf '{"tokens":[1,2,3,4],"logprobs":[-5.5,-5.6,-5.4],"advantages":[1.0,-0.5,0.25]}\n{"tokens":[5,6,7],"logprobs":[-5.1,-5.9],"advantages":[-1.0,2.0],"loss_mask":[0,0,1]}\n' > "$dir/ppo.jsonl"
+"$server" grad --model "$dir/model" --data "$dir/ppo.jsonl" --objective ppo --objective-options '{"clip_low_threshold":0.9}' \
+  --out "$dir/g_ppo.safetensors" > "$dir/g_ppo.txt" || fail "grad ppo: $(cat "$dir/g_ppo.txt")"
+grep -q "over 4 target tokens" "$dir/g_ppo.txt" && grep -q "clip_fraction" "$dir/g_ppo.txt" \
+  || fail "grad ppo output: $(cat "$dir/g_ppo.txt")"
+for args in "--objective importance_sampling" "--objective cispo" "--objective dro --objective-options {\"beta\":0.5}" \
+            "--objective cross_entropy"; do
+  # shellcheck disable=SC2086
+  out="$("$server" verify --dtype float64 --seq-len 24 --batch 3 --layout packed $args)" || fail "verify $args: $out"
+  grep -q "PASS" <<<"$out" || fail "verify $args did not pass"
+done
+expect_error "advantages has 1 entries; it needs 2" "$server" grad --model "$dir/model" --objective dro \
+  --out "$dir/x.safetensors" --data <(echo '{"tokens":[1,2,3],"logprobs":[-1,-2],"advantages":[1]}')
+expect_error "unknown option 'beta'" "$server" verify --objective ppo --objective-options '{"beta":1}'
 
 # A tolerance nothing can meet must fail (the check can fail).
 if "$server" verify --model "$dir/model" --dtype float32 --seq-len 16 --tolerance 1e-300 >/dev/null; then

@@ -1,5 +1,6 @@
 // Custom losses from the client (issue 19): weights computed outside the server equal the
-// built-in objectives, and stale weights are refused; and the progress of a step (issue 18).
+// built-in objectives (Tinker's ppo included), and stale weights are refused; and the
+// progress of a step (issue 18).
 #include <cmath>
 #include <thread>
 
@@ -150,6 +151,115 @@ TEST(CustomLoss, WeightsFromAnOldPolicyAreRefusedAndChangeNothing) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("batch.weighted.sequences[0].weights has"), std::string::npos) << st.error_message();
 }
+
+// Tinker's losses over the wire (issue 28 item 2): TrainStep with objective "ppo" on a GRPO
+// batch whose completions carry the sampler's log-probs and advantages gives the loss and
+// the update of PPO written out here, by hand, from the server's float64 log-probs and
+// trained through weighted_logprobs (w = dL/dlogp) on a second server.
+TEST(PolicyLossWire, PpoOnAGrpoBatchIsPpoWrittenOutByHand) {
+  const std::vector<int32_t> prompt = {5, 17, 33, 2};
+  const std::vector<std::vector<int32_t>> completions = {{40, 41, 7, 99, 12}, {8, 250, 3}, {61, 62, 63, 64}};
+  auto a = testing::StartServer(SgdF64());
+  Wire wa(a.target);
+  // The policy's own log-probs of the completions (float64), to place the sampler's around.
+  v1::ComputeLogprobsRequest lr;
+  lr.set_fp64(true);
+  for (const auto& c : completions) {
+    auto* s = lr.add_sequences();
+    s->mutable_tokens()->Add(prompt.begin(), prompt.end());
+    s->mutable_tokens()->Add(c.begin(), c.end());
+  }
+  v1::ComputeLogprobsResponse lp;
+  ASSERT_TRUE(wa.stub->ComputeLogprobs(Wire::ctx().get(), lr, &lp).ok());
+  // Sampler log-probs off the policy's by -0.4 .. +0.4 (ratios inside and outside [0.8, 1.2]),
+  // advantages of both signs; the PPO loss and dL/dlogp per completion token, by hand.
+  const double lo = 0.8, hi = 1.2;
+  double loss = 0;
+  std::vector<std::vector<double>> q(completions.size()), adv(completions.size()), dlp(completions.size());
+  int clipped = 0, tokens = 0;
+  for (size_t k = 0; k < completions.size(); ++k) {
+    for (size_t t = 0; t < completions[k].size(); ++t) {
+      const double logp = lp.sequences(static_cast<int>(k)).logprobs_fp64(static_cast<int>(prompt.size() + t - 1));
+      const double shift = -0.4 + 0.8 * static_cast<double>((3 * k + 5 * t) % 7) / 6.0;
+      const double A = (k + t) % 2 == 0 ? 0.75 : -1.25;
+      // The wire carries the sampler's log-probs as float: the hand computation uses the
+      // value the server receives.
+      const double sampler = static_cast<float>(logp - shift);
+      q[k].push_back(sampler);
+      adv[k].push_back(A);
+      const double r = std::exp(logp - sampler);
+      const double clip = std::min(std::max(r, lo), hi);
+      loss -= std::min(r * A, clip * A);
+      // d/dlogp of -min(rA, clip(r)A): -rA where the unclipped term is the smaller (or equal), else 0.
+      dlp[k].push_back(r * A <= clip * A ? -r * A : 0.0);
+      clipped += r < lo || r > hi;
+      ++tokens;
+    }
+  }
+  ASSERT_GT(clipped, 0);
+  ASSERT_LT(clipped, tokens);
+
+  v1::TrainStepRequest step;
+  step.set_objective("ppo");
+  auto* group = step.mutable_batch()->mutable_grpo()->add_groups();
+  group->mutable_prompt()->Add(prompt.begin(), prompt.end());
+  for (size_t k = 0; k < completions.size(); ++k) {
+    auto* c = group->add_completions();
+    c->mutable_tokens()->Add(completions[k].begin(), completions[k].end());
+    c->mutable_logprobs()->Add(q[k].begin(), q[k].end());
+    c->mutable_advantages()->Add(adv[k].begin(), adv[k].end());
+  }
+  const auto trained = a.client->TrainStep(step);
+  ASSERT_TRUE(trained.ok()) << trained.status().error_message();
+  EXPECT_NEAR(trained->stats().loss(), loss, 1e-12 * std::abs(loss));
+  const auto& metrics = trained->stats().metrics();
+  ASSERT_TRUE(metrics.count("clip_fraction"));
+  EXPECT_NEAR(metrics.at("clip_fraction"), static_cast<double>(clipped) / tokens, 1e-12);
+
+  // The same update through weighted_logprobs on a fresh server.
+  auto b = testing::StartServer(SgdF64());
+  v1::ForwardBackwardRequest fb;
+  fb.set_objective("weighted_logprobs");
+  for (size_t k = 0; k < completions.size(); ++k) {
+    auto* s = fb.mutable_batch()->mutable_weighted()->add_sequences();
+    s->mutable_tokens()->Add(prompt.begin(), prompt.end());
+    s->mutable_tokens()->Add(completions[k].begin(), completions[k].end());
+    for (size_t i = 0; i + 1 < prompt.size(); ++i) s->add_weights(0.0);
+    // weighted_logprobs trains L = sum w logp: w = dL/dlogp.
+    s->mutable_weights()->Add(dlp[k].begin(), dlp[k].end());
+  }
+  ASSERT_TRUE(b.client->ForwardBackward(fb).ok());
+  ASSERT_TRUE(b.client->OptimStep().ok());
+  const auto by_hand = testing::ExportedTensors(*b.client);
+  const auto ppo = testing::ExportedTensors(*a.client);
+  const auto base = InitModel(PresetConfig("tiny"), 0, torch::kFloat64)->hf_tensors();
+  double worst = 0, largest = 0;
+  for (const auto& [name, t] : base) {
+    const auto ua = ppo.at(name) - t, ub = by_hand.at(name) - t;
+    largest = std::max(largest, ua.abs().max().item<double>());
+    worst = std::max(worst, (ua - ub).abs().max().item<double>());
+  }
+  EXPECT_GT(largest, 0);
+  EXPECT_LE(worst, 1e-10 * largest);
+
+  // Options of another objective's message are refused with the keys ppo knows.
+  v1::TrainStepRequest bad = step;
+  bad.mutable_grpo()->set_beta(0.1);
+  const auto refused = a.client->TrainStep(bad);
+  EXPECT_EQ(refused.code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.status().error_message().find("clip_low_threshold"), std::string::npos)
+      << refused.status().error_message();
+  // A completion without the sampler's log-probs: refused, nothing trained.
+  v1::TrainStepRequest missing = step;
+  missing.mutable_batch()->mutable_grpo()->mutable_groups(0)->mutable_completions(1)->clear_logprobs();
+  const auto before = testing::ExportedTensors(*a.client);
+  const auto refused2 = a.client->TrainStep(missing);
+  EXPECT_EQ(refused2.code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused2.status().error_message().find("sampler log-probs"), std::string::npos)
+      << refused2.status().error_message();
+  testing::ExpectSameTensors(before, testing::ExportedTensors(*a.client));
+}
+
 
 // --- Progress of a step -------------------------------------------------------------------------------
 

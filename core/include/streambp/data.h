@@ -33,7 +33,17 @@ std::vector<Sequence> ParseGrpoExample(const nlohmann::json& j, const std::strin
 /// log p(tokens[i+1] | tokens[..i]) (one fewer than the tokens, as ComputeLogprobs aligns).
 Sequence ParseWeightedExample(const nlohmann::json& j, const std::string& where);
 
-/// Reads a JSONL file in the format of `objective` (sft | dpo | grpo | weighted_logprobs).
+/// One sequence of Tinker's policy losses (importance_sampling, ppo, cispo, dro)
+/// {"tokens":[...], "logprobs":[...], "advantages":[...], "loss_mask"?:[...]}: logprobs[i] (the
+/// sampler's) and advantages[i] belong to tokens[i+1], one fewer than the tokens; loss_mask
+/// (one per token, as sft's) selects the targets, all tokens after the first by default.
+Sequence ParsePolicyExample(const nlohmann::json& j, const std::string& where);
+
+/// True for the objectives whose data is ParsePolicyExample's.
+bool IsPolicyLoss(const std::string& objective);
+
+/// Reads a JSONL file in the format of `objective` (sft | dpo | grpo | weighted_logprobs and
+/// cross_entropy | importance_sampling, ppo, cispo and dro).
 std::vector<Sequence> ReadExamples(const std::string& path, const std::string& objective);
 
 /// Reads a JSONL file into parsed JSON objects, with line numbers (1-based).

@@ -149,6 +149,26 @@ struct WeightedLogprobsOptions {
 };
 std::unique_ptr<Objective> MakeWeightedLogprobsObjective(const WeightedLogprobsOptions& options);
 
+/// The built-in losses of Tinker's forward_backward (docs/architecture.md: Objectives), summed
+/// over the target tokens of the step with no normalizer (the caller's advantages and weights
+/// carry it). Per target token, lp = log p(token) under the policy, q the sampler's log-prob
+/// (Sequence::sampler_logprobs), A the advantage (Sequence::advantages), r = exp(lp - q):
+///   importance_sampling  -sum r A
+///   ppo                  -sum min(r A, clip(r, clip_low_threshold, clip_high_threshold) A)
+///   cispo                -sum sg(clip(r, clip_low_threshold, clip_high_threshold)) A lp
+///   dro                  -sum (lp A - beta/2 (lp - q)^2)
+///   cross_entropy        -sum w lp   (w = Sequence::token_weights; no sampler needed)
+/// Metrics, over the target tokens: the train/sampler mismatch (k3 estimate of KL(q || p),
+/// the ratio's mean and maximum) and, for ppo and cispo, the share of tokens whose ratio lies
+/// outside the clip.
+struct PolicyLossOptions {
+  std::string loss;                  ///< importance_sampling | ppo | cispo | dro | cross_entropy
+  double clip_low_threshold = 0.0;   ///< ppo, cispo
+  double clip_high_threshold = 0.0;  ///< ppo, cispo
+  double beta = 0.0;                 ///< dro
+};
+std::unique_ptr<Objective> MakePolicyLossObjective(const PolicyLossOptions& options);
+
 /// One option of an objective: the schema that the JSON reader, the server's protobuf
 /// converter (a field of the same name in streambp.v1.<Kind>Options) and the command-line
 /// tools share, so the three cannot drift apart (a test checks the proto against it).

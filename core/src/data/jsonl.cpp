@@ -163,9 +163,41 @@ Sequence ParseWeightedExample(const json& j, const std::string& where) {
   return s;
 }
 
+bool IsPolicyLoss(const std::string& objective) {
+  return objective == "importance_sampling" || objective == "ppo" || objective == "cispo" || objective == "dro";
+}
+
+Sequence ParsePolicyExample(const json& j, const std::string& where) {
+  if (!j.is_object()) throw InvalidArgument(where + ": expected a JSON object");
+  CheckKeys(j, where, {"tokens", "logprobs", "advantages", "loss_mask"});
+  if (!j.contains("tokens")) throw InvalidArgument(where + ": missing field 'tokens'");
+  json tokens_only = {{"tokens", j.at("tokens")}};
+  if (j.contains("loss_mask")) tokens_only["loss_mask"] = j.at("loss_mask");
+  Sequence s = ParseSftExample(tokens_only, where);  // tokens and the optional loss_mask, checked as sft's
+  if (s.tokens.size() < 2) throw InvalidArgument(where + ": field 'tokens' needs at least 2 tokens");
+  for (auto [field, out] : {std::pair{"logprobs", &s.sampler_logprobs}, std::pair{"advantages", &s.advantages}}) {
+    if (!j.contains(field)) {
+      throw InvalidArgument(where + ": missing field '" + field + "' (one per token after the first)");
+    }
+    const auto values = NumberList(j, field, where);
+    if (values.size() + 1 != s.tokens.size()) {
+      throw InvalidArgument(where + ": " + field + " has " + std::to_string(values.size()) + " entries; it needs " +
+                            std::to_string(s.tokens.size() - 1) + " (one per token after the first)");
+    }
+    out->push_back(0.0);
+    out->insert(out->end(), values.begin(), values.end());
+  }
+  return s;
+}
+
 std::vector<Sequence> ReadExamples(const std::string& path, const std::string& objective) {
   if (objective == "sft") return ReadSftJsonl(path);
-  if (objective == "weighted" || objective == "weighted_logprobs") {
+  if (IsPolicyLoss(objective)) {
+    std::vector<Sequence> out;
+    for (const auto& l : ReadJsonl(path)) out.push_back(ParsePolicyExample(l.value, path + ":" + std::to_string(l.line)));
+    return out;
+  }
+  if (objective == "weighted" || objective == "weighted_logprobs" || objective == "cross_entropy") {
     std::vector<Sequence> out;
     for (const auto& l : ReadJsonl(path)) out.push_back(ParseWeightedExample(l.value, path + ":" + std::to_string(l.line)));
     if (out.empty()) throw InvalidArgument(path + ": no examples (the file is empty)");
@@ -173,7 +205,8 @@ std::vector<Sequence> ReadExamples(const std::string& path, const std::string& o
   }
   if (objective != "dpo" && objective != "grpo") {
     throw InvalidArgument("no data format for objective '" + objective +
-                          "' (known: sft, dpo, grpo, weighted_logprobs)");
+                          "' (known: sft, dpo, grpo, weighted_logprobs, cross_entropy, importance_sampling, ppo, "
+                          "cispo, dro)");
   }
   std::vector<Sequence> out;
   int64_t group = 0;

@@ -133,6 +133,70 @@ const std::vector<Field<WeightedLogprobsOptions>>& WeightedFields() {
   return f;
 }
 
+// Tinker's losses (policy_losses.cpp): each its own defaults, Tinker's.
+struct ClipOptions {
+  double clip_low_threshold, clip_high_threshold;
+};
+struct PpoOptions : ClipOptions {
+  PpoOptions() : ClipOptions{0.8, 1.2} {}
+};
+struct CispoOptions : ClipOptions {
+  CispoOptions() : ClipOptions{0.0, 4.0} {}
+};
+struct DroOptions {
+  double beta = 0.05;
+};
+struct NoOptions {};
+
+template <class O>
+std::vector<Field<O>> ClipFields() {
+  return {Number("clip_low_threshold", static_cast<double O::*>(&ClipOptions::clip_low_threshold),
+                 "lower bound of the clipped ratio exp(logp - sampler logp)"),
+          Number("clip_high_threshold", static_cast<double O::*>(&ClipOptions::clip_high_threshold),
+                 "upper bound of the clipped ratio")};
+}
+const std::vector<Field<PpoOptions>>& PpoFields() {
+  static const auto f = ClipFields<PpoOptions>();
+  return f;
+}
+const std::vector<Field<CispoOptions>>& CispoFields() {
+  static const auto f = ClipFields<CispoOptions>();
+  return f;
+}
+const std::vector<Field<DroOptions>>& DroFields() {
+  static const std::vector<Field<DroOptions>> f = {
+      Number("beta", &DroOptions::beta, "weight of the quadratic penalty on logp - sampler logp"),
+  };
+  return f;
+}
+const std::vector<Field<NoOptions>>& NoFields() {
+  static const std::vector<Field<NoOptions>> f;
+  return f;
+}
+
+template <const char* kName>
+std::unique_ptr<Objective> CreatePolicyLoss(const nlohmann::json& options) {
+  PolicyLossOptions o;
+  o.loss = kName;
+  const std::string name = kName;
+  if (name == "ppo") {
+    const auto read = Read(name, options, PpoFields());
+    o.clip_low_threshold = read.clip_low_threshold;
+    o.clip_high_threshold = read.clip_high_threshold;
+  } else if (name == "cispo") {
+    const auto read = Read(name, options, CispoFields());
+    o.clip_low_threshold = read.clip_low_threshold;
+    o.clip_high_threshold = read.clip_high_threshold;
+  } else if (name == "dro") {
+    o.beta = Read(name, options, DroFields()).beta;
+  } else {
+    Read(name, options, NoFields());
+  }
+  return MakePolicyLossObjective(o);
+}
+constexpr char kImportanceSampling[] = "importance_sampling", kPpo[] = "ppo", kCispo[] = "cispo", kDro[] = "dro",
+               kCrossEntropy[] = "cross_entropy";
+
 std::unique_ptr<Objective> CreateWeighted(const nlohmann::json& options) {
   return MakeWeightedLogprobsObjective(Read("weighted_logprobs", options, WeightedFields()));
 }
@@ -164,6 +228,14 @@ void RegisterBuiltinObjectives() {
   RegisterObjective("dpo", &CreateDpo, Schema(DpoFields()));
   RegisterObjective("grpo", &CreateGrpo, Schema(GrpoFields()));
   RegisterObjective("weighted_logprobs", &CreateWeighted, Schema(WeightedFields()), "weighted");
+  // Tinker's losses. On the wire their per-token inputs ride in the batches that carry them
+  // today: a GRPO batch's completions (sampler log-probs and advantages), a weighted batch's
+  // weights (cross_entropy).
+  RegisterObjective(kImportanceSampling, &CreatePolicyLoss<kImportanceSampling>, Schema(NoFields()), "grpo");
+  RegisterObjective(kPpo, &CreatePolicyLoss<kPpo>, Schema(PpoFields()), "grpo");
+  RegisterObjective(kCispo, &CreatePolicyLoss<kCispo>, Schema(CispoFields()), "grpo");
+  RegisterObjective(kDro, &CreatePolicyLoss<kDro>, Schema(DroFields()), "grpo");
+  RegisterObjective(kCrossEntropy, &CreatePolicyLoss<kCrossEntropy>, Schema(NoFields()), "weighted");
 }
 
 std::vector<std::string> ObjectiveNames() {
