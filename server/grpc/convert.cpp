@@ -1,5 +1,6 @@
 #include "convert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <random>
@@ -57,6 +58,7 @@ class Converter {
   }
 
   int64_t tokens() const { return tokens_; }
+  int64_t vocab_size() const { return limits_.vocab_size; }
 
  private:
   const InputLimits& limits_;
@@ -88,7 +90,112 @@ std::string KindName(v1::Batch::KindCase kind) {
     case v1::Batch::kDpo: return "dpo";
     case v1::Batch::kGrpo: return "grpo";
     case v1::Batch::kWeighted: return "weighted";
+    case v1::Batch::kData: return "data";
     default: return "";
+  }
+}
+
+std::string Join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "none" : out;
+}
+
+// A per-token tensor of a datum: one dimension (or shape [N]) of N entries.
+void CheckShape(const v1::TensorData& t, int64_t size, int64_t n, const std::string& field) {
+  if (t.shape_size() > 1) {
+    throw InvalidArgument(field + ".shape has " + std::to_string(t.shape_size()) +
+                          " dimensions; this loss takes one value per input token (shape [" + std::to_string(n) +
+                          "])");
+  }
+  if (t.shape_size() == 1 && t.shape(0) != size) {
+    throw InvalidArgument(field + ".shape [" + std::to_string(t.shape(0)) + "] does not match its " +
+                          std::to_string(size) + " values");
+  }
+  if (size != n) {
+    throw InvalidArgument(field + " has " + std::to_string(size) + " values but model_input has " + std::to_string(n) +
+                          " tokens (one per input token: entry t is about the token position t predicts)");
+  }
+}
+
+// A data batch (Tinker's Datum): the sequence is the input plus the last target, every
+// per-token input lands in the Sequence field its objective declared, aligned as the typed
+// batches align them (entry t + 1 = the value of target_tokens[t]; entry 0 unused).
+void ConvertData(const v1::DatumBatch& batch, const std::string& objective, Converter& c, StepRequest* in) {
+  const auto declared = ObjectiveInputs(objective);
+  if (declared.empty()) {
+    throw InvalidArgument("objective '" + objective + "' takes no data batch (it declares no loss_fn_inputs); use "
+                          "batch." + ObjectiveBatchKind(objective));
+  }
+  std::vector<std::string> known{"target_tokens"};
+  for (const auto& d : declared) known.push_back(d.name);
+  if (batch.data().empty()) throw InvalidArgument("batch.data.data is empty");
+  for (int i = 0; i < batch.data_size(); ++i) {
+    const auto& datum = batch.data(i);
+    const std::string f = Index("batch.data.data", i);
+    const int64_t n = datum.model_input().tokens_size();
+    if (n == 0) throw InvalidArgument(f + ".model_input.tokens is empty");
+    for (const auto& [name, tensor] : datum.loss_fn_inputs()) {
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        throw InvalidArgument(f + ".loss_fn_inputs: unknown input '" + name + "' for objective '" + objective +
+                              "' (it takes " + Join(known) + ")");
+      }
+    }
+    const std::string ft = f + ".loss_fn_inputs[target_tokens]";
+    const auto target_it = datum.loss_fn_inputs().find("target_tokens");
+    if (target_it == datum.loss_fn_inputs().end()) throw InvalidArgument(ft + " is missing (int_data, one per token)");
+    const auto& targets = target_it->second;
+    if (targets.float_data_size() > 0) throw InvalidArgument(ft + " holds token ids: give them as int_data");
+    CheckShape(targets, targets.int_data_size(), n, ft);
+    Sequence s;
+    s.tokens = c.Tokens(datum.model_input().tokens(), f + ".model_input.tokens");
+    for (int64_t t = 0; t + 1 < n; ++t) {
+      if (targets.int_data(t) != s.tokens[t + 1]) {
+        throw InvalidArgument(ft + "[" + std::to_string(t) + "] = " + std::to_string(targets.int_data(t)) +
+                              " is not the next input token " + std::to_string(s.tokens[t + 1]) +
+                              ": the targets are the input shifted by one (target_tokens[t] = "
+                              "model_input.tokens[t+1])");
+      }
+    }
+    const int64_t last = targets.int_data(n - 1);
+    if (last < 0 || last >= c.vocab_size()) {
+      throw InvalidArgument(ft + "[" + std::to_string(n - 1) + "] = " + std::to_string(last) +
+                            " is outside the vocabulary [0, " + std::to_string(c.vocab_size()) + ")");
+    }
+    s.tokens.push_back(last);
+    for (const auto& d : declared) {
+      const std::string fi = f + ".loss_fn_inputs[" + d.name + "]";
+      const auto it = datum.loss_fn_inputs().find(d.name);
+      if (it == datum.loss_fn_inputs().end()) {
+        if (d.required) throw InvalidArgument(fi + " is missing (objective '" + objective + "' needs it)");
+        continue;
+      }
+      const auto& tensor = it->second;
+      if (tensor.int_data_size() > 0) throw InvalidArgument(fi + " holds numbers: give them as float_data");
+      CheckShape(tensor, tensor.float_data_size(), n, fi);
+      std::vector<double> values;
+      values.reserve(n + 1);
+      values.push_back(0.0);
+      for (int64_t t = 0; t < n; ++t) {
+        const double v = tensor.float_data(t);
+        if (!std::isfinite(v)) throw InvalidArgument(fi + "[" + std::to_string(t) + "] is not finite");
+        if (d.target == ObjectiveInput::Target::kSamplerLogprobs && v > 0) {
+          throw InvalidArgument(fi + "[" + std::to_string(t) + "] = " + std::to_string(v) +
+                                " is positive: a log-probability is <= 0");
+        }
+        values.push_back(v);
+      }
+      using Target = ObjectiveInput::Target;
+      switch (d.target) {
+        case Target::kTokenWeights: s.token_weights = std::move(values); break;
+        case Target::kSamplerLogprobs: s.sampler_logprobs = std::move(values); break;
+        case Target::kAdvantages: s.advantages = std::move(values); break;
+        case Target::kRefLogprobs: s.ref_logprobs = std::move(values); break;
+        case Target::kNamed: s.inputs[d.name] = std::move(values); break;
+      }
+    }
+    c.Count(s, f);
+    in->sequences.push_back(std::move(s));
   }
 }
 
@@ -188,8 +295,22 @@ AdamStepParams ConvertAdam(const v1::AdamParams& a) {
   return p;
 }
 
+nlohmann::json ConfigToJson(const google::protobuf::Map<std::string, v1::ConfigValue>& config) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, value] : config) {
+    switch (value.value_case()) {
+      case v1::ConfigValue::kNumber: out[key] = value.number(); break;
+      case v1::ConfigValue::kText: out[key] = value.text(); break;
+      case v1::ConfigValue::kFlag: out[key] = value.flag(); break;
+      default: throw InvalidArgument("loss_fn_config[" + key + "] has no value (set number, text or flag)");
+    }
+  }
+  return out;
+}
+
 StepRequest ConvertStep(const v1::Batch& given, const std::string& objective, const google::protobuf::Message* options,
-                        const v1::EngineOptions& engine, const InputLimits& limits) {
+                        const v1::EngineOptions& engine, const InputLimits& limits,
+                        const google::protobuf::Map<std::string, v1::ConfigValue>* loss_fn_config) {
   std::optional<v1::Batch> resolved;  // text forms -> ids (a copy; only when there is text)
   if (HasText(given)) {
     resolved = given;
@@ -199,12 +320,28 @@ StepRequest ConvertStep(const v1::Batch& given, const std::string& objective, co
   StepRequest in;
   Converter c(limits);
   const std::string kind = KindName(batch.kind_case());
-  if (kind.empty()) throw InvalidArgument("batch is empty: set batch.sft, batch.dpo, batch.grpo or batch.weighted");
+  if (kind.empty()) {
+    throw InvalidArgument("batch is empty: set batch.sft, batch.dpo, batch.grpo, batch.weighted or batch.data");
+  }
+  if (kind == "data" && objective.empty()) {
+    throw InvalidArgument("objective is empty: a data batch needs the loss function by name (e.g. cross_entropy, ppo)");
+  }
   in.objective = !objective.empty() ? objective : kind == "weighted" ? "weighted_logprobs" : kind;
   const std::string objective_kind = ObjectiveBatchKind(in.objective);  // unknown objective: refused
-  if (objective_kind != kind) {
+  if (kind != "data" && objective_kind != kind) {
     throw InvalidArgument("objective '" + in.objective + "' trains on " + objective_kind + " batches, but batch." +
                           kind + " was given");
+  }
+  if (loss_fn_config != nullptr && !loss_fn_config->empty()) {
+    if (options != nullptr) {
+      throw InvalidArgument("loss_fn_config and options." + OptionsKind(options->GetDescriptor()->name()) +
+                            " are both given: give one");
+    }
+    in.objective_options = ConfigToJson(*loss_fn_config);
+  }
+  if (options != nullptr && kind == "data") {
+    throw InvalidArgument("options." + OptionsKind(options->GetDescriptor()->name()) +
+                          " given for a data batch: give its options as loss_fn_config");
   }
   if (options != nullptr) {
     const std::string options_message = options->GetDescriptor()->name();  // SftOptions, ...
@@ -215,7 +352,9 @@ StepRequest ConvertStep(const v1::Batch& given, const std::string& objective, co
   }
   in.engine = ConvertEngine(engine);
 
-  if (kind == "sft") {
+  if (kind == "data") {
+    ConvertData(batch.data(), in.objective, c, &in);
+  } else if (kind == "sft") {
     const auto& examples = batch.sft().examples();
     if (examples.empty()) throw InvalidArgument("batch.sft.examples is empty");
     for (int i = 0; i < examples.size(); ++i) {
@@ -499,6 +638,15 @@ void ToProto(const HostInfo& i, v1::GetInfoResponse* out) {
   t->set_bos_token(i.tokenizer.bos_token);
   t->set_eos_token(i.tokenizer.eos_token);
   out->set_offload_layer_inputs(i.engine.offload_layer_inputs);
+  for (const auto& name : ObjectiveNames()) {
+    auto* o = out->add_objectives();
+    o->set_name(name);
+    o->set_batch_kind(ObjectiveBatchKind(name));
+    for (const auto& option : ObjectiveOptionSchema(name)) o->add_options(option.key);
+    for (const auto& input : ObjectiveInputs(name)) {
+      (input.required ? o->add_inputs() : o->add_optional_inputs())->assign(input.name);
+    }
+  }
 }
 
 void ToProto(const EstimateReply& e, v1::EstimateMemoryResponse* out) {

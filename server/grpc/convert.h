@@ -18,7 +18,12 @@ namespace streambp::server {
 /// (an objective whose batch kind is not the batch's, options of another kind, bad token
 /// ids, lengths, masks, non-finite side inputs); ResourceExhausted over the token limit.
 StepRequest ConvertStep(const v1::Batch& batch, const std::string& objective, const google::protobuf::Message* options,
-                        const v1::EngineOptions& engine, const InputLimits& limits);
+                        const v1::EngineOptions& engine, const InputLimits& limits,
+                        const google::protobuf::Map<std::string, v1::ConfigValue>* loss_fn_config = nullptr);
+
+/// loss_fn_config as the objective's JSON options (the registry's option reader checks the
+/// keys and their types, naming the known ones).
+nlohmann::json ConfigToJson(const google::protobuf::Map<std::string, v1::ConfigValue>& config);
 
 /// AdamParams in core terms: each unset field keeps Tinker's default (AdamStepParams' own).
 /// The values are checked by the host (InvalidArgument naming the field).
@@ -32,7 +37,7 @@ StepRequest ConvertStepRequest(const Request& r, const InputLimits& limits) {
   if (r.has_dpo()) options = &r.dpo();
   if (r.has_grpo()) options = &r.grpo();
   if (r.has_weighted()) options = &r.weighted();
-  StepRequest step = ConvertStep(r.batch(), r.objective(), options, r.engine(), limits);
+  StepRequest step = ConvertStep(r.batch(), r.objective(), options, r.engine(), limits, &r.loss_fn_config());
   if constexpr (std::is_same_v<Request, v1::TrainStepRequest>) {
     if (r.has_adam_params()) step.adam = ConvertAdam(r.adam_params());
   }

@@ -19,6 +19,7 @@ json SequencesToJson(const std::vector<Sequence>& sequences) {
     if (!s.ref_logprobs.empty()) j["ref_logprobs"] = s.ref_logprobs;
     if (!s.token_weights.empty()) j["token_weights"] = s.token_weights;
     if (!s.routed_experts.empty()) j["routed_experts"] = s.routed_experts;
+    if (!s.inputs.empty()) j["inputs"] = s.inputs;
     out.push_back(std::move(j));
   }
   return out;
@@ -39,6 +40,7 @@ std::vector<Sequence> SequencesFromJson(const json& j) {
     if (e.contains("ref_logprobs")) s.ref_logprobs = e["ref_logprobs"].get<std::vector<double>>();
     if (e.contains("token_weights")) s.token_weights = e["token_weights"].get<std::vector<double>>();
     if (e.contains("routed_experts")) s.routed_experts = e["routed_experts"].get<std::vector<int32_t>>();
+    if (e.contains("inputs")) s.inputs = e["inputs"].get<std::map<std::string, std::vector<double>>>();
     out.push_back(std::move(s));
   }
   return out;

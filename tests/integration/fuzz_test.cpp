@@ -196,6 +196,16 @@ std::vector<std::pair<std::string, std::unique_ptr<Message>>> Seeds() {
   Fill(c1->mutable_logprobs(), {-1.0f, -2.0f});
   Fill(g->add_completions()->mutable_tokens(), {5});
   grpo->mutable_grpo()->set_loss_type("grpo");
+  // A data batch (Datum) for ppo with its config by name.
+  auto data = std::make_unique<v1::TrainStepRequest>();
+  data->set_objective("ppo");
+  auto* datum = data->mutable_batch()->mutable_data()->add_data();
+  Fill(datum->mutable_model_input()->mutable_tokens(), {1, 2, 3});
+  auto& inputs = *datum->mutable_loss_fn_inputs();
+  Fill(inputs["target_tokens"].mutable_int_data(), {int64_t{2}, int64_t{3}, int64_t{4}});
+  Fill(inputs["logprobs"].mutable_float_data(), {-1.0, -2.0, -0.5});
+  Fill(inputs["advantages"].mutable_float_data(), {1.0, -1.0, 0.5});
+  (*data->mutable_loss_fn_config())["clip_low_threshold"].set_number(0.9);
   auto logprobs = std::make_unique<v1::ComputeLogprobsRequest>();
   Fill(logprobs->add_sequences()->mutable_tokens(), {1, 2, 3});
   auto sample = std::make_unique<v1::SampleRequest>();
@@ -216,6 +226,7 @@ std::vector<std::pair<std::string, std::unique_ptr<Message>>> Seeds() {
   add("TrainStep", std::move(sft));
   add("ForwardBackward", std::move(dpo));
   add("TrainStep", std::move(grpo));
+  add("TrainStep", std::move(data));
   add("OptimStep", std::make_unique<v1::OptimStepRequest>());
   add("ComputeLogprobs", std::move(logprobs));
   add("Sample", std::move(sample));

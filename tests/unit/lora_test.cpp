@@ -86,7 +86,18 @@ std::vector<Sequence> GrpoSequences(int64_t vocab, uint64_t seed) {
   return out;
 }
 
+bool IsTinkerLoss(const std::string& kind) {
+  return kind == "importance_sampling" || kind == "ppo" || kind == "cispo" || kind == "dro" || kind == "cross_entropy";
+}
+
 std::unique_ptr<Objective> MakeObjective(const std::string& kind) {
+  if (IsTinkerLoss(kind)) {  // clips that leave tokens on both sides
+    RegisterBuiltinObjectives();
+    if (kind == "ppo" || kind == "cispo") {
+      return CreateObjective(kind, {{"clip_low_threshold", 0.8}, {"clip_high_threshold", 1.1}});
+    }
+    return CreateObjective(kind, kind == "dro" ? nlohmann::json{{"beta", 0.3}} : nlohmann::json::object());
+  }
   if (kind == "sft") return MakeSftObjective({});
   if (kind == "weighted") return MakeWeightedLogprobsObjective({});
   if (kind == "dpo") return MakeDpoObjective({});
@@ -99,6 +110,22 @@ std::unique_ptr<Objective> MakeObjective(const std::string& kind) {
 std::vector<Sequence> Sequences(const std::string& kind, int64_t vocab, uint64_t seed) {
   if (kind == "sft") return SftSequences(vocab, seed);
   if (kind == "dpo") return DpoSequences(vocab, seed);
+  if (IsTinkerLoss(kind)) {  // sampler log-probs around a random model's, advantages and weights of both signs
+    auto seqs = SftSequences(vocab, seed);
+    const double typical = -std::log(static_cast<double>(vocab));
+    for (auto& s : seqs) {
+      const size_t n = s.tokens.size();
+      s.sampler_logprobs.assign(n, 0.0);
+      s.advantages.assign(n, 0.0);
+      s.token_weights.assign(n, 0.0);
+      for (size_t t = 1; t < n; ++t) {
+        s.sampler_logprobs[t] = typical + 0.5 * std::sin(1.7 * static_cast<double>(t) + static_cast<double>(n));
+        s.advantages[t] = std::cos(0.9 * static_cast<double>(t * n));
+        s.token_weights[t] = 0.4 * std::sin(static_cast<double>(t) + 0.5);
+      }
+    }
+    return seqs;
+  }
   if (kind == "weighted") {  // client weights of both signs, some zero
     auto seqs = SftSequences(vocab, seed);
     for (auto& s : seqs) {
@@ -202,6 +229,13 @@ std::vector<LoraCase> Cases() {
           out.push_back({family, r, rslora, objective, layout});
         }
       }
+    }
+  }
+  // Tinker's losses (their exactness against the loss written out per token is
+  // policy_losses_test's): one family, one rank, every layout.
+  for (const char* objective : {"importance_sampling", "ppo", "cispo", "dro", "cross_entropy"}) {
+    for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
+      out.push_back({"qwen3", 4, true, objective, layout});
     }
   }
   return out;

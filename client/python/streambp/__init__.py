@@ -16,16 +16,16 @@ from . import custom_loss, data, safetensors
 from ._connection import RetryPolicy, StreamIterator, TlsConfig, new_request_id
 from .client import ServiceClient
 from .custom_loss import LossFn, torch_available
-from .data import (batch_from_records, dpo_batch, grpo_batch, objective_options, parse_jsonl, read_jsonl,
-                   rollout_group, sft_batch, text_input, weighted_batch)
+from .data import (batch_from_records, data_batch, datum, dpo_batch, grpo_batch, loss_fn_config, objective_options,
+                   parse_jsonl, read_jsonl, rollout_group, sft_batch, tensor_data, text_input, weighted_batch)
 from .errors import StreambpError
 from .history import HistoryRecord
 from .safetensors import Tensor, load_safetensors
 from .training import RolloutStream, TrainingClient
 from .types import (AdamParams, CheckpointInfo, Completion, CustomLossResult, ExportedWeights, ForwardBackwardResult,
-                    LoadedCheckpoint, LogprobsResult, LoraConfig, MemoryEstimate, OptimStepResult, PolicyUpdate,
-                    RolloutAck, RolloutStats, RoutedExperts, SampleResult, ServerInfo, SessionInfo, SessionList,
-                    StepProgress, StepStats, TokenizedText, TokenizerInfo, TrainStepResult)
+                    LoadedCheckpoint, LogprobsResult, LoraConfig, MemoryEstimate, ObjectiveInfo, OptimStepResult,
+                    PolicyUpdate, RolloutAck, RolloutStats, RoutedExperts, SampleResult, ServerInfo, SessionInfo,
+                    SessionList, StepProgress, StepStats, TokenizedText, TokenizerInfo, TrainStepResult)
 from .v1 import trainer_pb2 as pb
 
 __version__ = "0.1.0"
@@ -35,8 +35,10 @@ __all__ = [
     "new_request_id", "AdamParams", "LossFn", "torch_available", "pb", "custom_loss", "data", "safetensors",
     "batch_from_records", "dpo_batch", "grpo_batch", "objective_options", "parse_jsonl", "read_jsonl",
     "rollout_group", "sft_batch", "text_input", "weighted_batch", "Tensor", "load_safetensors",
+    "datum", "data_batch", "tensor_data", "loss_fn_config",
     "CheckpointInfo", "Completion", "CustomLossResult", "ExportedWeights", "ForwardBackwardResult",
-    "LoadedCheckpoint", "LogprobsResult", "LoraConfig", "MemoryEstimate", "OptimStepResult", "PolicyUpdate",
+    "LoadedCheckpoint", "LogprobsResult", "LoraConfig", "MemoryEstimate", "ObjectiveInfo", "OptimStepResult",
+    "PolicyUpdate",
     "HistoryRecord", "RolloutAck", "RolloutStats", "RoutedExperts", "SampleResult", "ServerInfo", "SessionInfo", "SessionList",
     "StepProgress", "StepStats", "TokenizedText", "TokenizerInfo", "TrainStepResult", "__version__",
 ]

@@ -36,7 +36,7 @@ __all__ = [
     "KINDS", "read_jsonl", "parse_jsonl", "batch_from_records", "sft_batch", "dpo_batch", "grpo_batch",
     "weighted_batch", "text_input", "chat_messages", "rollout_group", "batch_kind", "batch_examples",
     "batch_has_text", "split_by_examples", "text_inputs", "objective_options", "engine_options", "to_message",
-    "Messages", "TextLike",
+    "Messages", "TextLike", "tensor_data", "datum", "data_batch", "loss_fn_config",
 ]
 
 KINDS = ("sft", "dpo", "grpo", "weighted")
@@ -412,6 +412,106 @@ def weighted_batch(sequences: Sequence[Sequence[int]], weights: Sequence[Sequenc
     return batch
 
 
+def _flatten(values: Any, where: str) -> "tuple[List[Any], List[int], Optional[bool]]":
+    """Values in row-major order, their shape, and whether they are integers (None: unknown,
+    as for an empty list): from a TensorData, a numpy array, a torch tensor or nested lists."""
+    if hasattr(values, "detach"):  # a torch tensor
+        t = values.detach().cpu()
+        return t.reshape(-1).tolist(), list(t.shape), not (t.dtype.is_floating_point or t.dtype.is_complex)
+    if hasattr(values, "dtype") and hasattr(values, "tolist") and hasattr(values, "shape"):  # numpy
+        return list(values.reshape(-1).tolist()), list(values.shape), values.dtype.kind in "iu"
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise _bad(where, f"expected a list, numpy array, torch tensor or TensorData, got {type(values).__name__}")
+    flat: List[Any] = []
+    shape = [len(values)]
+    inner: Optional[List[int]] = None
+    for i, v in enumerate(values):
+        if isinstance(v, Sequence) and not isinstance(v, (str, bytes)):
+            part, part_shape, _ = _flatten(v, f"{where}[{i}]")
+            if inner is not None and part_shape != inner:
+                raise _bad(where, f"rows of different shapes ({inner} and {part_shape})")
+            inner = part_shape
+            flat.extend(part)
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _bad(f"{where}[{i}]", f"expected a number, got {type(v).__name__}")
+        else:
+            flat.append(v)
+    if inner is not None:
+        shape += inner
+    integers = all(isinstance(v, int) for v in flat) if flat else None
+    return flat, shape, integers
+
+
+def tensor_data(values: Any, name: str = "tensor", integers: Optional[bool] = None) -> pb.TensorData:
+    """A TensorData (Tinker's) from a list (nested lists for more dimensions), a numpy array or a
+    torch tensor: integers go as int_data, other numbers as float_data (float64), with the shape.
+    ``integers`` forces the kind (a list of whole floats as token ids, or ints as weights)."""
+    if isinstance(values, pb.TensorData):
+        return values
+    flat, shape, found = _flatten(values, name)
+    as_ints = found if integers is None else integers
+    out = pb.TensorData(shape=shape)
+    if as_ints:
+        if any(float(v) != int(v) for v in flat):
+            raise _bad(name, "token ids must be whole numbers")
+        out.int_data.extend(int(v) for v in flat)
+    else:
+        out.float_data.extend(_finite(v, "value", f"{name}[{i}]") for i, v in enumerate(flat))
+    return out
+
+
+def datum(model_input: Any, loss_fn_inputs: Mapping[str, Any]) -> pb.Datum:
+    """A Datum (Tinker's): the N tokens the model reads and the loss's per-token inputs, each N
+    values (entry t about the token position t predicts): ``target_tokens`` (the input shifted by
+    one, plus the token after it) and the loss's own, e.g. ``weights`` for cross_entropy or
+    ``logprobs`` and ``advantages`` for ppo (GetInfo's objectives list each loss's inputs)."""
+    if isinstance(model_input, pb.ModelInput):
+        tokens = list(model_input.tokens)
+    else:
+        flat, _, ints = _flatten(model_input, "model_input")
+        if ints is False:
+            raise _bad("model_input", "token ids must be integers")
+        tokens = [int(v) for v in flat]
+    out = pb.Datum(model_input=pb.ModelInput(tokens=tokens))
+    for name, values in loss_fn_inputs.items():
+        # Token ids as integers, every other input as float64 (weights [1, 0, 1] included).
+        out.loss_fn_inputs[name].CopyFrom(tensor_data(values, f"loss_fn_inputs[{name}]",
+                                                      integers=name == "target_tokens"))
+    return out
+
+
+def data_batch(data: Iterable[Any]) -> pb.Batch:
+    """A data batch from Datum messages (or dicts {"model_input": ..., "loss_fn_inputs": {...}}):
+    for any loss function named by the step's objective (cross_entropy, ppo, ...)."""
+    batch = pb.Batch(data=pb.DatumBatch())
+    for i, d in enumerate(data):
+        if isinstance(d, pb.Datum):
+            batch.data.data.append(d)
+        elif isinstance(d, Mapping):
+            _check_keys(d, f"data[{i}]", ("model_input", "loss_fn_inputs"))
+            batch.data.data.append(datum(d.get("model_input", []), d.get("loss_fn_inputs", {})))
+        else:
+            raise _bad(f"data[{i}]", f"expected a Datum or a dict, got {type(d).__name__}")
+    return batch
+
+
+def loss_fn_config(config: Mapping[str, Any]) -> "dict[str, pb.ConfigValue]":
+    """loss_fn_config values as ConfigValue messages: numbers, strings and booleans."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, pb.ConfigValue):
+            out[key] = value
+        elif isinstance(value, bool):
+            out[key] = pb.ConfigValue(flag=value)
+        elif isinstance(value, (int, float)):
+            out[key] = pb.ConfigValue(number=float(value))
+        elif isinstance(value, str):
+            out[key] = pb.ConfigValue(text=value)
+        else:
+            raise invalid(f"loss_fn_config[{key}]: expected a number, a string or a bool, got {type(value).__name__}")
+    return out
+
+
 def chat_messages(messages: Messages, where: str = "messages") -> List[pb.ChatMessage]:
     """ChatMessage protos from dicts {"role", "content", "reasoning_content"?, "train"?} (or protos)."""
     return _messages(list(messages), where, "messages")
@@ -470,11 +570,11 @@ def rollout_group(prompt: Union[Sequence[int], TextLike], completions: Sequence[
 
 
 def batch_kind(batch: pb.Batch) -> str:
-    """"sft", "dpo", "grpo", "weighted", or "" for an empty batch."""
+    """"sft", "dpo", "grpo", "weighted", "data", or "" for an empty batch."""
     return batch.WhichOneof("kind") or ""
 
 
-_ITEMS = {"sft": "examples", "dpo": "pairs", "grpo": "groups", "weighted": "sequences"}
+_ITEMS = {"sft": "examples", "dpo": "pairs", "grpo": "groups", "weighted": "sequences", "data": "data"}
 
 
 def _items(batch: pb.Batch, kind: str) -> Any:

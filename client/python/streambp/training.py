@@ -17,8 +17,8 @@ from google.protobuf.message import Message
 from ._connection import ProgressCallback, StreamIterator, new_request_id, stream_async
 from ._runtime import Sequencer, call_forms
 from .custom_loss import LossFn, run_loss
-from .data import (Messages, TextLike, batch_kind, engine_options, objective_options, set_adam_params, sft_batch,
-                   text_input, text_inputs, weighted_batch)
+from .data import (Messages, TextLike, batch_kind, data_batch, engine_options, loss_fn_config, objective_options,
+                   set_adam_params, sft_batch, text_input, text_inputs, weighted_batch)
 from ._weights_folder import FolderWriter
 from .errors import StreambpError, invalid
 from .history import HistoryMixin
@@ -32,19 +32,25 @@ if TYPE_CHECKING:
 
 __all__ = ["TrainingClient", "RolloutStream"]
 
-#: A batch: a Batch message, or token lists (one SFT example each, loss on every token).
-BatchLike = Union[pb.Batch, Sequence[Sequence[int]]]
+#: A batch: a Batch message, Datum messages (a data batch: the objective names the loss), or
+#: token lists (one SFT example each, loss on every token).
+BatchLike = Union[pb.Batch, Sequence[pb.Datum], Sequence[Sequence[int]]]
 #: Objective options: SftOptions / DpoOptions / GrpoOptions / WeightedOptions, or a dict of their fields.
 OptionsLike = Union[Message, Mapping[str, Any], None]
 #: Engine options: EngineOptions or a dict ({"engine": "stream", "chunk": 256}).
 EngineLike = Union[pb.EngineOptions, Mapping[str, Any], None]
 
 def _as_batch(batch: BatchLike) -> pb.Batch:
-    return batch if isinstance(batch, pb.Batch) else sft_batch(batch)
+    if isinstance(batch, pb.Batch):
+        return batch
+    if len(batch) > 0 and isinstance(batch[0], pb.Datum):
+        return data_batch(batch)
+    return sft_batch(batch)
 
 
 def _step_request(request: Any, batch: BatchLike, objective: str, options: OptionsLike, engine: EngineLike,
-                  request_id: Optional[str], session: str) -> Any:
+                  request_id: Optional[str], session: str,
+                  config: Optional[Mapping[str, Any]] = None) -> Any:
     """Fills a ForwardBackwardRequest / TrainStepRequest."""
     batch = _as_batch(batch)
     request.request_id = request_id or new_request_id()
@@ -52,6 +58,12 @@ def _step_request(request: Any, batch: BatchLike, objective: str, options: Optio
     # "" = the batch kind's objective; a weighted batch's is named weighted_logprobs.
     request.objective = objective or ("weighted_logprobs" if batch_kind(batch) == "weighted" else "")
     request.batch.CopyFrom(batch)
+    # A data batch's options are the loss's config by name (Tinker's loss_fn_config).
+    if options is not None and batch_kind(batch) == "data" and not isinstance(options, Message):
+        config, options = {**options, **(config or {})}, None
+    if config:
+        for key, value in loss_fn_config(config).items():
+            request.loss_fn_config[key].CopyFrom(value)
     if options is not None:
         kind = batch_kind(batch)
         if not kind:
@@ -123,6 +135,7 @@ class TrainingClient(HistoryMixin):
     # -- steps ----------------------------------------------------------------------------
     async def _forward_backward(self, batch: BatchLike, objective: str = "", options: OptionsLike = None, *,
                                 engine: EngineLike = None, on_progress: Optional[ProgressCallback] = None,
+                                loss_fn_config: Optional[Mapping[str, Any]] = None,
                                 request_id: Optional[str] = None,
                                 timeout: Optional[float] = None) -> ForwardBackwardResult:
         """ForwardBackward: forward and backward of ``batch``; the gradients accumulate until
@@ -130,9 +143,12 @@ class TrainingClient(HistoryMixin):
         weighted batch) or a registered objective name; ``options`` the objective's options
         (message or dict, e.g. {"beta": 0.1} for DPO); ``engine`` engine and chunk sizes;
         ``on_progress(StepProgress)`` sees queued / started / layer-by-layer events (called on
-        the SDK's I/O thread: keep it short). Mutating (request id)."""
+        the SDK's I/O thread: keep it short). ``batch`` may be Datum messages (``datum()``): a data
+        batch for the loss ``objective`` names (cross_entropy, ppo, ...), whose options go by name
+        in ``loss_fn_config`` (or ``options`` as a dict), e.g. {"clip_low_threshold": 0.9}.
+        Mutating (request id)."""
         request = _step_request(pb.ForwardBackwardRequest(), batch, objective, options, engine, request_id,
-                                self.session)
+                                self.session, loss_fn_config)
         response = await self._conn.step("ForwardBackward", request, timeout, on_progress, self.pipeline)
         return from_proto(ForwardBackwardResult, response)
 
@@ -190,10 +206,12 @@ class TrainingClient(HistoryMixin):
     async def _train_step(self, batch: BatchLike, objective: str = "", options: OptionsLike = None, *,
                           engine: EngineLike = None, on_progress: Optional[ProgressCallback] = None,
                           adam_params: Union[AdamParams, Mapping[str, float], None] = None,
+                          loss_fn_config: Optional[Mapping[str, Any]] = None,
                           request_id: Optional[str] = None, timeout: Optional[float] = None) -> TrainStepResult:
         """TrainStep: forward_backward + optim_step in one call, the usual path (arguments as in
         forward_backward and optim_step; on_progress also sees "optimizer"). Mutating (request id)."""
-        request = _step_request(pb.TrainStepRequest(), batch, objective, options, engine, request_id, self.session)
+        request = _step_request(pb.TrainStepRequest(), batch, objective, options, engine, request_id, self.session,
+                                loss_fn_config)
         if adam_params is not None:
             set_adam_params(request, adam_params)
         response = await self._conn.step("TrainStep", request, timeout, on_progress, self.pipeline)

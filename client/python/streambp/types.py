@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 from google.protobuf.message import Message
 
 __all__ = [
-    "TokenizerInfo", "LoraConfig", "SessionInfo", "ServerInfo", "SessionList", "StepStats",
+    "TokenizerInfo", "LoraConfig", "SessionInfo", "ObjectiveInfo", "ServerInfo", "SessionList", "StepStats",
     "ForwardBackwardResult", "OptimStepResult", "TrainStepResult", "StepProgress", "LogprobsResult",
     "Completion", "SampleResult", "TokenizedText", "CheckpointInfo", "LoadedCheckpoint",
     "MemoryEstimate", "PolicyUpdate", "RolloutAck", "RolloutStats", "ExportedWeights",
@@ -106,6 +106,18 @@ class SessionInfo:
 
 
 @dataclass(frozen=True)
+class ObjectiveInfo:
+    """A registered objective (loss function): its typed batch kind, its options (the keys of
+    loss_fn_config) and the per-token inputs a Datum gives it besides target_tokens (none: it
+    takes no data batch)."""
+    name: str
+    batch_kind: str
+    options: List[str]
+    inputs: List[str]
+    optional_inputs: List[str]
+
+
+@dataclass(frozen=True)
 class ServerInfo:
     """GetInfo: the model, dtype, device, engine and chunk sizes, policy version, limits."""
     architecture: str
@@ -137,6 +149,7 @@ class ServerInfo:
     session: Optional[SessionInfo]
     tokenizer: TokenizerInfo
     offload_layer_inputs: bool
+    objectives: List[ObjectiveInfo]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@
 /// the same row iff sequence_ids[i] == sequence_ids[j] and j <= i (padding slots attend
 /// only to padding, so their rows stay finite and never influence a real token).
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ struct Sequence {
   /// num_experts_per_tok); all k entries of a (token, layer) -1: the router routes it there.
   /// Empty: the router routes every token (docs/architecture.md: Models).
   std::vector<int32_t> routed_experts;
+  /// Per-token inputs by name that a registered objective declared for itself (a datum's
+  /// loss_fn_inputs with ObjectiveInput::Target::kNamed), aligned as sampler_logprobs.
+  std::map<std::string, std::vector<double>> inputs;
 
   /// Tokens that are training targets (loss_mask[i] = 1 for i >= 1).
   int64_t num_targets() const;
@@ -65,6 +69,9 @@ struct Batch {
   torch::Tensor advantages;
   torch::Tensor ref_logprobs;
   torch::Tensor token_weights;
+  /// Sequence::inputs by name, float64 [B, T] on the predicting positions as the side inputs
+  /// above (0 where a sequence has none); a name is present when any sequence has it.
+  std::map<std::string, torch::Tensor> inputs;
   /// Routing replay at each token's own position: [B, T, W] int64, W = sparse layers x k
   /// (Sequence::routed_experts), -1 where the router routes (padding, sequences without);
   /// undefined when no sequence carries routing.

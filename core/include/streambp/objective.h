@@ -181,13 +181,33 @@ struct ObjectiveOption {
   std::string help;                  ///< one line
 };
 
+/// One named per-token input of an objective, as a datum carries it (Tinker's Datum:
+/// `loss_fn_inputs`, docs/api.md: Data and loss functions): a float tensor with one value
+/// per position of the model input (the value of the token that position predicts), which
+/// lands in the Sequence field `target` names, aligned as that field is (entry t = token t,
+/// entry 0 unused). `target` kNamed keeps it by its own name in Sequence::inputs /
+/// Batch::inputs, so a loss can take an input nothing else knows.
+struct ObjectiveInput {
+  enum class Target { kNamed, kTokenWeights, kSamplerLogprobs, kAdvantages, kRefLogprobs };
+  std::string name;
+  Target target = Target::kNamed;
+  bool required = true;
+  std::string help;  ///< one line
+};
+
 /// Registry of objectives by name. Factories take the objective's JSON options (an
 /// unknown key is InvalidArgument).
 using ObjectiveFactory = std::unique_ptr<Objective> (*)(const nlohmann::json& options);
 /// `batch_kind`: the kind of batch the objective trains on (sft | dpo | grpo | ...; empty =
-/// `name`): a request with another kind of batch is refused.
+/// `name`): a request with another kind of batch is refused. `inputs`: the per-token inputs
+/// a datum gives it (besides the target tokens every datum has); an objective with none
+/// declared takes no data batch.
 void RegisterObjective(const std::string& name, ObjectiveFactory factory,
-                       std::vector<ObjectiveOption> schema = {}, const std::string& batch_kind = "");
+                       std::vector<ObjectiveOption> schema = {}, const std::string& batch_kind = "",
+                       std::vector<ObjectiveInput> inputs = {});
+/// The per-token inputs a registered objective takes from a datum (InvalidArgument for an
+/// unknown name; empty: it takes no data batch).
+std::vector<ObjectiveInput> ObjectiveInputs(const std::string& name);
 /// The kind of batch a registered objective trains on (InvalidArgument for an unknown name).
 std::string ObjectiveBatchKind(const std::string& name);
 /// The options a registered objective accepts (InvalidArgument for an unknown name).

@@ -45,6 +45,7 @@ Batch Batch::to(const torch::Device& device) const {
   for (auto* t : {&b.sampler_logprobs, &b.advantages, &b.ref_logprobs, &b.token_weights, &b.routed_experts}) {
     if (t->defined()) *t = t->to(device);
   }
+  for (auto& [name, t] : b.inputs) t = t.to(device);
   return b;
 }
 
@@ -78,18 +79,20 @@ void ValidateSequences(const std::vector<Sequence>& sequences, int64_t vocab_siz
     const std::pair<const char*, const std::vector<double>*> per_token[] = {
         {"sampler_logprobs", &s.sampler_logprobs}, {"advantages", &s.advantages}, {"ref_logprobs", &s.ref_logprobs},
         {"token_weights", &s.token_weights}};
-    for (const auto& [field, values] : per_token) {
-      if (values->empty()) continue;
-      if (values->size() != s.tokens.size()) {
-        throw InvalidArgument(where + ": " + field + " has " + std::to_string(values->size()) +
+    auto check = [&](const std::string& field, const std::vector<double>& values) {
+      if (values.empty()) return;
+      if (values.size() != s.tokens.size()) {
+        throw InvalidArgument(where + ": " + field + " has " + std::to_string(values.size()) +
                               " entries but tokens has " + std::to_string(s.tokens.size()));
       }
-      for (size_t t = 0; t < values->size(); ++t) {
-        if (!std::isfinite((*values)[t])) {
+      for (size_t t = 0; t < values.size(); ++t) {
+        if (!std::isfinite(values[t])) {
           throw InvalidArgument(where + ": " + field + "[" + std::to_string(t) + "] is not finite");
         }
       }
-    }
+    };
+    for (const auto& [field, values] : per_token) check(field, *values);
+    for (const auto& [name, values] : s.inputs) check("inputs." + name, values);
     if (!std::isfinite(s.reward)) throw InvalidArgument(where + ": reward is not finite");
     if (s.ref_logp && !std::isfinite(*s.ref_logp)) throw InvalidArgument(where + ": ref_logp is not finite");
   }
@@ -153,6 +156,19 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   constexpr int kSides = 4;
   torch::Tensor side_tensors[kSides];
   for (int f = 0; f < kSides; ++f) side_tensors[f] = side(fields[f]);
+  std::map<std::string, torch::Tensor> named;  // Sequence::inputs, by name
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    for (const auto& [name, values] : sequences[i].inputs) {
+      if (!values.empty() && values.size() != sequences[i].tokens.size()) {
+        throw InvalidArgument("sequence " + std::to_string(i) + ": inputs." + name + " has " +
+                              std::to_string(values.size()) + " entries but tokens has " +
+                              std::to_string(sequences[i].tokens.size()));
+      }
+      if (!named.count(name)) named[name] = torch::zeros({B, T}, torch::kFloat64);
+    }
+  }
+  std::map<std::string, torch::TensorAccessor<double, 2>> named_a;
+  for (auto& [name, t] : named) named_a.emplace(name, t.accessor<double, 2>());
   // Routing replay: the same number of entries per token in every sequence that has them
   // (whether that number fits the model is the engines' check, ValidateBatch).
   int64_t per_token = 0;
@@ -195,6 +211,9 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
             const auto& values = s.*fields[f];
             if (!values.empty()) side_tensors[f][r][start + t] = values[t + 1];
           }
+          for (const auto& [name, values] : s.inputs) {
+            if (!values.empty()) named_a.at(name)[r][start + t] = values[t + 1];
+          }
         }
       }
     }
@@ -208,6 +227,7 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   batch.advantages = side_tensors[1];
   batch.ref_logprobs = side_tensors[2];
   batch.token_weights = side_tensors[3];
+  batch.inputs = std::move(named);
   batch.routed_experts = routed;
   return batch;
 }

@@ -163,6 +163,33 @@ Sequence ParseWeightedExample(const json& j, const std::string& where) {
   return s;
 }
 
+namespace {
+
+// A row's 'tokens' and optional 'loss_mask' (0/1 or booleans, one per token).
+Sequence TokensAndMask(const json& j, const std::string& where) {
+  Sequence s;
+  s.tokens = TokenList(j, "tokens", where);
+  if (j.contains("loss_mask")) {
+    const auto& m = j.at("loss_mask");
+    if (!m.is_array()) throw InvalidArgument(where + ": field 'loss_mask' must be a list of 0/1");
+    if (m.size() != s.tokens.size()) {
+      throw InvalidArgument(where + ": loss_mask has " + std::to_string(m.size()) + " entries but tokens has " +
+                            std::to_string(s.tokens.size()));
+    }
+    for (size_t i = 0; i < m.size(); ++i) {
+      const auto& v = m[i];
+      if (!(v.is_number_integer() || v.is_boolean()) ||
+          (v.is_number_integer() && v.get<int64_t>() != 0 && v.get<int64_t>() != 1)) {
+        throw InvalidArgument(where + ": loss_mask[" + std::to_string(i) + "] must be 0 or 1, got " + v.dump());
+      }
+      s.loss_mask.push_back(v.is_boolean() ? v.get<bool>() : static_cast<uint8_t>(v.get<int64_t>()));
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
 bool IsPolicyLoss(const std::string& objective) {
   return objective == "importance_sampling" || objective == "ppo" || objective == "cispo" || objective == "dro";
 }
@@ -171,9 +198,8 @@ Sequence ParsePolicyExample(const json& j, const std::string& where) {
   if (!j.is_object()) throw InvalidArgument(where + ": expected a JSON object");
   CheckKeys(j, where, {"tokens", "logprobs", "advantages", "loss_mask"});
   if (!j.contains("tokens")) throw InvalidArgument(where + ": missing field 'tokens'");
-  json tokens_only = {{"tokens", j.at("tokens")}};
-  if (j.contains("loss_mask")) tokens_only["loss_mask"] = j.at("loss_mask");
-  Sequence s = ParseSftExample(tokens_only, where);  // tokens and the optional loss_mask, checked as sft's
+  Sequence s = TokensAndMask(j, where);  // checked as sft's
+  if (s.tokens.empty()) throw InvalidArgument(where + ": field 'tokens' is empty");
   if (s.tokens.size() < 2) throw InvalidArgument(where + ": field 'tokens' needs at least 2 tokens");
   for (auto [field, out] : {std::pair{"logprobs", &s.sampler_logprobs}, std::pair{"advantages", &s.advantages}}) {
     if (!j.contains(field)) {
@@ -228,23 +254,7 @@ Sequence ParseSftExample(const json& j, const std::string& where) {
         throw InvalidArgument(where + ": unknown field '" + key + "' (with 'tokens' only 'loss_mask' is allowed)");
       }
     }
-    s.tokens = TokenList(j, "tokens", where);
-    if (j.contains("loss_mask")) {
-      const auto& m = j.at("loss_mask");
-      if (!m.is_array()) throw InvalidArgument(where + ": field 'loss_mask' must be a list of 0/1");
-      if (m.size() != s.tokens.size()) {
-        throw InvalidArgument(where + ": loss_mask has " + std::to_string(m.size()) +
-                              " entries but tokens has " + std::to_string(s.tokens.size()));
-      }
-      for (size_t i = 0; i < m.size(); ++i) {
-        const auto& v = m[i];
-        if (!(v.is_number_integer() || v.is_boolean()) ||
-            (v.is_number_integer() && v.get<int64_t>() != 0 && v.get<int64_t>() != 1)) {
-          throw InvalidArgument(where + ": loss_mask[" + std::to_string(i) + "] must be 0 or 1, got " + v.dump());
-        }
-        s.loss_mask.push_back(v.is_boolean() ? v.get<bool>() : static_cast<uint8_t>(v.get<int64_t>()));
-      }
-    }
+    s = TokensAndMask(j, where);
   } else if (j.contains("prompt") || j.contains("completion")) {
     for (const auto& [key, v] : j.items()) {
       if (key != "prompt" && key != "completion") {

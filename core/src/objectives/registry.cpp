@@ -21,6 +21,7 @@ struct Registered {
   ObjectiveFactory factory = nullptr;
   std::vector<ObjectiveOption> schema;
   std::string batch_kind;
+  std::vector<ObjectiveInput> inputs;
 };
 
 std::mutex& RegistryMutex() {
@@ -218,24 +219,39 @@ std::unique_ptr<Objective> CreateGrpo(const nlohmann::json& options) {
 }  // namespace
 
 void RegisterObjective(const std::string& name, ObjectiveFactory factory, std::vector<ObjectiveOption> schema,
-                       const std::string& batch_kind) {
+                       const std::string& batch_kind, std::vector<ObjectiveInput> inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& in = inputs[i];
+    if (in.name.empty() || in.name == "target_tokens") {
+      throw InvalidArgument("objective '" + name + "': input " + std::to_string(i) + " needs a name other than "
+                            "target_tokens (every datum has target tokens)");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (inputs[j].name == in.name) throw InvalidArgument("objective '" + name + "': input '" + in.name + "' twice");
+    }
+  }
   std::lock_guard<std::mutex> lock(RegistryMutex());
-  Registry()[name] = Registered{factory, std::move(schema), batch_kind.empty() ? name : batch_kind};
+  Registry()[name] = Registered{factory, std::move(schema), batch_kind.empty() ? name : batch_kind, std::move(inputs)};
 }
 
 void RegisterBuiltinObjectives() {
   RegisterObjective("sft", &CreateSft, Schema(SftFields()));
   RegisterObjective("dpo", &CreateDpo, Schema(DpoFields()));
   RegisterObjective("grpo", &CreateGrpo, Schema(GrpoFields()));
-  RegisterObjective("weighted_logprobs", &CreateWeighted, Schema(WeightedFields()), "weighted");
-  // Tinker's losses. On the wire their per-token inputs ride in the batches that carry them
-  // today: a GRPO batch's completions (sampler log-probs and advantages), a weighted batch's
-  // weights (cross_entropy).
-  RegisterObjective(kImportanceSampling, &CreatePolicyLoss<kImportanceSampling>, Schema(NoFields()), "grpo");
-  RegisterObjective(kPpo, &CreatePolicyLoss<kPpo>, Schema(PpoFields()), "grpo");
-  RegisterObjective(kCispo, &CreatePolicyLoss<kCispo>, Schema(CispoFields()), "grpo");
-  RegisterObjective(kDro, &CreatePolicyLoss<kDro>, Schema(DroFields()), "grpo");
-  RegisterObjective(kCrossEntropy, &CreatePolicyLoss<kCrossEntropy>, Schema(NoFields()), "weighted");
+  // Tinker's losses take data batches (Datum: target_tokens plus the inputs declared here)
+  // under Tinker's names, and the typed batches that carry the same inputs: a GRPO batch's
+  // completions (sampler log-probs and advantages), a weighted batch's weights (cross_entropy).
+  using Target = ObjectiveInput::Target;
+  const ObjectiveInput weights{"weights", Target::kTokenWeights, true, "w of each target token"};
+  const std::vector<ObjectiveInput> policy = {
+      {"logprobs", Target::kSamplerLogprobs, true, "the sampler's log-prob of each target token (<= 0)"},
+      {"advantages", Target::kAdvantages, true, "the advantage of each target token"}};
+  RegisterObjective("weighted_logprobs", &CreateWeighted, Schema(WeightedFields()), "weighted", {weights});
+  RegisterObjective(kImportanceSampling, &CreatePolicyLoss<kImportanceSampling>, Schema(NoFields()), "grpo", policy);
+  RegisterObjective(kPpo, &CreatePolicyLoss<kPpo>, Schema(PpoFields()), "grpo", policy);
+  RegisterObjective(kCispo, &CreatePolicyLoss<kCispo>, Schema(CispoFields()), "grpo", policy);
+  RegisterObjective(kDro, &CreatePolicyLoss<kDro>, Schema(DroFields()), "grpo", policy);
+  RegisterObjective(kCrossEntropy, &CreatePolicyLoss<kCrossEntropy>, Schema(NoFields()), "weighted", {weights});
 }
 
 std::vector<std::string> ObjectiveNames() {
@@ -258,6 +274,15 @@ std::vector<ObjectiveOption> ObjectiveOptionSchema(const std::string& name) {
     std::lock_guard<std::mutex> lock(RegistryMutex());
     auto it = Registry().find(name);
     if (it != Registry().end()) return it->second.schema;
+  }
+  throw InvalidArgument("unknown objective '" + name + "' (known: " + KnownNames() + ")");
+}
+
+std::vector<ObjectiveInput> ObjectiveInputs(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    auto it = Registry().find(name);
+    if (it != Registry().end()) return it->second.inputs;
   }
   throw InvalidArgument("unknown objective '" + name + "' (known: " + KnownNames() + ")");
 }

@@ -6,7 +6,10 @@ export type { ChatMessage, ChatMessage__Output } from './streambp/v1/ChatMessage
 export type { Completion, Completion__Output } from './streambp/v1/Completion';
 export type { ComputeLogprobsRequest, ComputeLogprobsRequest__Output } from './streambp/v1/ComputeLogprobsRequest';
 export type { ComputeLogprobsResponse, ComputeLogprobsResponse__Output } from './streambp/v1/ComputeLogprobsResponse';
+export type { ConfigValue, ConfigValue__Output } from './streambp/v1/ConfigValue';
 export type { CreateSessionRequest, CreateSessionRequest__Output } from './streambp/v1/CreateSessionRequest';
+export type { Datum, Datum__Output } from './streambp/v1/Datum';
+export type { DatumBatch, DatumBatch__Output } from './streambp/v1/DatumBatch';
 export type { DeleteSessionRequest, DeleteSessionRequest__Output } from './streambp/v1/DeleteSessionRequest';
 export type { DeleteSessionResponse, DeleteSessionResponse__Output } from './streambp/v1/DeleteSessionResponse';
 export type { DetokenizeRequest, DetokenizeRequest__Output } from './streambp/v1/DetokenizeRequest';
@@ -36,6 +39,8 @@ export type { ListSessionsResponse, ListSessionsResponse__Output } from './strea
 export type { LoadCheckpointRequest, LoadCheckpointRequest__Output } from './streambp/v1/LoadCheckpointRequest';
 export type { LoadCheckpointResponse, LoadCheckpointResponse__Output } from './streambp/v1/LoadCheckpointResponse';
 export type { LoraConfig, LoraConfig__Output } from './streambp/v1/LoraConfig';
+export type { ModelInput, ModelInput__Output } from './streambp/v1/ModelInput';
+export type { ObjectiveInfo, ObjectiveInfo__Output } from './streambp/v1/ObjectiveInfo';
 export type { OptimStepRequest, OptimStepRequest__Output } from './streambp/v1/OptimStepRequest';
 export type { OptimStepResponse, OptimStepResponse__Output } from './streambp/v1/OptimStepResponse';
 export type { OptimizerConfig, OptimizerConfig__Output } from './streambp/v1/OptimizerConfig';
@@ -60,6 +65,7 @@ export type { SftExample, SftExample__Output } from './streambp/v1/SftExample';
 export type { SftOptions, SftOptions__Output } from './streambp/v1/SftOptions';
 export type { StepProgress, StepProgress__Output } from './streambp/v1/StepProgress';
 export type { StepStats, StepStats__Output } from './streambp/v1/StepStats';
+export type { TensorData, TensorData__Output } from './streambp/v1/TensorData';
 export type { Text, Text__Output } from './streambp/v1/Text';
 export type { TokenSequence, TokenSequence__Output } from './streambp/v1/TokenSequence';
 export type { TokenizeRequest, TokenizeRequest__Output } from './streambp/v1/TokenizeRequest';

@@ -7,7 +7,10 @@ import type { ChatMessage as _streambp_v1_ChatMessage, ChatMessage__Output as _s
 import type { Completion as _streambp_v1_Completion, Completion__Output as _streambp_v1_Completion__Output } from './streambp/v1/Completion';
 import type { ComputeLogprobsRequest as _streambp_v1_ComputeLogprobsRequest, ComputeLogprobsRequest__Output as _streambp_v1_ComputeLogprobsRequest__Output } from './streambp/v1/ComputeLogprobsRequest';
 import type { ComputeLogprobsResponse as _streambp_v1_ComputeLogprobsResponse, ComputeLogprobsResponse__Output as _streambp_v1_ComputeLogprobsResponse__Output } from './streambp/v1/ComputeLogprobsResponse';
+import type { ConfigValue as _streambp_v1_ConfigValue, ConfigValue__Output as _streambp_v1_ConfigValue__Output } from './streambp/v1/ConfigValue';
 import type { CreateSessionRequest as _streambp_v1_CreateSessionRequest, CreateSessionRequest__Output as _streambp_v1_CreateSessionRequest__Output } from './streambp/v1/CreateSessionRequest';
+import type { Datum as _streambp_v1_Datum, Datum__Output as _streambp_v1_Datum__Output } from './streambp/v1/Datum';
+import type { DatumBatch as _streambp_v1_DatumBatch, DatumBatch__Output as _streambp_v1_DatumBatch__Output } from './streambp/v1/DatumBatch';
 import type { DeleteSessionRequest as _streambp_v1_DeleteSessionRequest, DeleteSessionRequest__Output as _streambp_v1_DeleteSessionRequest__Output } from './streambp/v1/DeleteSessionRequest';
 import type { DeleteSessionResponse as _streambp_v1_DeleteSessionResponse, DeleteSessionResponse__Output as _streambp_v1_DeleteSessionResponse__Output } from './streambp/v1/DeleteSessionResponse';
 import type { DetokenizeRequest as _streambp_v1_DetokenizeRequest, DetokenizeRequest__Output as _streambp_v1_DetokenizeRequest__Output } from './streambp/v1/DetokenizeRequest';
@@ -37,6 +40,8 @@ import type { ListSessionsResponse as _streambp_v1_ListSessionsResponse, ListSes
 import type { LoadCheckpointRequest as _streambp_v1_LoadCheckpointRequest, LoadCheckpointRequest__Output as _streambp_v1_LoadCheckpointRequest__Output } from './streambp/v1/LoadCheckpointRequest';
 import type { LoadCheckpointResponse as _streambp_v1_LoadCheckpointResponse, LoadCheckpointResponse__Output as _streambp_v1_LoadCheckpointResponse__Output } from './streambp/v1/LoadCheckpointResponse';
 import type { LoraConfig as _streambp_v1_LoraConfig, LoraConfig__Output as _streambp_v1_LoraConfig__Output } from './streambp/v1/LoraConfig';
+import type { ModelInput as _streambp_v1_ModelInput, ModelInput__Output as _streambp_v1_ModelInput__Output } from './streambp/v1/ModelInput';
+import type { ObjectiveInfo as _streambp_v1_ObjectiveInfo, ObjectiveInfo__Output as _streambp_v1_ObjectiveInfo__Output } from './streambp/v1/ObjectiveInfo';
 import type { OptimStepRequest as _streambp_v1_OptimStepRequest, OptimStepRequest__Output as _streambp_v1_OptimStepRequest__Output } from './streambp/v1/OptimStepRequest';
 import type { OptimStepResponse as _streambp_v1_OptimStepResponse, OptimStepResponse__Output as _streambp_v1_OptimStepResponse__Output } from './streambp/v1/OptimStepResponse';
 import type { OptimizerConfig as _streambp_v1_OptimizerConfig, OptimizerConfig__Output as _streambp_v1_OptimizerConfig__Output } from './streambp/v1/OptimizerConfig';
@@ -61,6 +66,7 @@ import type { SftExample as _streambp_v1_SftExample, SftExample__Output as _stre
 import type { SftOptions as _streambp_v1_SftOptions, SftOptions__Output as _streambp_v1_SftOptions__Output } from './streambp/v1/SftOptions';
 import type { StepProgress as _streambp_v1_StepProgress, StepProgress__Output as _streambp_v1_StepProgress__Output } from './streambp/v1/StepProgress';
 import type { StepStats as _streambp_v1_StepStats, StepStats__Output as _streambp_v1_StepStats__Output } from './streambp/v1/StepStats';
+import type { TensorData as _streambp_v1_TensorData, TensorData__Output as _streambp_v1_TensorData__Output } from './streambp/v1/TensorData';
 import type { Text as _streambp_v1_Text, Text__Output as _streambp_v1_Text__Output } from './streambp/v1/Text';
 import type { TokenSequence as _streambp_v1_TokenSequence, TokenSequence__Output as _streambp_v1_TokenSequence__Output } from './streambp/v1/TokenSequence';
 import type { TokenizeRequest as _streambp_v1_TokenizeRequest, TokenizeRequest__Output as _streambp_v1_TokenizeRequest__Output } from './streambp/v1/TokenizeRequest';
@@ -90,7 +96,10 @@ export interface ProtoGrpcType {
       Completion: MessageTypeDefinition<_streambp_v1_Completion, _streambp_v1_Completion__Output>
       ComputeLogprobsRequest: MessageTypeDefinition<_streambp_v1_ComputeLogprobsRequest, _streambp_v1_ComputeLogprobsRequest__Output>
       ComputeLogprobsResponse: MessageTypeDefinition<_streambp_v1_ComputeLogprobsResponse, _streambp_v1_ComputeLogprobsResponse__Output>
+      ConfigValue: MessageTypeDefinition<_streambp_v1_ConfigValue, _streambp_v1_ConfigValue__Output>
       CreateSessionRequest: MessageTypeDefinition<_streambp_v1_CreateSessionRequest, _streambp_v1_CreateSessionRequest__Output>
+      Datum: MessageTypeDefinition<_streambp_v1_Datum, _streambp_v1_Datum__Output>
+      DatumBatch: MessageTypeDefinition<_streambp_v1_DatumBatch, _streambp_v1_DatumBatch__Output>
       DeleteSessionRequest: MessageTypeDefinition<_streambp_v1_DeleteSessionRequest, _streambp_v1_DeleteSessionRequest__Output>
       DeleteSessionResponse: MessageTypeDefinition<_streambp_v1_DeleteSessionResponse, _streambp_v1_DeleteSessionResponse__Output>
       DetokenizeRequest: MessageTypeDefinition<_streambp_v1_DetokenizeRequest, _streambp_v1_DetokenizeRequest__Output>
@@ -120,6 +129,8 @@ export interface ProtoGrpcType {
       LoadCheckpointRequest: MessageTypeDefinition<_streambp_v1_LoadCheckpointRequest, _streambp_v1_LoadCheckpointRequest__Output>
       LoadCheckpointResponse: MessageTypeDefinition<_streambp_v1_LoadCheckpointResponse, _streambp_v1_LoadCheckpointResponse__Output>
       LoraConfig: MessageTypeDefinition<_streambp_v1_LoraConfig, _streambp_v1_LoraConfig__Output>
+      ModelInput: MessageTypeDefinition<_streambp_v1_ModelInput, _streambp_v1_ModelInput__Output>
+      ObjectiveInfo: MessageTypeDefinition<_streambp_v1_ObjectiveInfo, _streambp_v1_ObjectiveInfo__Output>
       OptimStepRequest: MessageTypeDefinition<_streambp_v1_OptimStepRequest, _streambp_v1_OptimStepRequest__Output>
       OptimStepResponse: MessageTypeDefinition<_streambp_v1_OptimStepResponse, _streambp_v1_OptimStepResponse__Output>
       OptimizerConfig: MessageTypeDefinition<_streambp_v1_OptimizerConfig, _streambp_v1_OptimizerConfig__Output>
@@ -144,6 +155,7 @@ export interface ProtoGrpcType {
       SftOptions: MessageTypeDefinition<_streambp_v1_SftOptions, _streambp_v1_SftOptions__Output>
       StepProgress: MessageTypeDefinition<_streambp_v1_StepProgress, _streambp_v1_StepProgress__Output>
       StepStats: MessageTypeDefinition<_streambp_v1_StepStats, _streambp_v1_StepStats__Output>
+      TensorData: MessageTypeDefinition<_streambp_v1_TensorData, _streambp_v1_TensorData__Output>
       Text: MessageTypeDefinition<_streambp_v1_Text, _streambp_v1_Text__Output>
       TokenSequence: MessageTypeDefinition<_streambp_v1_TokenSequence, _streambp_v1_TokenSequence__Output>
       TokenizeRequest: MessageTypeDefinition<_streambp_v1_TokenizeRequest, _streambp_v1_TokenizeRequest__Output>

@@ -22,16 +22,18 @@ class AdamParams(_message.Message):
     def __init__(self, learning_rate: _Optional[float] = ..., beta1: _Optional[float] = ..., beta2: _Optional[float] = ..., eps: _Optional[float] = ..., weight_decay: _Optional[float] = ..., grad_clip_norm: _Optional[float] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ["dpo", "grpo", "sft", "weighted"]
+    __slots__ = ["data", "dpo", "grpo", "sft", "weighted"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
     DPO_FIELD_NUMBER: _ClassVar[int]
     GRPO_FIELD_NUMBER: _ClassVar[int]
     SFT_FIELD_NUMBER: _ClassVar[int]
     WEIGHTED_FIELD_NUMBER: _ClassVar[int]
+    data: DatumBatch
     dpo: DpoBatch
     grpo: GrpoBatch
     sft: SftBatch
     weighted: WeightedLogprobsBatch
-    def __init__(self, sft: _Optional[_Union[SftBatch, _Mapping]] = ..., dpo: _Optional[_Union[DpoBatch, _Mapping]] = ..., grpo: _Optional[_Union[GrpoBatch, _Mapping]] = ..., weighted: _Optional[_Union[WeightedLogprobsBatch, _Mapping]] = ...) -> None: ...
+    def __init__(self, sft: _Optional[_Union[SftBatch, _Mapping]] = ..., dpo: _Optional[_Union[DpoBatch, _Mapping]] = ..., grpo: _Optional[_Union[GrpoBatch, _Mapping]] = ..., weighted: _Optional[_Union[WeightedLogprobsBatch, _Mapping]] = ..., data: _Optional[_Union[DatumBatch, _Mapping]] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
     __slots__ = ["content", "reasoning_content", "role", "train"]
@@ -83,6 +85,16 @@ class ComputeLogprobsResponse(_message.Message):
     sequences: _containers.RepeatedCompositeFieldContainer[SequenceLogprobs]
     def __init__(self, sequences: _Optional[_Iterable[_Union[SequenceLogprobs, _Mapping]]] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
+class ConfigValue(_message.Message):
+    __slots__ = ["flag", "number", "text"]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    flag: bool
+    number: float
+    text: str
+    def __init__(self, number: _Optional[float] = ..., text: _Optional[str] = ..., flag: bool = ...) -> None: ...
+
 class CreateSessionRequest(_message.Message):
     __slots__ = ["adapter", "full", "lora", "name", "request_id", "rollouts", "training"]
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +112,27 @@ class CreateSessionRequest(_message.Message):
     rollouts: RolloutConfig
     training: TrainingConfig
     def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., lora: _Optional[_Union[LoraConfig, _Mapping]] = ..., adapter: _Optional[_Union[PeftAdapter, _Mapping]] = ..., full: bool = ..., training: _Optional[_Union[TrainingConfig, _Mapping]] = ..., rollouts: _Optional[_Union[RolloutConfig, _Mapping]] = ...) -> None: ...
+
+class Datum(_message.Message):
+    __slots__ = ["loss_fn_inputs", "model_input"]
+    class LossFnInputsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: TensorData
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[TensorData, _Mapping]] = ...) -> None: ...
+    LOSS_FN_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_INPUT_FIELD_NUMBER: _ClassVar[int]
+    loss_fn_inputs: _containers.MessageMap[str, TensorData]
+    model_input: ModelInput
+    def __init__(self, model_input: _Optional[_Union[ModelInput, _Mapping]] = ..., loss_fn_inputs: _Optional[_Mapping[str, TensorData]] = ...) -> None: ...
+
+class DatumBatch(_message.Message):
+    __slots__ = ["data"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: _containers.RepeatedCompositeFieldContainer[Datum]
+    def __init__(self, data: _Optional[_Iterable[_Union[Datum, _Mapping]]] = ...) -> None: ...
 
 class DeleteSessionRequest(_message.Message):
     __slots__ = ["name", "request_id"]
@@ -236,11 +269,19 @@ class ExportWeightsRequest(_message.Message):
     def __init__(self, merged: bool = ..., max_chunk_bytes: _Optional[int] = ..., version: _Optional[int] = ..., session: _Optional[str] = ..., with_files: bool = ...) -> None: ...
 
 class ForwardBackwardRequest(_message.Message):
-    __slots__ = ["batch", "dpo", "engine", "grpo", "objective", "request_id", "session", "sft", "weighted"]
+    __slots__ = ["batch", "dpo", "engine", "grpo", "loss_fn_config", "objective", "request_id", "session", "sft", "weighted"]
+    class LossFnConfigEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: ConfigValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ConfigValue, _Mapping]] = ...) -> None: ...
     BATCH_FIELD_NUMBER: _ClassVar[int]
     DPO_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     GRPO_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FN_CONFIG_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
@@ -250,12 +291,13 @@ class ForwardBackwardRequest(_message.Message):
     dpo: DpoOptions
     engine: EngineOptions
     grpo: GrpoOptions
+    loss_fn_config: _containers.MessageMap[str, ConfigValue]
     objective: str
     request_id: str
     session: str
     sft: SftOptions
     weighted: WeightedOptions
-    def __init__(self, request_id: _Optional[str] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., objective: _Optional[str] = ..., sft: _Optional[_Union[SftOptions, _Mapping]] = ..., dpo: _Optional[_Union[DpoOptions, _Mapping]] = ..., grpo: _Optional[_Union[GrpoOptions, _Mapping]] = ..., weighted: _Optional[_Union[WeightedOptions, _Mapping]] = ..., engine: _Optional[_Union[EngineOptions, _Mapping]] = ..., session: _Optional[str] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., objective: _Optional[str] = ..., sft: _Optional[_Union[SftOptions, _Mapping]] = ..., dpo: _Optional[_Union[DpoOptions, _Mapping]] = ..., grpo: _Optional[_Union[GrpoOptions, _Mapping]] = ..., weighted: _Optional[_Union[WeightedOptions, _Mapping]] = ..., engine: _Optional[_Union[EngineOptions, _Mapping]] = ..., session: _Optional[str] = ..., loss_fn_config: _Optional[_Mapping[str, ConfigValue]] = ...) -> None: ...
 
 class ForwardBackwardResponse(_message.Message):
     __slots__ = ["policy_version", "stats"]
@@ -294,7 +336,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self, session: _Optional[str] = ...) -> None: ...
 
 class GetInfoResponse(_message.Message):
-    __slots__ = ["architecture", "chunk", "device", "dtype", "engine", "head_dim", "hidden_size", "key_chunk", "learning_rate", "logits_chunk", "max_sequence_length", "max_tokens_per_request", "num_heads", "num_kv_heads", "num_layers", "num_parameters", "offload_layer_inputs", "optimizer", "pending_micro_batches", "policy_version", "reference_model", "runtime", "server_version", "session", "sessions", "step", "tokenizer", "vocab_size", "world_size"]
+    __slots__ = ["architecture", "chunk", "device", "dtype", "engine", "head_dim", "hidden_size", "key_chunk", "learning_rate", "logits_chunk", "max_sequence_length", "max_tokens_per_request", "num_heads", "num_kv_heads", "num_layers", "num_parameters", "objectives", "offload_layer_inputs", "optimizer", "pending_micro_batches", "policy_version", "reference_model", "runtime", "server_version", "session", "sessions", "step", "tokenizer", "vocab_size", "world_size"]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +353,7 @@ class GetInfoResponse(_message.Message):
     NUM_KV_HEADS_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     NUM_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    OBJECTIVES_FIELD_NUMBER: _ClassVar[int]
     OFFLOAD_LAYER_INPUTS_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     PENDING_MICRO_BATCHES_FIELD_NUMBER: _ClassVar[int]
@@ -340,6 +383,7 @@ class GetInfoResponse(_message.Message):
     num_kv_heads: int
     num_layers: int
     num_parameters: int
+    objectives: _containers.RepeatedCompositeFieldContainer[ObjectiveInfo]
     offload_layer_inputs: bool
     optimizer: str
     pending_micro_batches: int
@@ -353,7 +397,7 @@ class GetInfoResponse(_message.Message):
     tokenizer: TokenizerInfo
     vocab_size: int
     world_size: int
-    def __init__(self, architecture: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., num_parameters: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., policy_version: _Optional[int] = ..., step: _Optional[int] = ..., world_size: _Optional[int] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., max_sequence_length: _Optional[int] = ..., max_tokens_per_request: _Optional[int] = ..., reference_model: bool = ..., server_version: _Optional[str] = ..., runtime: _Optional[str] = ..., pending_micro_batches: _Optional[int] = ..., key_chunk: _Optional[int] = ..., sessions: bool = ..., session: _Optional[_Union[SessionInfo, _Mapping]] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., offload_layer_inputs: bool = ...) -> None: ...
+    def __init__(self, architecture: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., num_parameters: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., policy_version: _Optional[int] = ..., step: _Optional[int] = ..., world_size: _Optional[int] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., max_sequence_length: _Optional[int] = ..., max_tokens_per_request: _Optional[int] = ..., reference_model: bool = ..., server_version: _Optional[str] = ..., runtime: _Optional[str] = ..., pending_micro_batches: _Optional[int] = ..., key_chunk: _Optional[int] = ..., sessions: bool = ..., session: _Optional[_Union[SessionInfo, _Mapping]] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., offload_layer_inputs: bool = ..., objectives: _Optional[_Iterable[_Union[ObjectiveInfo, _Mapping]]] = ...) -> None: ...
 
 class GetRolloutStatsRequest(_message.Message):
     __slots__ = ["session"]
@@ -525,6 +569,26 @@ class LoraConfig(_message.Message):
     target_modules: _containers.RepeatedScalarFieldContainer[str]
     use_rslora: bool
     def __init__(self, r: _Optional[int] = ..., alpha: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., use_rslora: bool = ..., seed: _Optional[int] = ..., modules_to_save: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ModelInput(_message.Message):
+    __slots__ = ["tokens"]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, tokens: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ObjectiveInfo(_message.Message):
+    __slots__ = ["batch_kind", "inputs", "name", "optional_inputs", "options"]
+    BATCH_KIND_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OPTIONAL_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    batch_kind: str
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    name: str
+    optional_inputs: _containers.RepeatedScalarFieldContainer[str]
+    options: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., batch_kind: _Optional[str] = ..., options: _Optional[_Iterable[str]] = ..., inputs: _Optional[_Iterable[str]] = ..., optional_inputs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class OptimStepRequest(_message.Message):
     __slots__ = ["adam_params", "request_id", "session"]
@@ -908,6 +972,16 @@ class StepStats(_message.Message):
     tokens: int
     def __init__(self, loss: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., tokens: _Optional[int] = ..., targets: _Optional[int] = ..., sequences: _Optional[int] = ..., micro_batches: _Optional[int] = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., key_chunk: _Optional[int] = ..., peak_memory_bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., queue_seconds: _Optional[float] = ..., offloaded_bytes: _Optional[int] = ...) -> None: ...
 
+class TensorData(_message.Message):
+    __slots__ = ["float_data", "int_data", "shape"]
+    FLOAT_DATA_FIELD_NUMBER: _ClassVar[int]
+    INT_DATA_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    float_data: _containers.RepeatedScalarFieldContainer[float]
+    int_data: _containers.RepeatedScalarFieldContainer[int]
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, float_data: _Optional[_Iterable[float]] = ..., int_data: _Optional[_Iterable[int]] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class Text(_message.Message):
     __slots__ = ["enable_thinking", "messages", "text"]
     ENABLE_THINKING_FIELD_NUMBER: _ClassVar[int]
@@ -973,12 +1047,20 @@ class TokenizerInfo(_message.Message):
     def __init__(self, available: bool = ..., type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., chat_format: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., bos_token: _Optional[str] = ..., eos_token: _Optional[str] = ...) -> None: ...
 
 class TrainStepRequest(_message.Message):
-    __slots__ = ["adam_params", "batch", "dpo", "engine", "grpo", "objective", "request_id", "session", "sft", "weighted"]
+    __slots__ = ["adam_params", "batch", "dpo", "engine", "grpo", "loss_fn_config", "objective", "request_id", "session", "sft", "weighted"]
+    class LossFnConfigEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: ConfigValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ConfigValue, _Mapping]] = ...) -> None: ...
     ADAM_PARAMS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     DPO_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     GRPO_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FN_CONFIG_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
@@ -989,12 +1071,13 @@ class TrainStepRequest(_message.Message):
     dpo: DpoOptions
     engine: EngineOptions
     grpo: GrpoOptions
+    loss_fn_config: _containers.MessageMap[str, ConfigValue]
     objective: str
     request_id: str
     session: str
     sft: SftOptions
     weighted: WeightedOptions
-    def __init__(self, request_id: _Optional[str] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., objective: _Optional[str] = ..., sft: _Optional[_Union[SftOptions, _Mapping]] = ..., dpo: _Optional[_Union[DpoOptions, _Mapping]] = ..., grpo: _Optional[_Union[GrpoOptions, _Mapping]] = ..., weighted: _Optional[_Union[WeightedOptions, _Mapping]] = ..., engine: _Optional[_Union[EngineOptions, _Mapping]] = ..., session: _Optional[str] = ..., adam_params: _Optional[_Union[AdamParams, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., objective: _Optional[str] = ..., sft: _Optional[_Union[SftOptions, _Mapping]] = ..., dpo: _Optional[_Union[DpoOptions, _Mapping]] = ..., grpo: _Optional[_Union[GrpoOptions, _Mapping]] = ..., weighted: _Optional[_Union[WeightedOptions, _Mapping]] = ..., engine: _Optional[_Union[EngineOptions, _Mapping]] = ..., session: _Optional[str] = ..., adam_params: _Optional[_Union[AdamParams, _Mapping]] = ..., loss_fn_config: _Optional[_Mapping[str, ConfigValue]] = ...) -> None: ...
 
 class TrainStepResponse(_message.Message):
     __slots__ = ["optim", "stats"]

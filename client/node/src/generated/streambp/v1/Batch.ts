@@ -4,6 +4,7 @@ import type { SftBatch as _streambp_v1_SftBatch, SftBatch__Output as _streambp_v
 import type { DpoBatch as _streambp_v1_DpoBatch, DpoBatch__Output as _streambp_v1_DpoBatch__Output } from '../../streambp/v1/DpoBatch';
 import type { GrpoBatch as _streambp_v1_GrpoBatch, GrpoBatch__Output as _streambp_v1_GrpoBatch__Output } from '../../streambp/v1/GrpoBatch';
 import type { WeightedLogprobsBatch as _streambp_v1_WeightedLogprobsBatch, WeightedLogprobsBatch__Output as _streambp_v1_WeightedLogprobsBatch__Output } from '../../streambp/v1/WeightedLogprobsBatch';
+import type { DatumBatch as _streambp_v1_DatumBatch, DatumBatch__Output as _streambp_v1_DatumBatch__Output } from '../../streambp/v1/DatumBatch';
 
 export interface Batch {
   'sft'?: (_streambp_v1_SftBatch | null);
@@ -13,7 +14,11 @@ export interface Batch {
    * objective weighted_logprobs
    */
   'weighted'?: (_streambp_v1_WeightedLogprobsBatch | null);
-  'kind'?: "sft"|"dpo"|"grpo"|"weighted";
+  /**
+   * any objective that declares inputs (the objective is required)
+   */
+  'data'?: (_streambp_v1_DatumBatch | null);
+  'kind'?: "sft"|"dpo"|"grpo"|"weighted"|"data";
 }
 
 export interface Batch__Output {
@@ -24,5 +29,9 @@ export interface Batch__Output {
    * objective weighted_logprobs
    */
   'weighted'?: (_streambp_v1_WeightedLogprobsBatch__Output | null);
-  'kind'?: "sft"|"dpo"|"grpo"|"weighted";
+  /**
+   * any objective that declares inputs (the objective is required)
+   */
+  'data'?: (_streambp_v1_DatumBatch__Output | null);
+  'kind'?: "sft"|"dpo"|"grpo"|"weighted"|"data";
 }

@@ -6,6 +6,7 @@ import type { DpoOptions as _streambp_v1_DpoOptions, DpoOptions__Output as _stre
 import type { GrpoOptions as _streambp_v1_GrpoOptions, GrpoOptions__Output as _streambp_v1_GrpoOptions__Output } from '../../streambp/v1/GrpoOptions';
 import type { EngineOptions as _streambp_v1_EngineOptions, EngineOptions__Output as _streambp_v1_EngineOptions__Output } from '../../streambp/v1/EngineOptions';
 import type { WeightedOptions as _streambp_v1_WeightedOptions, WeightedOptions__Output as _streambp_v1_WeightedOptions__Output } from '../../streambp/v1/WeightedOptions';
+import type { ConfigValue as _streambp_v1_ConfigValue, ConfigValue__Output as _streambp_v1_ConfigValue__Output } from '../../streambp/v1/ConfigValue';
 
 export interface ForwardBackwardRequest {
   'request_id'?: (string);
@@ -24,6 +25,11 @@ export interface ForwardBackwardRequest {
    */
   'session'?: (string);
   'weighted'?: (_streambp_v1_WeightedOptions | null);
+  /**
+   * The objective's options by name (Tinker's loss_fn_config), instead of the options
+   * message: any objective, any batch kind; an unknown key is refused naming the known ones.
+   */
+  'loss_fn_config'?: ({[key: string]: _streambp_v1_ConfigValue});
   'options'?: "sft"|"dpo"|"grpo"|"weighted";
 }
 
@@ -44,5 +50,10 @@ export interface ForwardBackwardRequest__Output {
    */
   'session': (string);
   'weighted'?: (_streambp_v1_WeightedOptions__Output | null);
+  /**
+   * The objective's options by name (Tinker's loss_fn_config), instead of the options
+   * message: any objective, any batch kind; an unknown key is refused naming the known ones.
+   */
+  'loss_fn_config': ({[key: string]: _streambp_v1_ConfigValue__Output});
   'options'?: "sft"|"dpo"|"grpo"|"weighted";
 }

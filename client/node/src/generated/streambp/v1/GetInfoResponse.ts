@@ -2,6 +2,7 @@
 
 import type { SessionInfo as _streambp_v1_SessionInfo, SessionInfo__Output as _streambp_v1_SessionInfo__Output } from '../../streambp/v1/SessionInfo';
 import type { TokenizerInfo as _streambp_v1_TokenizerInfo, TokenizerInfo__Output as _streambp_v1_TokenizerInfo__Output } from '../../streambp/v1/TokenizerInfo';
+import type { ObjectiveInfo as _streambp_v1_ObjectiveInfo, ObjectiveInfo__Output as _streambp_v1_ObjectiveInfo__Output } from '../../streambp/v1/ObjectiveInfo';
 import type { Long } from '@grpc/proto-loader';
 
 export interface GetInfoResponse {
@@ -62,6 +63,10 @@ export interface GetInfoResponse {
    * the stream engine keeps its stored layer inputs off the device
    */
   'offload_layer_inputs'?: (boolean);
+  /**
+   * the registered objectives (loss functions)
+   */
+  'objectives'?: (_streambp_v1_ObjectiveInfo)[];
 }
 
 export interface GetInfoResponse__Output {
@@ -122,4 +127,8 @@ export interface GetInfoResponse__Output {
    * the stream engine keeps its stored layer inputs off the device
    */
   'offload_layer_inputs': (boolean);
+  /**
+   * the registered objectives (loss functions)
+   */
+  'objectives': (_streambp_v1_ObjectiveInfo__Output)[];
 }

@@ -7,6 +7,7 @@ import type { GrpoOptions as _streambp_v1_GrpoOptions, GrpoOptions__Output as _s
 import type { EngineOptions as _streambp_v1_EngineOptions, EngineOptions__Output as _streambp_v1_EngineOptions__Output } from '../../streambp/v1/EngineOptions';
 import type { WeightedOptions as _streambp_v1_WeightedOptions, WeightedOptions__Output as _streambp_v1_WeightedOptions__Output } from '../../streambp/v1/WeightedOptions';
 import type { AdamParams as _streambp_v1_AdamParams, AdamParams__Output as _streambp_v1_AdamParams__Output } from '../../streambp/v1/AdamParams';
+import type { ConfigValue as _streambp_v1_ConfigValue, ConfigValue__Output as _streambp_v1_ConfigValue__Output } from '../../streambp/v1/ConfigValue';
 
 export interface TrainStepRequest {
   'request_id'?: (string);
@@ -25,6 +26,10 @@ export interface TrainStepRequest {
    * This step's Adam parameters, as OptimStep's adam_params (checked before the forward pass).
    */
   'adam_params'?: (_streambp_v1_AdamParams | null);
+  /**
+   * as ForwardBackwardRequest's
+   */
+  'loss_fn_config'?: ({[key: string]: _streambp_v1_ConfigValue});
   'options'?: "sft"|"dpo"|"grpo"|"weighted";
 }
 
@@ -45,5 +50,9 @@ export interface TrainStepRequest__Output {
    * This step's Adam parameters, as OptimStep's adam_params (checked before the forward pass).
    */
   'adam_params': (_streambp_v1_AdamParams__Output | null);
+  /**
+   * as ForwardBackwardRequest's
+   */
+  'loss_fn_config': ({[key: string]: _streambp_v1_ConfigValue__Output});
   'options'?: "sft"|"dpo"|"grpo"|"weighted";
 }
