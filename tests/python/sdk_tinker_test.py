@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Tinker's client surface (streambp.tinker) against a real server with sessions, with
+Tinker-shaped calls only, as the Tinker cookbook writes its loops:
+
+- supervised: Datum(ModelInput.from_ints, {"target_tokens", "weights"}) -> forward_backward
+  (futures) -> optim_step(AdamParams); loss:sum falls; forward() gives per-datum log-probs
+  and loss:sum = -sum w logp of the same data.
+- RL: save_weights_and_get_sampling_client -> sample(prompt, num_samples, SamplingParams) ->
+  reward (share of even token ids) -> advantages (reward - group mean) -> importance_sampling
+  datums with the sampler's log-probs -> forward_backward + optim_step; the mean reward rises.
+- a sampler snapshot samples the same tokens and log-probs (fixed seed) before and after its
+  training session trains on, and its compute_logprobs stays the same.
+
+    sdk_tinker_test.py <streambp-server>
+"""
+import os
+import sys
+import time
+
+from sdk_util import TMP, check, close, start
+
+from streambp import tinker
+from streambp.tinker import types
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+
+
+def supervised(training):
+    """Teach fixed continuations; loss:sum (weights on the completion only) falls."""
+    examples = [([3, 7, 11], [20, 22, 24, 26]), ([5, 9], [30, 31, 32]), ([40, 41, 42, 43], [50, 52])]
+    data = []
+    for prompt, completion in examples:
+        tokens = prompt + completion
+        weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
+        data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                                loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights}))
+    before = training.forward(data, "cross_entropy").result()
+    losses = []
+    for _ in range(12):
+        fb = training.forward_backward(data, "cross_entropy")
+        opt = training.optim_step(types.AdamParams(learning_rate=0.02))
+        losses.append(fb.result().metrics["loss:sum"])
+        opt.result()
+    check(close(losses[0], before.metrics["loss:sum"], 1e-10),
+          f"forward's loss:sum {before.metrics['loss:sum']} = the first step's {losses[0]}")
+    check(len(before.loss_fn_outputs) == 3 and len(before.loss_fn_outputs[0]["logprobs"].data) == 6,
+          f"per-datum log-probs: {[len(o['logprobs'].data) for o in before.loss_fn_outputs]}")
+    check(losses[-1] < 0.5 * losses[0], f"supervised loss:sum falls: {losses[0]:.3f} -> {losses[-1]:.3f}")
+    print(f"supervised (cross_entropy, 12 steps): loss:sum {losses[0]:.3f} -> {losses[-1]:.3f}")
+
+
+def reward(tokens):
+    return sum(1 for t in tokens if t % 2 == 0) / max(1, len(tokens))
+
+
+def rl(training):
+    """The cookbook's RL loop: sample from a snapshot, score, importance_sampling on the samples."""
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    params = types.SamplingParams(max_tokens=8, temperature=1.0)
+    means = []
+    for step in range(20):
+        sampler = training.save_weights_and_get_sampling_client(f"rl-{step}")
+        futures = [sampler.sample(types.ModelInput.from_ints(p), num_samples=4,
+                                  sampling_params=types.SamplingParams(max_tokens=params.max_tokens, seed=100 * step + i))
+                   for i, p in enumerate(prompts)]
+        data, rewards = [], []
+        for prompt, future in zip(prompts, futures):
+            seqs = future.result().sequences
+            group = [reward(s.tokens) for s in seqs]
+            rewards += group
+            mean = sum(group) / len(group)
+            for s, r in zip(seqs, group):
+                tokens = prompt + s.tokens
+                n = len(prompt) - 1
+                data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={
+                    "target_tokens": tokens[1:],
+                    "logprobs": [0.0] * n + s.logprobs,
+                    "advantages": [0.0] * n + [r - mean] * len(s.tokens)}))
+        means.append(sum(rewards) / len(rewards))
+        fb = training.forward_backward(data, "importance_sampling")
+        opt = training.optim_step(types.AdamParams(learning_rate=0.05))
+        fb.result()
+        opt.result()
+        training._service._service.delete_session(sampler.session)  # snapshots are bounded by max_sessions
+    first, last = sum(means[:5]) / 5, sum(means[-5:]) / 5
+    check(last > first + 0.15, f"RL mean reward rises: {first:.3f} -> {last:.3f} ({means})")
+    print(f"RL (importance_sampling, 20 steps): mean reward first 5 {first:.3f} -> last 5 {last:.3f}")
+
+
+def snapshot(training):
+    """A snapshot samples the same before and after its session trains on."""
+    prompt = types.ModelInput.from_ints([9, 8, 7])
+    params = types.SamplingParams(max_tokens=6, seed=42)
+    sampler = training.save_weights_and_get_sampling_client("frozen")
+    first = sampler.sample(prompt, num_samples=3, sampling_params=params).result()
+    lp_first = sampler.compute_logprobs(types.ModelInput.from_ints([9, 8, 7, 6, 5])).result()
+    live = training.create_sampling_client().sample(prompt, num_samples=3, sampling_params=params).result()
+    check([s.tokens for s in live.sequences] == [s.tokens for s in first.sequences],
+          "the snapshot samples as its session did when it was taken")
+    data = [types.Datum(model_input=types.ModelInput.from_ints([9, 8, 7, 6]),
+                        loss_fn_inputs={"target_tokens": [8, 7, 6, 5], "weights": [1.0, 1.0, 1.0, 1.0]})]
+    training.forward_backward(data, "cross_entropy").result()
+    training.optim_step(types.AdamParams(learning_rate=0.05)).result()
+    again = sampler.sample(prompt, num_samples=3, sampling_params=params).result()
+    check([(s.tokens, s.logprobs) for s in again.sequences] == [(s.tokens, s.logprobs) for s in first.sequences],
+          "the snapshot is frozen: same tokens and log-probs after the session trained")
+    lp_again = sampler.compute_logprobs(types.ModelInput.from_ints([9, 8, 7, 6, 5])).result()
+    check(lp_first == lp_again and lp_first[0] is None and len(lp_first) == 5, f"snapshot log-probs: {lp_first}")
+    moved = training.create_sampling_client().compute_logprobs(types.ModelInput.from_ints([9, 8, 7, 6, 5])).result()
+    check(moved != lp_first, "the training session moved on")
+
+
+def main() -> int:
+    t0 = time.time()
+    config = {"log": {"level": "warn"}, "checkpoint_dir": os.path.join(TMP, "tinker-checkpoints"),
+              "sessions": {"enabled": True, "max_sessions": 8}}
+    (server,) = start(sys.argv[1], ("tinker", config, ("--dtype", "float64")))
+    with tinker.ServiceClient(base_url=f"http://{server.target}") as service:
+        service._service.wait_ready(60)
+        caps = service.get_server_capabilities()
+        check(any(o.name == "importance_sampling" for o in caps.objectives), "the server lists its losses")
+        training = service.create_lora_training_client(base_model="tiny", rank=8, seed=1, alpha=16,
+                                                       target_modules=TARGETS)
+        supervised(training)
+        snapshot(training)
+        rl(service.create_lora_training_client(base_model="tiny", rank=8, seed=2, alpha=16, target_modules=TARGETS))
+    print(f"OK ({time.time() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
