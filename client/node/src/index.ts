@@ -18,4 +18,5 @@ export { DEFAULT_RETRY, isRetryable, retryPolicy, serviceConfig } from './retry'
 export type { RetryPolicy } from './retry';
 export type { ExportedFolder } from './weights';
 export { LOADER_OPTIONS, PROTO_FILE, protoDir, protoPackage, trainerService } from './proto';
+export * as tinker from './tinker';
 export type * from './generated';

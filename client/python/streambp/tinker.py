@@ -254,6 +254,10 @@ class TrainingClient:
         """No gradient: each datum's log-probs of its targets ({"logprobs": TensorData}); for
         cross_entropy also loss:sum = -sum weights * logprobs."""
         wire = _to_wire(data)
+        for i, d in enumerate(wire):
+            for name in ("target_tokens",) + (("weights",) if loss_fn == "cross_entropy" else ()):
+                if name not in d.loss_fn_inputs:
+                    raise invalid(f"data[{i}].loss_fn_inputs[{name}] is missing")
         sequences = [list(d.model_input.tokens) + [d.loss_fn_inputs["target_tokens"].int_data[-1]] for d in wire]
 
         def convert(r: Any) -> ForwardBackwardOutput:
