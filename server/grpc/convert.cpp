@@ -489,6 +489,19 @@ LogprobsRequest ConvertLogprobs(const v1::ComputeLogprobsRequest& r, const Input
   out.reference = r.reference();
   out.temperature = r.has_temperature() ? r.temperature() : 1.0;
   out.fp64 = r.fp64();
+  constexpr int64_t kMaxTopK = 20;
+  const int64_t k = r.top_k();
+  if (k < 0 || k > kMaxTopK || k > limits.vocab_size) {
+    throw InvalidArgument("top_k = " + std::to_string(k) + " must be in [0, " +
+                          std::to_string(std::min(kMaxTopK, limits.vocab_size)) + "]");
+  }
+  if (k > 0 && r.reference()) throw InvalidArgument("top_k is for the policy: give reference = false");
+  if (k > 0 && c.tokens() * k > limits.max_tokens_per_request) {
+    throw ResourceExhausted("tokens x top_k = " + std::to_string(c.tokens()) + " x " + std::to_string(k) +
+                            " exceeds limits.max_tokens_per_request " +
+                            std::to_string(limits.max_tokens_per_request) + "; ask for fewer tokens per call");
+  }
+  out.top_k = k;
   return out;
 }
 
@@ -671,6 +684,11 @@ void ToProto(const LogprobsReply& r, v1::ComputeLogprobsResponse* out) {
     o->Reserve(static_cast<int>(seq.size()));
     for (double v : seq) o->Add(static_cast<float>(v));
     if (r.fp64) s->mutable_logprobs_fp64()->Add(seq.begin(), seq.end());
+  }
+  for (size_t i = 0; i < r.top_ids.size(); ++i) {
+    auto* s = out->mutable_sequences(static_cast<int>(i));
+    s->mutable_top_ids()->Add(r.top_ids[i].begin(), r.top_ids[i].end());
+    s->mutable_top_logprobs()->Add(r.top_logprobs[i].begin(), r.top_logprobs[i].end());
   }
   out->set_policy_version(r.policy_version);
 }

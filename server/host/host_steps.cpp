@@ -12,6 +12,7 @@
 #include "host.h"
 #include "host_session.h"
 #include "streambp/error.h"
+#include "streambp/top_logprobs.h"
 #include "streambp/memory.h"
 #include "streambp/sampler.h"
 #include "weights_snapshot.h"
@@ -264,11 +265,29 @@ void TrainingHost::compute_logprobs(CallContext ctx, LogprobsRequest request, Do
         } else {
           logp = trainer.token_logprobs(batch, req->reference, chunk, req->temperature).contiguous();
         }
+        TopLogprobs top;
+        if (req->top_k > 0) {
+          if (req->reference) throw InvalidArgument("top_k is for the policy: give reference = false");
+          // After token_logprobs: the session's weights are active on the model.
+          top = TopKLogprobs(trainer.model(), batch, req->top_k, chunk, req->temperature);
+        }
         auto ids = batch.sequence_ids.cpu().contiguous();
         auto lp = logp.accessor<double, 2>();
         auto sid = ids.accessor<int64_t, 2>();
         LogprobsReply reply;
         reply.logprobs.resize(req->sequences.size());
+        const int64_t k = req->top_k;
+        // Accessors of the top-k tensors (empty [0, 0, 0] ones when none was asked for).
+        if (k == 0) top = {torch::zeros({0, 0, 0}, torch::kInt64), torch::zeros({0, 0, 0}, torch::kFloat64)};
+        top.ids = top.ids.contiguous();
+        top.logprobs = top.logprobs.contiguous();
+        const auto top_ids = top.ids.accessor<int64_t, 3>();
+        const auto top_lp = top.logprobs.accessor<double, 3>();
+        if (k > 0) {
+          reply.top_k = k;
+          reply.top_ids.resize(req->sequences.size());
+          reply.top_logprobs.resize(req->sequences.size());
+        }
         // Slots of one sequence are contiguous in a packed row, in order.
         for (int64_t r = 0; r < batch.rows(); ++r) {
           for (int64_t t = 0; t < batch.length(); ++t) {
@@ -277,6 +296,10 @@ void TrainingHost::compute_logprobs(CallContext ctx, LogprobsRequest request, Do
             auto& out = reply.logprobs[q];
             if (static_cast<int64_t>(out.size()) + 1 < static_cast<int64_t>(req->sequences[q].tokens.size())) {
               out.push_back(lp[r][t]);
+              for (int64_t j = 0; j < k; ++j) {
+                reply.top_ids[q].push_back(static_cast<int32_t>(top_ids[r][t][j]));
+                reply.top_logprobs[q].push_back(top_lp[r][t][j]);
+              }
             }
           }
         }

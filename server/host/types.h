@@ -139,12 +139,18 @@ struct LogprobsRequest {
   bool reference = false;
   double temperature = 1.0;
   bool fp64 = false;  ///< the answer carries double precision too
+  int64_t top_k = 0;  ///< also the k most likely next tokens at every position (0 = none)
 };
 
 struct LogprobsReply {
   std::vector<std::vector<double>> logprobs;  ///< per sequence, one fewer than its tokens
   int64_t policy_version = 0;
   bool fp64 = false;
+  /// top_k > 0: per sequence, k ids and log-probs per position (one fewer than its tokens),
+  /// most likely first.
+  int64_t top_k = 0;
+  std::vector<std::vector<int32_t>> top_ids;
+  std::vector<std::vector<double>> top_logprobs;
 };
 
 struct SampleRequest {

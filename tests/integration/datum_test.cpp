@@ -1,8 +1,9 @@
-// Losses as data (issue 28 item 1): a data batch (Tinker's Datum: model input + named per-token
+// Losses as data (issue 28 item 1) and top-k log-probs (item 3): a data batch (Tinker's Datum: model input + named per-token
 // tensors) and loss_fn_config over a real gRPC server. A loss registered in this test binary only
 // (one registration, no proto, edge or client change) is called by name; Tinker's ppo with its
 // clip thresholds from loss_fn_config equals PPO written out by hand in float64; bad data is
 // refused naming the field, with nothing changed.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -389,6 +390,96 @@ TEST(Datum, BadDataIsRefusedNamingTheFieldAndChangesNothing) {
   const auto trained = s.client->TrainStep(good);
   ASSERT_TRUE(trained.ok()) << trained.status().error_message();
   EXPECT_EQ(trained->optim().step(), info_before.step() + 1);
+}
+
+}  // namespace
+}  // namespace streambp
+
+namespace streambp {
+namespace {
+
+// ComputeLogprobs' top_k (Tinker's topk_prompt_logprobs): at a position, the k ids are the k
+// largest of the whole next-token distribution, which the test reads independently by scoring
+// every vocabulary id as the next token (one sequence each); bad values are refused.
+TEST(TopKLogprobs, TheKMostLikelyNextTokensOfTheWholeDistribution) {
+  auto s = testing::StartServer(SgdF64());
+  Wire w(s.target);
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(w.stub->GetInfo(Wire::ctx().get(), v1::GetInfoRequest(), &info).ok());
+  const int64_t vocab = info.vocab_size();
+  const std::vector<std::vector<int32_t>> seqs = {{5, 17, 33, 2, 90}, {7, 7, 8}};
+  const int k = 5;
+  v1::ComputeLogprobsRequest req;
+  req.set_fp64(true);
+  req.set_top_k(k);
+  for (const auto& q : seqs) req.add_sequences()->mutable_tokens()->Add(q.begin(), q.end());
+  v1::ComputeLogprobsResponse out;
+  const auto status = w.stub->ComputeLogprobs(Wire::ctx().get(), req, &out);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(out.sequences_size(), 2);
+  int checked = 0;
+  for (size_t q = 0; q < seqs.size(); ++q) {
+    const auto& got = out.sequences(static_cast<int>(q));
+    const size_t positions = seqs[q].size() - 1;
+    ASSERT_EQ(got.top_ids_size(), static_cast<int>(positions * k));
+    ASSERT_EQ(got.top_logprobs_size(), static_cast<int>(positions * k));
+    for (size_t i = 0; i < positions; ++i) {
+      // The whole distribution at position i: every id as the next token.
+      v1::ComputeLogprobsRequest all;
+      all.set_fp64(true);
+      for (int64_t v = 0; v < vocab; ++v) {
+        auto* t = all.add_sequences()->mutable_tokens();
+        t->Add(seqs[q].begin(), seqs[q].begin() + static_cast<int64_t>(i) + 1);
+        t->Add(static_cast<int32_t>(v));
+      }
+      v1::ComputeLogprobsResponse dist;
+      ASSERT_TRUE(w.stub->ComputeLogprobs(Wire::ctx().get(), all, &dist).ok());
+      std::vector<std::pair<double, int64_t>> ranked;
+      for (int64_t v = 0; v < vocab; ++v) {
+        const auto& lp = dist.sequences(static_cast<int>(v)).logprobs_fp64();
+        ranked.emplace_back(lp[lp.size() - 1], v);
+      }
+      std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (int j = 0; j < k; ++j) {
+        const int e = static_cast<int>(i) * k + j;
+        EXPECT_EQ(got.top_ids(e), ranked[j].second) << "sequence " << q << " position " << i << " rank " << j;
+        EXPECT_NEAR(got.top_logprobs(e), ranked[j].first, 1e-12);
+        ++checked;
+      }
+      // The token that follows is scored the same way as in logprobs_fp64.
+      EXPECT_NEAR(got.logprobs_fp64(static_cast<int>(i)),
+                  dist.sequences(seqs[q][i + 1]).logprobs_fp64(static_cast<int>(i)), 1e-12);
+    }
+  }
+  EXPECT_EQ(checked, 6 * k);
+  // Without top_k: none.
+  req.set_top_k(0);
+  ASSERT_TRUE(w.stub->ComputeLogprobs(Wire::ctx().get(), req, &out).ok());
+  EXPECT_EQ(out.sequences(0).top_ids_size(), 0);
+
+  auto refused = [&](v1::ComputeLogprobsRequest r, grpc::StatusCode code, const std::string& words) {
+    v1::ComputeLogprobsResponse o;
+    const auto st = w.stub->ComputeLogprobs(Wire::ctx().get(), r, &o);
+    EXPECT_EQ(st.error_code(), code) << words;
+    EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
+  };
+  auto bad = req;
+  bad.set_top_k(21);
+  refused(bad, grpc::StatusCode::INVALID_ARGUMENT, "top_k = 21 must be in [0, 20]");
+  bad.set_top_k(-1);
+  refused(bad, grpc::StatusCode::INVALID_ARGUMENT, "top_k = -1 must be in [0, 20]");
+  bad.set_top_k(3);
+  bad.set_reference(true);
+  refused(bad, grpc::StatusCode::INVALID_ARGUMENT, "top_k is for the policy");
+  // tokens x top_k over limits.max_tokens_per_request: refused before any work.
+  const int64_t limit = info.max_tokens_per_request(), longest = info.max_sequence_length();
+  v1::ComputeLogprobsRequest big;
+  big.set_top_k(20);
+  for (int64_t left = limit / 20 + 1; left > 0; left -= longest) {
+    auto* t = big.add_sequences()->mutable_tokens();
+    for (int64_t i = 0; i < std::min(left, longest); ++i) t->Add(static_cast<int32_t>(i % vocab));
+  }
+  refused(big, grpc::StatusCode::RESOURCE_EXHAUSTED, "tokens x top_k");
 }
 
 }  // namespace

@@ -108,6 +108,18 @@ def snapshot(training):
     check(lp_first == lp_again and lp_first[0] is None and len(lp_first) == 5, f"snapshot log-probs: {lp_first}")
     moved = training.create_sampling_client().compute_logprobs(types.ModelInput.from_ints([9, 8, 7, 6, 5])).result()
     check(moved != lp_first, "the training session moved on")
+    # Prompt log-probs and the top 3 per prompt position (Tinker's topk_prompt_logprobs).
+    scored = sampler.sample(types.ModelInput.from_ints([9, 8, 7, 6, 5]), num_samples=1, sampling_params=params,
+                            include_prompt_logprobs=True, topk_prompt_logprobs=3).result()
+    check(scored.prompt_logprobs == lp_first, f"prompt_logprobs {scored.prompt_logprobs} vs {lp_first}")
+    top = scored.topk_prompt_logprobs
+    check(top is not None and top[0] is None and len(top) == 5 and all(len(p) == 3 for p in top[1:]), f"top: {top}")
+    for i, pairs in enumerate(top[1:]):
+        values = [v for _, v in pairs]
+        check(values == sorted(values, reverse=True), f"position {i}: most likely first {pairs}")
+        actual = [9, 8, 7, 6, 5][i + 1]
+        check(values[0] >= lp_first[i + 1] - 1e-12, f"position {i}: the top token is at least as likely as {actual}")
+        check(all(close(v, lp_first[i + 1], 1e-12) for t, v in pairs if t == actual), f"position {i}: same log-prob")
 
 
 def main() -> int:

@@ -31,7 +31,7 @@ import tempfile
 import types as _pytypes
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from .client import ServiceClient as _ServiceClient
 from .client import _read_adapter
@@ -114,6 +114,10 @@ class SampledSequence:
 @dataclass
 class SampleResponse:
     sequences: List[SampledSequence]
+    #: include_prompt_logprobs: log p of each prompt token (None for the first)
+    prompt_logprobs: Optional[List[Optional[float]]] = None
+    #: topk_prompt_logprobs = k: per prompt position, the k most likely tokens as (id, log-prob)
+    topk_prompt_logprobs: Optional[List[Optional[List[Tuple[int, float]]]]] = None
 
 
 @dataclass
@@ -153,6 +157,23 @@ def _then(future: "concurrent.futures.Future[T]", fn: Callable[[T], U]) -> "conc
             out.set_exception(e)
 
     future.add_done_callback(done)
+    return out
+
+
+def _both(first: "concurrent.futures.Future[T]", second: "concurrent.futures.Future[U]"
+          ) -> "concurrent.futures.Future[tuple[T, U]]":
+    """A future of both results (no thread waits: each completion hands on to the next)."""
+    out: "concurrent.futures.Future[tuple[T, U]]" = concurrent.futures.Future()
+
+    def first_done(f: "concurrent.futures.Future[T]") -> None:
+        def second_done(g: "concurrent.futures.Future[U]") -> None:
+            try:
+                out.set_result((f.result(), g.result()))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's future
+                out.set_exception(e)
+        second.add_done_callback(second_done)
+
+    first.add_done_callback(first_done)
     return out
 
 
@@ -198,17 +219,32 @@ class SamplingClient:
     def session(self) -> str:
         return self._tc.session
 
-    def sample(self, prompt: ModelInput, num_samples: int = 1,
-               sampling_params: Optional[SamplingParams] = None) -> "concurrent.futures.Future[SampleResponse]":
+    def sample(self, prompt: ModelInput, num_samples: int = 1, sampling_params: Optional[SamplingParams] = None,
+               include_prompt_logprobs: bool = False,
+               topk_prompt_logprobs: int = 0) -> "concurrent.futures.Future[SampleResponse]":
         p = sampling_params or SamplingParams()
         future = self._tc.sample_future([prompt.to_ints()], n=num_samples, max_tokens=p.max_tokens,
                                         temperature=p.temperature, top_p=p.top_p, seed=p.seed,
                                         stop_tokens=list(p.stop))
+        scored = self._tc.compute_logprobs_future([prompt.to_ints()], fp64=True, top_k=topk_prompt_logprobs) \
+            if include_prompt_logprobs or topk_prompt_logprobs > 0 else None
 
         def convert(r: SampleResult) -> SampleResponse:
             return SampleResponse(sequences=[SampledSequence(tokens=list(c.tokens), logprobs=list(c.logprobs),
                                                              stop_reason=c.finish_reason) for c in r.completions])
-        return _then(future, convert)
+        if scored is None:
+            return _then(future, convert)
+
+        def with_prompt(pair: "tuple[SampleResult, Any]") -> SampleResponse:
+            out, lp = convert(pair[0]), pair[1]
+            if include_prompt_logprobs:
+                prompt: List[Optional[float]] = [None]
+                out.prompt_logprobs = prompt + list(lp.logprobs[0])
+            if topk_prompt_logprobs > 0:
+                top: List[Optional[List[Tuple[int, float]]]] = [None]
+                out.topk_prompt_logprobs = top + [list(pairs) for pairs in lp.top[0]]
+            return out
+        return _then(_both(future, scored), with_prompt)
 
     async def sample_async(self, prompt: ModelInput, num_samples: int = 1,
                            sampling_params: Optional[SamplingParams] = None) -> SampleResponse:

@@ -221,22 +221,28 @@ class TrainingClient(HistoryMixin):
 
     # -- log-probs and sampling -----------------------------------------------------------
     async def _logprobs(self, sequences: Sequence[Sequence[int]], reference: bool, temperature: Optional[float],
-                        fp64: bool, timeout: Optional[float]) -> LogprobsResult:
+                        fp64: bool, timeout: Optional[float], top_k: int = 0) -> LogprobsResult:
         request = pb.ComputeLogprobsRequest(sequences=_sequences(sequences), reference=reference,
-                                            session=self.session, fp64=fp64)
+                                            session=self.session, fp64=fp64, top_k=top_k)
         if temperature is not None:
             request.temperature = temperature
         response = await self._conn.unary("ComputeLogprobs", request, timeout)
+        top = []
+        if top_k > 0:
+            for s in response.sequences:
+                pairs = list(zip(s.top_ids, s.top_logprobs))
+                top.append([pairs[i:i + top_k] for i in range(0, len(pairs), top_k)])
         return LogprobsResult(logprobs=[list(s.logprobs_fp64 if fp64 else s.logprobs) for s in response.sequences],
-                              policy_version=response.policy_version)
+                              policy_version=response.policy_version, top=top)
 
     async def _compute_logprobs(self, sequences: Sequence[Sequence[int]], *, reference: bool = False,
-                                temperature: Optional[float] = None, fp64: bool = False,
+                                temperature: Optional[float] = None, fp64: bool = False, top_k: int = 0,
                                 timeout: Optional[float] = None) -> LogprobsResult:
         """ComputeLogprobs: logprobs[s][i] = log p(sequences[s][i+1] | sequences[s][..i]) under
         the policy (or the frozen reference model with ``reference``), at ``temperature``
-        (default 1); ``fp64`` returns them in double precision."""
-        return await self._logprobs(sequences, reference, temperature, fp64, timeout)
+        (default 1); ``fp64`` returns them in double precision; ``top_k`` (at most 20) also the
+        k most likely next tokens at every position (``LogprobsResult.top``, for distillation)."""
+        return await self._logprobs(sequences, reference, temperature, fp64, timeout, top_k)
 
     compute_logprobs, compute_logprobs_future, compute_logprobs_async = call_forms(_compute_logprobs, ordered=True)
 

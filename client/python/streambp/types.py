@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
 from google.protobuf.message import Message
 
@@ -249,9 +249,11 @@ class StepProgress:
 @dataclass(frozen=True)
 class LogprobsResult:
     """ComputeLogprobs: logprobs[s][i] = log p(tokens[i+1] | tokens[..i]) of sequence s
-    (double precision when fp64 was asked for), and the policy version."""
+    (double precision when fp64 was asked for), and the policy version; with top_k, top[s][i]
+    is the k most likely next tokens at position i as (id, log-prob) pairs, most likely first."""
     logprobs: List[List[float]]
     policy_version: int
+    top: List[List[List[Tuple[int, float]]]] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)

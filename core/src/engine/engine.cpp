@@ -1,6 +1,7 @@
 // Engine dispatch and the parts the engines share: validation, the chunked lm_head + loss.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include <ATen/record_function.h>
 
@@ -8,6 +9,7 @@
 #include "streambp/error.h"
 #include "streambp/estimate.h"
 #include "streambp/memory.h"
+#include "streambp/top_logprobs.h"
 
 namespace streambp {
 
@@ -267,9 +269,12 @@ std::vector<std::vector<int32_t>> RecordRouting(CausalLM& model, const Batch& cp
   return out;
 }
 
-torch::Tensor TokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t logits_chunk, double temperature) {
-  engine::ValidateBatch(*model, cpu_batch);
-  const Batch batch = OnModelDevice(*model, cpu_batch);
+namespace {
+
+// The logits of every chunk of positions (no gradients, divided by `temperature`), handed to
+// fn(start, end, logits [B, end - start, V]).
+void ForEachLogitsChunk(CausalLM& model, const Batch& batch, int64_t logits_chunk, double temperature,
+                        const std::function<void(int64_t, int64_t, const torch::Tensor&)>& fn) {
   if (!(temperature > 0)) throw InvalidArgument("temperature must be > 0");
   RoutingReplay replay{batch.routed_experts};
   ScopedRoutingReplay routing(*model, &replay);
@@ -279,22 +284,58 @@ torch::Tensor TokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t log
   const int64_t chunk = std::clamp<int64_t>(
       logits_chunk > 0 ? logits_chunk : DefaultChunks(model->config(), Dtype(*model), T, DeviceOf(*model)).logits_chunk,
       1, T);
-  auto out = torch::zeros({batch.rows(), T}, torch::kFloat64);
-  // Position t has a next token of its own sequence: t + 1 in the same sequence.
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    auto logits = model->logits(h.slice(1, s, e));
+    if (temperature != 1.0) logits = logits / temperature;
+    fn(s, e, logits);
+  }
+}
+
+// Position t has a next token of its own sequence: t + 1 in the same sequence. [B, T] bool.
+torch::Tensor HasNextToken(const Batch& batch) {
+  const int64_t T = batch.length();
   auto seq = batch.sequence_ids.cpu();
   auto valid = torch::zeros({batch.rows(), T}, torch::kBool);
   if (T > 1) {
     valid.slice(1, 0, T - 1).copy_((seq.slice(1, 0, T - 1) == seq.slice(1, 1, T)) & (seq.slice(1, 0, T - 1) >= 0));
   }
-  for (int64_t s = 0; s < T; s += chunk) {
-    const int64_t e = std::min(T, s + chunk);
-    auto logits = model->logits(h.slice(1, s, e));
-    if (temperature != 1.0) logits = logits / temperature;
+  return valid;
+}
+
+}  // namespace
+
+torch::Tensor TokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t logits_chunk, double temperature) {
+  engine::ValidateBatch(*model, cpu_batch);
+  const Batch batch = OnModelDevice(*model, cpu_batch);
+  auto out = torch::zeros({batch.rows(), batch.length()}, torch::kFloat64);
+  ForEachLogitsChunk(model, batch, logits_chunk, temperature, [&](int64_t s, int64_t e, const torch::Tensor& logits) {
     auto target = batch.targets.slice(1, s, e).unsqueeze(-1);
     auto logp = logits.gather(-1, target).squeeze(-1) - logits.logsumexp(-1);
     out.slice(1, s, e).copy_(logp.to(torch::kFloat64).cpu());
-  }
-  return out.masked_fill_(valid.logical_not(), 0.0);
+  });
+  return out.masked_fill_(HasNextToken(batch).logical_not(), 0.0);
+}
+
+TopLogprobs TopKLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t k, int64_t logits_chunk,
+                         double temperature) {
+  engine::ValidateBatch(*model, cpu_batch);
+  const int64_t vocab = model->config().vocab_size;
+  if (k < 1 || k > vocab) throw InvalidArgument("top_k must be in [1, " + std::to_string(vocab) + "]");
+  const Batch batch = OnModelDevice(*model, cpu_batch);
+  TopLogprobs out;
+  out.ids = torch::zeros({batch.rows(), batch.length(), k}, torch::kInt64);
+  out.logprobs = torch::zeros({batch.rows(), batch.length(), k}, torch::kFloat64);
+  ForEachLogitsChunk(model, batch, logits_chunk, temperature, [&](int64_t s, int64_t e, const torch::Tensor& logits) {
+    const auto logp = logits.to(torch::kFloat64).log_softmax(-1);
+    const auto [values, ids] = logp.topk(k, -1, /*largest=*/true, /*sorted=*/true);
+    out.ids.slice(1, s, e).copy_(ids.cpu());
+    out.logprobs.slice(1, s, e).copy_(values.cpu());
+  });
+  const auto none = HasNextToken(batch).logical_not().unsqueeze(-1);
+  out.ids.masked_fill_(none, -1);
+  out.logprobs.masked_fill_(none, 0.0);
+  return out;
 }
 
 namespace engine {

@@ -64,18 +64,20 @@ class Completion(_message.Message):
     def __init__(self, prompt_index: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., finish_reason: _Optional[str] = ..., text: _Optional[str] = ..., routed_experts: _Optional[_Union[RoutedExperts, _Mapping]] = ...) -> None: ...
 
 class ComputeLogprobsRequest(_message.Message):
-    __slots__ = ["fp64", "reference", "sequences", "session", "temperature"]
+    __slots__ = ["fp64", "reference", "sequences", "session", "temperature", "top_k"]
     FP64_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_FIELD_NUMBER: _ClassVar[int]
     SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
     fp64: bool
     reference: bool
     sequences: _containers.RepeatedCompositeFieldContainer[TokenSequence]
     session: str
     temperature: float
-    def __init__(self, sequences: _Optional[_Iterable[_Union[TokenSequence, _Mapping]]] = ..., reference: bool = ..., temperature: _Optional[float] = ..., session: _Optional[str] = ..., fp64: bool = ...) -> None: ...
+    top_k: int
+    def __init__(self, sequences: _Optional[_Iterable[_Union[TokenSequence, _Mapping]]] = ..., reference: bool = ..., temperature: _Optional[float] = ..., session: _Optional[str] = ..., fp64: bool = ..., top_k: _Optional[int] = ...) -> None: ...
 
 class ComputeLogprobsResponse(_message.Message):
     __slots__ = ["policy_version", "sequences"]
@@ -840,12 +842,16 @@ class ScheduleConfig(_message.Message):
     def __init__(self, type: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., total_steps: _Optional[int] = ..., min_lr_ratio: _Optional[float] = ...) -> None: ...
 
 class SequenceLogprobs(_message.Message):
-    __slots__ = ["logprobs", "logprobs_fp64"]
+    __slots__ = ["logprobs", "logprobs_fp64", "top_ids", "top_logprobs"]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FP64_FIELD_NUMBER: _ClassVar[int]
+    TOP_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
     logprobs_fp64: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, logprobs: _Optional[_Iterable[float]] = ..., logprobs_fp64: _Optional[_Iterable[float]] = ...) -> None: ...
+    top_ids: _containers.RepeatedScalarFieldContainer[int]
+    top_logprobs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, logprobs: _Optional[_Iterable[float]] = ..., logprobs_fp64: _Optional[_Iterable[float]] = ..., top_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class SessionInfo(_message.Message):
     __slots__ = ["device_bytes", "groups_per_step", "idle_seconds", "kind", "learning_rate", "lora", "max_staleness", "name", "optimizer", "pending_micro_batches", "policy_version", "resident", "step", "trainable_parameters"]

@@ -21,6 +21,12 @@ export interface ComputeLogprobsRequest {
    * client-side custom loss differentiates, so that its weights are exact.
    */
   'fp64'?: (boolean);
+  /**
+   * Also the top_k most likely next tokens at every position with their log-probs (Tinker's
+   * topk_prompt_logprobs; distillation targets); 0 = none. At most 20 (and the vocabulary),
+   * and tokens x top_k at most limits.max_tokens_per_request (RESOURCE_EXHAUSTED beyond).
+   */
+  'top_k'?: (number);
   '_temperature'?: "temperature";
 }
 
@@ -43,5 +49,11 @@ export interface ComputeLogprobsRequest__Output {
    * client-side custom loss differentiates, so that its weights are exact.
    */
   'fp64': (boolean);
+  /**
+   * Also the top_k most likely next tokens at every position with their log-probs (Tinker's
+   * topk_prompt_logprobs; distillation targets); 0 = none. At most 20 (and the vocabulary),
+   * and tokens x top_k at most limits.max_tokens_per_request (RESOURCE_EXHAUSTED beyond).
+   */
+  'top_k': (number);
   '_temperature'?: "temperature";
 }

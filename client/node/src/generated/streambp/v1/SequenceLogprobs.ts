@@ -10,6 +10,12 @@ export interface SequenceLogprobs {
    * the same in double precision, when fp64 was asked for
    */
   'logprobs_fp64'?: (number | string)[];
+  /**
+   * top_k: position i (the one predicting tokens[i+1]) owns entries [i*k, (i+1)*k), most likely
+   * first; the log-probs in double precision.
+   */
+  'top_ids'?: (number)[];
+  'top_logprobs'?: (number | string)[];
 }
 
 export interface SequenceLogprobs__Output {
@@ -21,4 +27,10 @@ export interface SequenceLogprobs__Output {
    * the same in double precision, when fp64 was asked for
    */
   'logprobs_fp64': (number)[];
+  /**
+   * top_k: position i (the one predicting tokens[i+1]) owns entries [i*k, (i+1)*k), most likely
+   * first; the log-probs in double precision.
+   */
+  'top_ids': (number)[];
+  'top_logprobs': (number)[];
 }
