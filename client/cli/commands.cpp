@@ -144,7 +144,7 @@ int Load(const ConnectionFlags& conn, const std::string& name) {
   return 0;
 }
 
-int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir, bool merged) {
+int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir, bool merged, const std::string& snapshot) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw client::ClientError(grpc::StatusCode::INTERNAL, "cannot create " + out_dir + ": " + ec.message());
@@ -157,6 +157,7 @@ int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir, bool 
   };
   v1::ExportWeightsRequest request;
   request.set_merged(merged);
+  request.set_snapshot(snapshot);
   request.set_with_files(true);  // the tokenizer etc.: the folder loads in transformers / vLLM as is
   auto result = client->ExportWeightsToFile(received_path, request, {}, progress);
   if (tty) std::fprintf(stderr, "\r\033[K");
@@ -218,6 +219,7 @@ int Sample(const ConnectionFlags& conn, const SampleArgs& args) {
   request.set_top_p(args.top_p);
   if (args.seed >= 0) request.set_seed(static_cast<uint64_t>(args.seed));
   request.set_ignore_eos(args.ignore_eos);
+  request.set_snapshot(args.snapshot);
   auto client = Connect(conn);
   const auto r = Check(client->Sample(request));
   for (const auto& c : r.completions()) {

@@ -68,7 +68,9 @@ int Save(const ConnectionFlags& conn, const std::string& name);
 int Load(const ConnectionFlags& conn, const std::string& name);
 /// A model (model.safetensors + config.json) or, for an adapter session, its PEFT adapter
 /// (adapter_model.safetensors + adapter_config.json); `merged`: the base with it folded in.
-int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir, bool merged);
+/// `snapshot`: a sampler snapshot of the session instead of its current weights.
+int ExportWeights(const ConnectionFlags& conn, const std::string& out_dir, bool merged,
+                  const std::string& snapshot = "");
 struct EstimateArgs {
   int64_t seq_len = 0;
   int64_t batch = 1;
@@ -133,7 +135,18 @@ struct SampleArgs {
   bool ignore_eos = false;
   bool no_thinking = false;  ///< qwen3: the non-thinking generation prompt
   bool json = false;         ///< one JSON object per completion
+  std::string snapshot;      ///< a sampler snapshot of the session instead of its current weights
 };
 int Sample(const ConnectionFlags& conn, const SampleArgs& args);
+
+// streambp snapshot save|list|delete (snapshots.cpp): sampler snapshots of --session.
+struct SnapshotArgs {
+  std::string name;
+  double ttl_seconds = 0;  ///< 0 = the server's sessions.snapshot_ttl_seconds
+  bool replace_oldest = false;
+};
+int SnapshotSave(const ConnectionFlags& conn, const SnapshotArgs& args);
+int SnapshotList(const ConnectionFlags& conn);
+int SnapshotDelete(const ConnectionFlags& conn, const std::string& name);
 
 }  // namespace streambp::cli

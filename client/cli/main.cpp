@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   sample_cmd->add_flag("--ignore-eos", sample.ignore_eos, "do not stop at the model's end tokens");
   sample_cmd->add_flag("--no-thinking", sample.no_thinking, "qwen3: the non-thinking generation prompt");
   sample_cmd->add_flag("--json", sample.json, "one JSON object per completion (text, tokens, logprobs)");
+  sample_cmd->add_option("--snapshot", sample.snapshot,
+                         "from a sampler snapshot of the session (streambp snapshot save) instead of its weights now");
   sample_cmd->callback([&] { run = [&] { return Sample(conn, sample); }; });
 
   LogprobsArgs logprobs;
@@ -104,7 +106,9 @@ int main(int argc, char** argv) {
   AddConnectionFlags(export_cmd, conn);
   export_cmd->add_option("--out", export_dir, "output folder (created if needed)")->required();
   export_cmd->add_flag("--merged", export_merged, "adapter session: the base with the adapter folded in");
-  export_cmd->callback([&] { run = [&] { return ExportWeights(conn, export_dir, export_merged); }; });
+  std::string export_snapshot;
+  export_cmd->add_option("--snapshot", export_snapshot, "a sampler snapshot of the session (streambp snapshot save)");
+  export_cmd->callback([&] { run = [&] { return ExportWeights(conn, export_dir, export_merged, export_snapshot); }; });
 
   // streambp session create|list|get|delete
   SessionArgs session_args;
@@ -145,6 +149,26 @@ int main(int argc, char** argv) {
   AddConnectionFlags(del, conn);
   AddSessionName(del, session_name);
   del->callback([&] { run = [&] { return SessionDelete(conn, session_name); }; });
+
+  // streambp snapshot save|list|delete
+  SnapshotArgs snapshot;
+  auto* snapshot_cmd = app.add_subcommand("snapshot", "sampler snapshots of a session (--session): save, list, delete");
+  snapshot_cmd->require_subcommand(1);
+  auto* snap_save = snapshot_cmd->add_subcommand("save", "freeze the session's weights now under NAME");
+  AddConnectionFlags(snap_save, conn);
+  snap_save->add_option("name", snapshot.name, "snapshot name ([A-Za-z0-9._-], at most 64)")->required();
+  snap_save->add_option("--ttl", snapshot.ttl_seconds, "seconds until it is removed (default: the server's)")
+      ->check(CLI::NonNegativeNumber);
+  snap_save->add_flag("--replace-oldest", snapshot.replace_oldest,
+                      "at the session's bound, remove the oldest snapshots to make room");
+  snap_save->callback([&] { run = [&] { return SnapshotSave(conn, snapshot); }; });
+  auto* snap_list = snapshot_cmd->add_subcommand("list", "the session's snapshots, oldest first");
+  AddConnectionFlags(snap_list, conn);
+  snap_list->callback([&] { run = [&] { return SnapshotList(conn); }; });
+  auto* snap_del = snapshot_cmd->add_subcommand("delete", "remove a snapshot");
+  AddConnectionFlags(snap_del, conn);
+  snap_del->add_option("name", snapshot.name, "snapshot name")->required();
+  snap_del->callback([&] { run = [&] { return SnapshotDelete(conn, snapshot.name); }; });
 
   EstimateArgs estimate;
   auto* estimate_cmd = app.add_subcommand("estimate", "predicted peak memory of a step and whether it fits");

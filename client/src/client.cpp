@@ -479,4 +479,30 @@ Result<v1::DeleteSessionResponse> Client::DeleteSession(const std::string& name,
       [&](grpc::ClientContext* ctx, v1::DeleteSessionResponse* r) { return stub_->DeleteSession(ctx, request, r); });
 }
 
+Result<v1::SnapshotInfo> Client::SaveWeightsForSampler(v1::SaveWeightsForSamplerRequest request,
+                                                       const CallOptions& call) const {
+  request = Scoped(std::move(request), options_);
+  EnsureRequestId(request);
+  return Call<v1::SnapshotInfo>(
+      call_options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::SnapshotInfo* r) { return stub_->SaveWeightsForSampler(ctx, request, r); });
+}
+
+Result<v1::ListSnapshotsResponse> Client::ListSnapshots(const CallOptions& call) const {
+  const auto request = Scoped(v1::ListSnapshotsRequest(), options_);
+  return Call<v1::ListSnapshotsResponse>(
+      call_options_, call.timeout.value_or(options_.info_timeout),
+      [&](grpc::ClientContext* ctx, v1::ListSnapshotsResponse* r) { return stub_->ListSnapshots(ctx, request, r); });
+}
+
+Result<v1::DeleteSnapshotResponse> Client::DeleteSnapshot(const std::string& name, const CallOptions& call) const {
+  v1::DeleteSnapshotRequest request;
+  request.set_name(name);
+  request = Scoped(std::move(request), options_);
+  EnsureRequestId(request);
+  return Call<v1::DeleteSnapshotResponse>(
+      call_options_, call.timeout.value_or(options_.step_timeout),
+      [&](grpc::ClientContext* ctx, v1::DeleteSnapshotResponse* r) { return stub_->DeleteSnapshot(ctx, request, r); });
+}
+
 }  // namespace streambp::client

@@ -61,6 +61,7 @@ PushItem ConvertRolloutGroup(const v1::RolloutGroup& g, int index, const std::st
 /// keep them. InvalidArgument naming a bad field.
 SessionRequest ConvertCreateSession(const v1::CreateSessionRequest& r, const ServerConfig& defaults);
 void ToProto(const SessionReport& s, v1::SessionInfo* out);
+void ToProto(const SnapshotReport& s, v1::SnapshotInfo* out);  // convert_sessions.cpp
 
 void ToProto(const StepStats& s, v1::StepStats* out);
 void ToProto(const OptimStats& o, v1::OptimStepResponse* out);

@@ -100,4 +100,15 @@ void ToProto(const SessionReport& s, v1::SessionInfo* out) {
   out->set_max_staleness(s.spec.max_staleness);
 }
 
+void ToProto(const SnapshotReport& s, v1::SnapshotInfo* out) {
+  out->set_session(s.session);
+  out->set_name(s.name);
+  out->set_step(s.step);
+  out->set_policy_version(s.policy_version);
+  out->set_bytes(s.bytes);
+  out->set_created_unix(s.created_unix);
+  out->set_expires_unix(s.expires_unix);
+  out->set_resident(s.resident);
+}
+
 }  // namespace streambp::server

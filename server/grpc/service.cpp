@@ -24,6 +24,13 @@ void WithText(TrainingHost* host, const std::shared_ptr<Call>& call, int64_t cha
                 [call](std::exception_ptr e) { call->finish(e); });
 }
 
+// The session a read targets: a sampler snapshot of it when `snapshot` is set.
+std::string ReadTarget(const std::string& session, const std::string& snapshot) {
+  if (snapshot.empty()) return session;
+  ValidateSnapshotName(snapshot);
+  return SnapshotKey(session, snapshot);
+}
+
 }  // namespace
 
 Unary* TrainerService::GetInfo(Ctx* ctx, const Bytes* in, Bytes* out) {
@@ -100,8 +107,10 @@ Unary* TrainerService::ComputeLogprobs(Ctx* ctx, const Bytes* in, Bytes* out) {
   return Call::Run(ctx, in, out, "ComputeLogprobs", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
     auto request = ConvertLogprobs(call->request, host_->limits());
     for (const auto& s : request.sequences) call->tokens += static_cast<int64_t>(s.tokens.size());
+    auto context = call->context();
+    context.session = ReadTarget(call->session, call->request.snapshot());
     host_->compute_logprobs(
-        call->context(), std::move(request),
+        std::move(context), std::move(request),
         call->template reply<LogprobsReply>([](const LogprobsReply& l, v1::ComputeLogprobsResponse* r) { ToProto(l, r); }));
   });
 }
@@ -137,7 +146,9 @@ Unary* TrainerService::Sample(Ctx* ctx, const Bytes* in, Bytes* out) {
     WithText(host_, call, ChargeText(call->request, host_->limits()), [this](const std::shared_ptr<Call>& call) {
       auto request = ConvertSample(call->request, host_->limits());
       for (const auto& p : request.prompts) call->tokens += static_cast<int64_t>(p.size());
-      host_->sample(call->context(), std::move(request),
+      auto context = call->context();
+      context.session = ReadTarget(call->session, call->request.snapshot());
+      host_->sample(std::move(context), std::move(request),
                     call->template reply<SampleReply>([](const SampleReply& s, v1::SampleResponse* r) { ToProto(s, r); }));
     });
   });
@@ -234,6 +245,36 @@ Unary* TrainerService::DeleteSession(Ctx* ctx, const Bytes* in, Bytes* out) {
                           call->template reply<std::string>([](const std::string& name, v1::DeleteSessionResponse* r) {
                             r->set_name(name);
                           }));
+  });
+}
+
+Unary* TrainerService::SaveWeightsForSampler(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::SaveWeightsForSamplerRequest, v1::SnapshotInfo>;
+  return Call::Run(ctx, in, out, "SaveWeightsForSampler", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    host_->save_snapshot(
+        call->context(), call->request.name(), call->request.ttl_seconds(), call->request.replace_oldest(),
+        call->template reply<SnapshotReport>([](const SnapshotReport& r, v1::SnapshotInfo* info) { ToProto(r, info); }));
+  });
+}
+
+Unary* TrainerService::ListSnapshots(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::ListSnapshotsRequest, v1::ListSnapshotsResponse>;
+  return Call::Run(ctx, in, out, "ListSnapshots", Access::kRead, edge_, [this](std::shared_ptr<Call> call) {
+    if (!host_->sessions_enabled()) throw FailedPrecondition("sampler snapshots need sessions (sessions.enabled)");
+    for (const auto& r : host_->list_snapshots(call->session)) ToProto(r, call->response.add_snapshots());
+    call->response.set_max_snapshots(host_->config().sessions.max_snapshots);
+    call->response.set_max_snapshot_bytes(host_->config().sessions.max_snapshot_bytes);
+    call->finish();
+  });
+}
+
+Unary* TrainerService::DeleteSnapshot(Ctx* ctx, const Bytes* in, Bytes* out) {
+  using Call = UnaryCall<v1::DeleteSnapshotRequest, v1::DeleteSnapshotResponse>;
+  return Call::Run(ctx, in, out, "DeleteSnapshot", Access::kWrite, edge_, [this](std::shared_ptr<Call> call) {
+    host_->delete_snapshot(call->context(), call->request.name(),
+                           call->template reply<std::string>([](const std::string& name, v1::DeleteSnapshotResponse* r) {
+                             r->set_name(name);
+                           }));
   });
 }
 

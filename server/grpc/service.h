@@ -32,11 +32,14 @@ using Service =
     Trainer::WithRawCallbackMethod_GetSession<
     Trainer::WithRawCallbackMethod_ListSessions<
     Trainer::WithRawCallbackMethod_DeleteSession<
+    Trainer::WithRawCallbackMethod_SaveWeightsForSampler<
+    Trainer::WithRawCallbackMethod_ListSnapshots<
+    Trainer::WithRawCallbackMethod_DeleteSnapshot<
     Trainer::WithRawCallbackMethod_Tokenize<
     Trainer::WithRawCallbackMethod_Detokenize<
     Trainer::WithRawCallbackMethod_ForwardBackwardProgress<
     Trainer::WithRawCallbackMethod_TrainStepProgress<
-    Trainer::Service>>>>>>>>>>>>>>>>>>>>>>>;
+    Trainer::Service>>>>>>>>>>>>>>>>>>>>>>>>>>;
 // clang-format on
 }  // namespace raw
 
@@ -64,6 +67,9 @@ class TrainerService final : public raw::Service {
   Unary* GetSession(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* ListSessions(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* DeleteSession(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  Unary* SaveWeightsForSampler(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  Unary* ListSnapshots(Ctx* ctx, const Bytes* in, Bytes* out) override;
+  Unary* DeleteSnapshot(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* Tokenize(Ctx* ctx, const Bytes* in, Bytes* out) override;
   Unary* Detokenize(Ctx* ctx, const Bytes* in, Bytes* out) override;
   grpc::ServerWriteReactor<Bytes>* ForwardBackwardProgress(Ctx* ctx, const Bytes* in) override;

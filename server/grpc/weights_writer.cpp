@@ -35,7 +35,8 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       lease_ = host_->acquire_export();
       CallContext c;
       c.method = "ExportWeights";
-      c.session = session_;
+      c.session = request.snapshot().empty() ? session_ : SnapshotKey(session_, request.snapshot());
+      if (!request.snapshot().empty()) ValidateSnapshotName(request.snapshot());
       c.deadline = ctx_->deadline();
       c.cancelled = [ctx = ctx_] { return ctx->IsCancelled(); };
       host_->export_weights(c, request.version(), request.merged(), [this](const Outcome<ExportReply>& o) {

@@ -184,6 +184,9 @@ ServerConfig ServerConfig::FromJson(const json& j, bool validate) {
     s.get("queue_depth", c.sessions.queue_depth);
     s.get("state_dir", c.sessions.state_dir);
     s.get("metrics_label", c.sessions.metrics_label);
+    s.get("max_snapshots", c.sessions.max_snapshots);
+    s.get("max_snapshot_bytes", c.sessions.max_snapshot_bytes);
+    s.get("snapshot_ttl_seconds", c.sessions.snapshot_ttl_seconds);
     s.done();
   }
   top.get("resume", c.resume);
@@ -317,6 +320,9 @@ void ServerConfig::Validate() const {
     if (sessions.idle_seconds < 0) fail("sessions.idle_seconds must be >= 0");
     if (sessions.max_lora_rank < 1) fail("sessions.max_lora_rank must be >= 1");
     if (sessions.queue_depth < 1) fail("sessions.queue_depth must be >= 1");
+    if (sessions.max_snapshots < 0) fail("sessions.max_snapshots must be >= 0 (0: no snapshots)");
+    if (sessions.max_snapshot_bytes < 0) fail("sessions.max_snapshot_bytes must be >= 0");
+    if (!(sessions.snapshot_ttl_seconds >= 0)) fail("sessions.snapshot_ttl_seconds must be >= 0 (0: kept until deleted)");
     if (!rollouts.log.empty()) fail("rollouts.log is per session with sessions (in their state folders); leave it empty");
     if (resume) fail("resume is for the default session; sessions resume from their state folders by themselves");
   }
@@ -394,7 +400,10 @@ json ServerConfig::ToJson(bool mask_secrets) const {
                             {"max_lora_rank", sessions.max_lora_rank},
                             {"queue_depth", sessions.queue_depth},
                             {"state_dir", sessions.state_dir},
-                            {"metrics_label", sessions.metrics_label}}},
+                            {"metrics_label", sessions.metrics_label},
+                            {"max_snapshots", sessions.max_snapshots},
+                            {"max_snapshot_bytes", sessions.max_snapshot_bytes},
+                            {"snapshot_ttl_seconds", sessions.snapshot_ttl_seconds}}},
               {"resume", resume}};
 }
 

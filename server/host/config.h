@@ -115,6 +115,9 @@ struct SessionsSection {
   int64_t queue_depth = 16;           ///< jobs one session may have waiting (RESOURCE_EXHAUSTED names it)
   std::string state_dir;              ///< where sessions live on disk; "" = <checkpoint_dir>/.sessions
   bool metrics_label = false;         ///< label request metrics with the session (cardinality!)
+  int64_t max_snapshots = 8;          ///< sampler snapshots per session (SaveWeightsForSampler)
+  int64_t max_snapshot_bytes = int64_t{4} << 30;  ///< their bytes on disk per session, together
+  double snapshot_ttl_seconds = 0;    ///< default TTL of a snapshot; 0 = kept until deleted
 };
 
 struct RolloutSection {

@@ -56,6 +56,9 @@ void ValidateCheckpointName(const std::string& name) {
 }
 
 void ValidateSessionName(const std::string& name) { ValidateName(name, 64, "session", "a name, never a path"); }
+void ValidateSnapshotName(const std::string& name) {
+  ValidateName(name, 64, "snapshot", "a name inside the session's state folder, never a path");
+}
 
 TrainingHost::TrainingHost(const ServerConfig& config) : config_(config) {}
 
@@ -143,9 +146,14 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
     }
   });
   const bool ranks = h->executor_->world_size() > 1;
-  if (ranks || (c.sessions.enabled && c.sessions.idle_seconds > 0)) {
+  if (ranks || c.sessions.enabled) {
     const double ping = ranks ? comm->options().timeout_seconds / 4 : 1e9;
-    const double idle = c.sessions.enabled && c.sessions.idle_seconds > 0 ? std::max(1.0, c.sessions.idle_seconds / 4) : 1e9;
+    // Sessions: idle ones written out, and the folders of sampler snapshots past their TTL
+    // removed (an expired snapshot is refused, unlisted and uncounted from the moment it
+    // expires; this only frees its disk).
+    const double idle = !c.sessions.enabled         ? 1e9
+                        : c.sessions.idle_seconds > 0 ? std::clamp(c.sessions.idle_seconds / 4, 1.0, 60.0)
+                                                      : 60.0;
     h->background_ = std::thread([raw, period = std::chrono::duration<double>(std::min(ping, idle)), ranks] {
       std::unique_lock<std::mutex> lock(raw->background_mutex_);
       while (!raw->background_cv_.wait_for(lock, period, [raw] { return raw->draining_.load(); })) {
@@ -155,7 +163,10 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
         job.run = [raw, ranks] {
           try {
             if (ranks) raw->executor_->run(PingCommand{});
-            if (raw->config_.sessions.enabled) raw->evict_idle();
+            if (raw->config_.sessions.enabled) {
+              if (raw->config_.sessions.idle_seconds > 0) raw->evict_idle();
+              raw->expire_snapshots();
+            }
           } catch (const std::exception& e) {
             if (ranks) raw->mark_broken(e.what());
           }
@@ -193,10 +204,21 @@ TrainingHost::~TrainingHost() {
 
 // --- State -----------------------------------------------------------------------------
 
-std::shared_ptr<HostSession> TrainingHost::find(const std::string& name) const {
+std::shared_ptr<HostSession> TrainingHost::find(const std::string& name, bool snapshot_ok) const {
   std::lock_guard<std::mutex> lock(sessions_mutex_);
   auto it = sessions_.find(name);
-  if (it == sessions_.end() || !it->second->ready || it->second->deleted) {
+  if (it != sessions_.end() && it->second->is_snapshot() && it->second->ready && !it->second->deleted) {
+    const auto& s = *it->second;
+    const std::string what = "snapshot '" + s.snapshot_info.name + "' of session '" + s.snapshot_of + "'";
+    if (!snapshot_ok) throw NotFound("no session named '" + name + "' (" + what + " is for Sample, ComputeLogprobs and ExportWeights)");
+    if (s.expired(UnixNow())) throw NotFound(what + " has expired (its TTL); save a new one");
+    return it->second;
+  }
+  if (const auto at = name.find('@'); snapshot_ok && at != std::string::npos && (it == sessions_.end() || !it->second->ready)) {
+    throw NotFound("session '" + name.substr(0, at) + "' has no snapshot named '" + name.substr(at + 1) +
+                   "' (ListSnapshots)");
+  }
+  if (it == sessions_.end() || !it->second->ready || it->second->deleted || it->second->is_snapshot()) {
     if (name.empty() && config_.sessions.enabled) {
       throw InvalidArgument("session is empty: this server hosts sessions; name one (CreateSession, ListSessions)");
     }
@@ -452,6 +474,9 @@ template void TrainingHost::submit<ExportReply>(const CallContext&, const std::s
 template void TrainingHost::submit<SessionReport>(const CallContext&, const std::shared_ptr<HostSession>&, bool,
                                                   std::function<std::shared_ptr<const SessionReport>()>,
                                                   Done<SessionReport>, size_t);
+template void TrainingHost::submit<SnapshotReport>(const CallContext&, const std::shared_ptr<HostSession>&, bool,
+                                                   std::function<std::shared_ptr<const SnapshotReport>()>,
+                                                   Done<SnapshotReport>, size_t);
 template void TrainingHost::submit<std::string>(const CallContext&, const std::shared_ptr<HostSession>&, bool,
                                                 std::function<std::shared_ptr<const std::string>()>, Done<std::string>,
                                                 size_t);

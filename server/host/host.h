@@ -94,6 +94,18 @@ class TrainingHost {
   SessionReport session_report(const std::string& name) const;
   std::vector<SessionReport> list_sessions() const;
 
+  // --- Sampler snapshots (host_snapshots.cpp; docs/api.md: Sampler snapshots) -----------------
+  /// Freezes ctx.session's current weights as snapshot `name` (its adapter, or the model of a
+  /// full session, with the optimizer state: the session's own state format). `ttl_seconds`
+  /// 0 = sessions.snapshot_ttl_seconds. Bounded by sessions.max_snapshots and
+  /// max_snapshot_bytes (ResourceExhausted, nothing kept; with `replace_oldest` the oldest
+  /// are removed to make room instead); AlreadyExists for a taken name.
+  void save_snapshot(CallContext ctx, std::string name, double ttl_seconds, bool replace_oldest,
+                     Done<SnapshotReport> done);
+  void delete_snapshot(CallContext ctx, std::string name, Done<std::string> done);
+  /// ctx-free read: the session's live snapshots, oldest first.
+  std::vector<SnapshotReport> list_snapshots(const std::string& session) const;
+
   // --- Work on the device (each names its session in ctx.session) ----------------------------
   void forward_backward(CallContext ctx, StepRequest request, Done<StepStats> done);
   void train_step(CallContext ctx, StepRequest request, Done<TrainStats> done);
@@ -155,7 +167,8 @@ class TrainingHost {
   void submit(const CallContext& ctx, const std::shared_ptr<HostSession>& session, bool mutating,
               std::function<std::shared_ptr<const T>()> work, Done<T> done, size_t answer_bytes = 256);
   void check_admitted(const CallContext& ctx) const;
-  std::shared_ptr<HostSession> find(const std::string& name) const;
+  /// A ready session; sampler snapshots only when `snapshot_ok` (the reads that may target one).
+  std::shared_ptr<HostSession> find(const std::string& name, bool snapshot_ok = false) const;
   std::shared_ptr<HostSession> admit_checkpoint_call(const CallContext& ctx, const std::string& name) const;
   /// Abandoning a step whose caller has gone, and its progress (`micro_batches` of the step).
   ApplyHooks hooks_for(const CallContext& ctx, int64_t micro_batches = 1);
@@ -181,6 +194,14 @@ class TrainingHost {
   void evict(HostSession& s);
   void evict_idle();
   void write_spec(const HostSession& s) const;
+
+  // host_snapshots.cpp
+  void open_snapshots(const std::shared_ptr<HostSession>& parent);
+  /// Device thread: its trainer dropped, its folder and entry removed.
+  void remove_snapshot(const std::shared_ptr<HostSession>& snapshot);
+  /// Device thread: snapshots past their TTL removed.
+  void expire_snapshots();
+  std::vector<std::shared_ptr<HostSession>> snapshots_of(const std::string& parent) const;
 
   // host_rollouts.cpp
   void schedule_rollout_step(const std::shared_ptr<HostSession>& s);
@@ -240,5 +261,10 @@ constexpr int64_t kMaxHistoryPage = 10000;
 void ValidateCheckpointName(const std::string& name);
 /// A session name: [A-Za-z0-9._-], 1 to 64 characters, not starting with '.'.
 void ValidateSessionName(const std::string& name);
+/// A sampler snapshot name: the same rules as a session name.
+void ValidateSnapshotName(const std::string& name);
+/// The registry key (and trainer name) of session `session`'s snapshot `name`: '@' cannot
+/// occur in a session name, so no session has it.
+inline std::string SnapshotKey(const std::string& session, const std::string& name) { return session + "@" + name; }
 
 }  // namespace streambp::server

@@ -13,12 +13,21 @@
 
 namespace streambp::server {
 
+inline double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 struct HostSession {
   SessionSpec spec;
   /// This object's id in the process: a session deleted and created again under the same
   /// name is another incarnation, and nothing keyed by the old one (cached answers) reaches it.
   std::string incarnation;
   std::string dir;  ///< its state folder (spec.json, state/, rollouts.log); "" for the default session
+  /// A sampler snapshot (SaveWeightsForSampler): the session it froze ("" for a session). Its
+  /// spec.name is SnapshotKey(parent, name), its folder <parent dir>/snapshots/<name> (state/,
+  /// snapshot.json); it never trains, so its state on disk is always its weights.
+  std::string snapshot_of;
+  SnapshotReport snapshot_info;  ///< of a sampler snapshot
   /// Set once before the session is ready and never reset (a deleted session's queue stays
   /// valid for the calls that still hold the session).
   std::unique_ptr<RolloutQueue> rollouts;
@@ -50,6 +59,17 @@ struct HostSession {
     return static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() - last_used_ns) / 1e9;
   }
   std::string state_dir() const { return dir + "/state"; }
+  bool is_snapshot() const { return !snapshot_of.empty(); }
+  bool expired(double now_unix) const { return snapshot_info.expires_unix > 0 && now_unix >= snapshot_info.expires_unix; }
 };
+
+/// A session object with an incarnation of its own (see HostSession::incarnation).
+inline std::shared_ptr<HostSession> NewSession() {
+  static std::atomic<uint64_t> counter{0};
+  auto s = std::make_shared<HostSession>();
+  s->incarnation = "#";
+  s->incarnation += std::to_string(++counter);
+  return s;
+}
 
 }  // namespace streambp::server

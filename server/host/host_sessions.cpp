@@ -1,6 +1,7 @@
 // The TrainingHost's sessions: the registry (state folders on disk), residency (at most
 // sessions.max_resident_sessions in device memory, the least recently used idle one written
 // out), creation and deletion.
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -38,15 +39,6 @@ std::pair<int64_t, int64_t> CheckpointVersions(const std::string& dir) {
   } catch (const std::exception&) {
     return {0, 0};
   }
-}
-
-// A session object with an incarnation of its own (see HostSession::incarnation).
-std::shared_ptr<HostSession> NewSession() {
-  static std::atomic<uint64_t> counter{0};
-  auto s = std::make_shared<HostSession>();
-  s->incarnation = "#";
-  s->incarnation += std::to_string(++counter);
-  return s;
 }
 
 RolloutOptions RolloutOptionsOf(const ServerConfig& c, const SessionSpec& spec, const std::string& log) {
@@ -121,6 +113,7 @@ void TrainingHost::open_sessions() {
       audit(*s, {{"resumed", version}});
       announce(*s, "start", nullptr, 0);
       sessions_[s->spec.name] = s;
+      open_snapshots(s);
     } catch (const std::exception& e) {
       spdlog::error("session folder {}: {}; skipped", entry.path().string(), e.what());
     }
@@ -166,7 +159,8 @@ void TrainingHost::evict(HostSession& s) {
   auto& replica = executor_->replica();
   if (!replica.resident(s.spec.name)) return;
   if (replica.trainer(s.spec.name).has_pending_gradients()) executor_->run(ZeroGradientsCommand{s.spec.name});
-  executor_->run(SaveCommand{s.spec.name, s.state_dir(), false});
+  // A snapshot never trains: its state folder already holds its weights.
+  if (!s.is_snapshot()) executor_->run(SaveCommand{s.spec.name, s.state_dir(), false});
   executor_->run(DropSessionCommand{s.spec.name});
   s.resident = false;
   s.device_bytes = 0;
@@ -239,7 +233,8 @@ void TrainingHost::create_session(CallContext ctx, SessionRequest request, Done<
     s->dir = (fs::path(config_.sessions_dir()) / spec.name).string();
     std::lock_guard<std::mutex> lock(sessions_mutex_);
     if (sessions_.count(spec.name)) throw AlreadyExists("a session named '" + spec.name + "' exists");
-    if (static_cast<int64_t>(sessions_.size()) >= config_.sessions.max_sessions) {
+    const auto count = std::count_if(sessions_.begin(), sessions_.end(), [](const auto& e) { return !e.second->is_snapshot(); });
+    if (count >= config_.sessions.max_sessions) {
       throw ResourceExhausted("sessions.max_sessions (" + std::to_string(config_.sessions.max_sessions) +
                               ") sessions exist; delete one first");
     }
@@ -333,6 +328,7 @@ void TrainingHost::delete_session(CallContext ctx, std::string name, Done<std::s
       // Sent also when the session is on disk only: the other ranks drop their copies of it.
       executor_->run(DropSessionCommand{s->spec.name, true});
       s->resident = false;
+      for (auto& snapshot : snapshots_of(s->spec.name)) remove_snapshot(snapshot);
       s->hub.close_all();
       // The rollout queue stays: a push or a stats read that found the session before the
       // delete may still hold it (its groups go with the session, as the docs say).
@@ -368,7 +364,9 @@ SessionReport TrainingHost::session_report(const std::string& name) const {
   {
     std::lock_guard<std::mutex> lock(sessions_mutex_);
     auto it = sessions_.find(name);
-    if (it == sessions_.end() || it->second->deleted) throw NotFound("no session named '" + name + "'");
+    if (it == sessions_.end() || it->second->deleted || it->second->is_snapshot()) {
+      throw NotFound("no session named '" + name + "'");
+    }
     s = it->second;
   }
   SessionReport r;
@@ -391,7 +389,7 @@ std::vector<SessionReport> TrainingHost::list_sessions() const {
   {
     std::lock_guard<std::mutex> lock(sessions_mutex_);
     for (const auto& [name, s] : sessions_) {
-      if (s->ready && !s->deleted && !name.empty()) names.push_back(name);
+      if (s->ready && !s->deleted && !name.empty() && !s->is_snapshot()) names.push_back(name);
     }
   }
   std::vector<SessionReport> out;

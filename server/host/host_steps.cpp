@@ -233,7 +233,7 @@ void TrainingHost::compute_logprobs(CallContext ctx, LogprobsRequest request, Do
   std::shared_ptr<HostSession> s;
   try {
     check_admitted(ctx);
-    s = find(ctx.session);
+    s = find(ctx.session, true);
     if (req->sequences.empty()) throw InvalidArgument("sequences is empty");
     if (!(req->temperature >= 1e-3 && req->temperature <= 1e3)) {
       throw InvalidArgument("temperature must be in [0.001, 1000] (default 1)");
@@ -315,7 +315,7 @@ void TrainingHost::sample(CallContext ctx, SampleRequest request, Done<SampleRep
   std::shared_ptr<HostSession> s;
   try {
     check_admitted(ctx);
-    s = find(ctx.session);
+    s = find(ctx.session, true);
     auto& o = req->options;
     if (req->prompts.empty()) throw InvalidArgument("prompts is empty");
     if (o.max_tokens <= 0) throw InvalidArgument("max_tokens must be > 0");
@@ -481,7 +481,7 @@ void TrainingHost::export_weights(CallContext ctx, int64_t version, bool merged,
   std::shared_ptr<HostSession> s;
   try {
     check_admitted(ctx);
-    s = find(ctx.session);
+    s = find(ctx.session, true);
   } catch (...) {
     done({nullptr, std::current_exception()});
     return;

@@ -238,6 +238,15 @@ struct SessionReport {
   int64_t pending_micro_batches = 0;
 };
 
+/// A sampler snapshot: a session's weights frozen under a name (SaveWeightsForSampler).
+struct SnapshotReport {
+  std::string session, name;
+  int64_t step = 0, policy_version = 0;
+  int64_t bytes = 0;  ///< on disk
+  double created_unix = 0, expires_unix = 0;  ///< expires 0: kept until deleted
+  bool resident = false;
+};
+
 // --- The RL loop ---------------------------------------------------------------------
 
 struct RolloutCompletion {

@@ -78,4 +78,19 @@ expect_error 2 "--prompt-ids 1,5,9" "$cli" sample --server "$addr" --session alp
 out="$("$cli" sample --server "$addr" --session alpha --prompt-ids 1,5,9 -n 2 --max-tokens 4 --seed 3 2>&1)" \
   || fail "sample --prompt-ids: $out"
 [ "$(grep -cE '^[0-9]+(,[0-9]+){3}$' <<<"$out")" -eq 2 ] || fail "two completions of 4 ids each: $out"
+
+# Sampler snapshots: save, sample from it while the session trains on (same ids), list, export, delete.
+"$cli" snapshot save v1 --server "$addr" --session alpha | grep -q "^v1 .*step 1 " || fail "snapshot save"
+sample_v1() { "$cli" sample --server "$addr" --session alpha --snapshot v1 --prompt-ids 1,5,9 -n 2 --max-tokens 4 --seed 3; }
+before="$(sample_v1)" || fail "sample --snapshot: $before"
+"$cli" train --server "$addr" --session alpha --objective sft --data "$dir/one.jsonl" --batch-size 1 >/dev/null \
+  || fail "train after the snapshot"
+[ "$(sample_v1)" = "$before" ] || fail "the snapshot samples the same after the session trained"
+out="$("$cli" snapshot list --server "$addr" --session alpha 2>&1)" || fail "snapshot list: $out"
+grep -q "^v1 " <<<"$out" && grep -q "^1 snapshot (a session holds up to 8" <<<"$out" || fail "snapshot list: $out"
+"$cli" export-weights --server "$addr" --session alpha --snapshot v1 --out "$dir/v1" >/dev/null \
+  && [ -f "$dir/v1/adapter_model.safetensors" ] || fail "export-weights --snapshot"
+expect_error 1 "ALREADY_EXISTS" "$cli" snapshot save v1 --server "$addr" --session alpha
+"$cli" snapshot delete v1 --server "$addr" --session alpha | grep -q "deleted v1" || fail "snapshot delete"
+expect_error 1 "NOT_FOUND" "$cli" sample --server "$addr" --session alpha --snapshot v1 --prompt-ids 1,5 --max-tokens 2
 echo "PASS"

@@ -169,6 +169,21 @@ def main() -> int:
     expect_error(grpc.StatusCode.INVALID_ARGUMENT, tc.train_step, [[1, 2]], options={"beta": 1},
                  contains="beta")  # a DPO option for an SFT batch: refused before sending
 
+    # Sampler snapshots: frozen weights that sample while the session trains on.
+    snap = tc.save_weights_for_sampler("frozen")
+    check(snap.name == "frozen" and snap.policy_version == tc.info().policy_version and snap.bytes > 0,
+          f"SaveWeightsForSampler: {snap}")
+    frozen = tc.sample([[7, 8, 9]], n=2, max_tokens=4, seed=5, snapshot="frozen")
+    tc.train_step(SFT)
+    again = tc.sample([[7, 8, 9]], n=2, max_tokens=4, seed=5, snapshot="frozen")
+    check([c.tokens for c in again.completions] == [c.tokens for c in frozen.completions]
+          and again.policy_version == snap.policy_version, "a snapshot samples the same after the session trained")
+    check([s.name for s in tc.list_snapshots().snapshots] == ["frozen"], "ListSnapshots")
+    expect_error(grpc.StatusCode.ALREADY_EXISTS, tc.save_weights_for_sampler, "frozen", contains="frozen")
+    expect_error(grpc.StatusCode.INVALID_ARGUMENT, tc.save_weights_for_sampler, "../x", contains="snapshot name")
+    check(tc.delete_snapshot("frozen") == "frozen" and not tc.list_snapshots().snapshots, "DeleteSnapshot")
+    expect_error(grpc.StatusCode.NOT_FOUND, tc.sample, [[7, 8, 9]], max_tokens=2, snapshot="frozen", contains="frozen")
+
     check(service.delete_session("alice") == "alice", "DeleteSession")
     expect_error(grpc.StatusCode.NOT_FOUND, service.get_session, "alice")
 

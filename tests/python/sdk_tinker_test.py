@@ -81,7 +81,10 @@ def rl(training):
         opt = training.optim_step(types.AdamParams(learning_rate=0.05))
         fb.result()
         opt.result()
-        training._service._service.delete_session(sampler.session)  # snapshots are bounded by max_sessions
+    # A rolling window of samplers: at sessions.max_snapshots (8) the oldest made room.
+    kept = training._tc.list_snapshots()
+    check([s.name for s in kept.snapshots] == [f"rl-{i}" for i in range(12, 20)] and kept.max_snapshots == 8,
+          f"the 8 newest snapshots are kept: {[s.name for s in kept.snapshots]}")
     first, last = sum(means[:5]) / 5, sum(means[-5:]) / 5
     check(last > first + 0.15, f"RL mean reward rises: {first:.3f} -> {last:.3f} ({means})")
     print(f"RL (importance_sampling, 20 steps): mean reward first 5 {first:.3f} -> last 5 {last:.3f}")

@@ -49,6 +49,9 @@ export const METHODS = {
   GetSession: { deadline: 'info' },
   ListSessions: { deadline: 'info' },
   DeleteSession: { deadline: 'step', requestId: true },
+  SaveWeightsForSampler: { deadline: 'step', session: true, requestId: true },
+  ListSnapshots: { deadline: 'info', session: true },
+  DeleteSnapshot: { deadline: 'step', session: true, requestId: true },
 } as const satisfies Record<string, Traits>;
 
 type Method = keyof typeof METHODS;
@@ -412,6 +415,28 @@ export class Client {
   /** Removes a session, its state and its queued rollouts (not its checkpoints). Mutating. */
   deleteSession(request: T.DeleteSessionRequest, options?: CallOptions): Promise<T.DeleteSessionResponse__Output> {
     return this.unary('DeleteSession', request, options);
+  }
+
+  // --- Sampler snapshots ------------------------------------------------------------------
+
+  /**
+   * Freezes the session's weights now (a LoRA session's adapter) as a named snapshot that
+   * sample / computeLogprobs / exportWeights target with `snapshot: name` while the session
+   * trains on. Bounded per session (RESOURCE_EXHAUSTED; `replace_oldest` makes room by
+   * removing the oldest); `ttl_seconds` removes it later. Mutating.
+   */
+  saveWeightsForSampler(request: T.SaveWeightsForSamplerRequest, options?: CallOptions): Promise<T.SnapshotInfo__Output> {
+    return this.unary('SaveWeightsForSampler', request, options);
+  }
+
+  /** The session's live sampler snapshots, oldest first, and the per-session bounds. */
+  listSnapshots(request: T.ListSnapshotsRequest = {}, options?: CallOptions): Promise<T.ListSnapshotsResponse__Output> {
+    return this.unary('ListSnapshots', request, options);
+  }
+
+  /** Removes a sampler snapshot from memory and disk. Mutating. */
+  deleteSnapshot(request: T.DeleteSnapshotRequest, options?: CallOptions): Promise<T.DeleteSnapshotResponse__Output> {
+    return this.unary('DeleteSnapshot', request, options);
   }
 
   // --- Mechanics --------------------------------------------------------------------------

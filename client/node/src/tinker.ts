@@ -2,8 +2,8 @@
  * Tinker's client surface over streambp-server, as the Python SDK's `streambp.tinker`: a
  * ServiceClient makes LoRA training clients (sessions of a server with sessions.enabled), a
  * training client runs forward_backward on Datums for a loss by name and optim_step with
- * AdamParams, and save_weights_for_sampler freezes the adapter into a sampler snapshot (a
- * session started from it) that samples the same while training goes on.
+ * AdamParams, and save_weights_for_sampler freezes the adapter into a sampler snapshot (the
+ * server's SaveWeightsForSampler) that samples the same while training goes on.
  *
  *   import { tinker } from '@streambp/client';
  *   const service = new tinker.ServiceClient({ baseUrl: '127.0.0.1:50051' });
@@ -14,9 +14,6 @@
  *   const sampler = await training.saveWeightsAndGetSamplingClient('step-1');
  *   const out = await sampler.sample([1, 2, 3], 4, { max_tokens: 16 });
  */
-import * as fs from 'fs';
-import * as os from 'os';
-import * as path from 'path';
 import { randomUUID } from 'crypto';
 import { Client, type ClientOptions } from './client';
 import { StreambpError } from './errors';
@@ -92,9 +89,9 @@ export interface ForwardBackwardOutput {
   metrics: Record<string, number>;
 }
 
-/** Samples from one session's weights: a snapshot, or a training session's current weights. */
+/** Samples from a sampler snapshot of a session, or from a training session's current weights. */
 export class SamplingClient {
-  constructor(private readonly client: Client) {}
+  constructor(private readonly client: Client, readonly snapshot = '') {}
 
   get session(): string {
     return this.client.session;
@@ -102,7 +99,8 @@ export class SamplingClient {
 
   async sample(prompt: ArrayLike<number>, numSamples = 1, params: SamplingParams = {}): Promise<{ sequences: SampledSequence[] }> {
     const request: T.SampleRequest = { prompts: [{ tokens: Array.from(prompt) }], n: numSamples,
-                                       max_tokens: params.max_tokens ?? 16, stop_tokens: params.stop ?? [] };
+                                       max_tokens: params.max_tokens ?? 16, stop_tokens: params.stop ?? [],
+                                       snapshot: this.snapshot };
     if (params.temperature !== undefined) request.temperature = params.temperature;
     if (params.top_p !== undefined) request.top_p = params.top_p;
     if (params.seed !== undefined) request.seed = params.seed;
@@ -112,7 +110,8 @@ export class SamplingClient {
 
   /** log p of each prompt token given the ones before it (null for the first). */
   async computeLogprobs(prompt: ArrayLike<number>): Promise<Array<number | null>> {
-    const out = await this.client.computeLogprobs({ sequences: [{ tokens: Array.from(prompt) }], fp64: true });
+    const out = await this.client.computeLogprobs({ sequences: [{ tokens: Array.from(prompt) }], fp64: true,
+                                                    snapshot: this.snapshot });
     return [null, ...(out.sequences[0]?.logprobs_fp64 ?? [])];
   }
 }
@@ -147,24 +146,22 @@ export class TrainingClient {
     await this.client.loadCheckpoint({ name: pathOrName.split('/').pop() ?? pathOrName });
   }
 
-  /** Freezes the adapter as it is now into a snapshot session <session>.<name>. */
-  async saveWeightsForSampler(name: string): Promise<{ path: string }> {
-    const snapshot = `${this.session}.${name}`;
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'streambp-snapshot-'));
-    try {
-      await this.client.exportWeightsToFolder(dir, { with_files: false });
-      await this.client.createSession({ name: snapshot, adapter: {
-        adapter_config_json: fs.readFileSync(path.join(dir, 'adapter_config.json'), 'utf8'),
-        adapter_model_safetensors: fs.readFileSync(path.join(dir, 'adapter_model.safetensors')),
-      } });
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
-    }
-    return { path: `streambp://${snapshot}` };
+  /**
+   * Freezes the adapter as it is now into the server's sampler snapshot `name`
+   * (streambp://<session>/sampler_weights/<name>). The server bounds a session's snapshots
+   * (sessions.max_snapshots): RESOURCE_EXHAUSTED at the bound, or with `replaceOldest` the
+   * oldest make room.
+   */
+  async saveWeightsForSampler(name: string, options: { ttlSeconds?: number; replaceOldest?: boolean } = {}):
+      Promise<{ path: string }> {
+    const out = await this.client.saveWeightsForSampler({ name, ttl_seconds: options.ttlSeconds ?? 0,
+                                                          replace_oldest: options.replaceOldest ?? false });
+    return { path: `streambp://${this.session}/sampler_weights/${out.name}` };
   }
 
+  /** A sampler on a new snapshot; a rolling window (the oldest make room), as Tinker's ephemeral sampler weights. */
   async saveWeightsAndGetSamplingClient(name: string): Promise<SamplingClient> {
-    return this.service.createSamplingClient((await this.saveWeightsForSampler(name)).path);
+    return this.service.createSamplingClient((await this.saveWeightsForSampler(name, { replaceOldest: true })).path);
   }
 
   /** Samples from this session's current weights (they move as it trains). */
@@ -206,10 +203,12 @@ export class ServiceClient {
   /** A sampler on a snapshot (saveWeightsForSampler's path), or on the default session. */
   createSamplingClient(modelPath?: string): SamplingClient {
     if (modelPath === undefined) return new SamplingClient(this.client.withSession(''));
-    if (!modelPath.startsWith('streambp://')) {
-      throw invalid(`model path ${modelPath}: expected streambp://<snapshot> (saveWeightsForSampler's path)`);
+    const [session, kind, snapshot, ...rest] = modelPath.startsWith('streambp://')
+      ? modelPath.slice('streambp://'.length).split('/') : [];
+    if (!session || kind !== 'sampler_weights' || !snapshot || rest.length > 0) {
+      throw invalid(`model path ${modelPath}: expected streambp://<session>/sampler_weights/<name> (saveWeightsForSampler's path)`);
     }
-    return new SamplingClient(this.client.withSession(modelPath.slice('streambp://'.length)));
+    return new SamplingClient(this.client.withSession(session), snapshot);
   }
 
   /** The server's model and its loss functions (GetInfo.objectives). */

@@ -161,6 +161,16 @@ test('every RPC once against a real server', { skip }, async () => {
   }
   fs.rmSync(dir, { recursive: true });
 
+  // Sampler snapshots: frozen weights that sample while the session trains on.
+  const snap = await s.saveWeightsForSampler({ name: 'v5' });
+  assert.equal(snap.policy_version, 5);
+  assert.ok(Number(snap.bytes) > 0);
+  assert.deepEqual((await s.listSnapshots()).snapshots.map((x) => x.name), ['v5']);
+  const fromSnapshot = await s.sample({ prompts: [{ tokens: [1, 2, 3] }], max_tokens: 2, seed: 3, snapshot: 'v5' });
+  assert.equal(fromSnapshot.policy_version, 5);
+  assert.equal((await s.deleteSnapshot({ name: 'v5' })).name, 'v5');
+  assert.deepEqual((await s.listSnapshots()).snapshots, []);
+
   assert.equal((await client.deleteSession({ name: 'node' })).name, 'node');
   await assert.rejects(client.getSession({ name: 'node' }), (e: StreambpError) => e.code === grpc.status.NOT_FOUND);
 

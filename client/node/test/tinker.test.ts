@@ -87,8 +87,10 @@ test('the RL loop raises the reward (importance_sampling on the sampler\'s log-p
     means.push(total / count);
     await training.forwardBackward(data, 'importance_sampling');
     await training.optimStep({ learning_rate: 0.05 });
-    await service.client.deleteSession({ name: sampler.session });
   }
+  // A rolling window of samplers: at sessions.max_snapshots (8) the oldest made room.
+  const kept = await training.client.listSnapshots();
+  assert.deepEqual(kept.snapshots.map((s) => s.name), Array.from({ length: 8 }, (_, i) => `rl-${i + 8}`));
   const avg = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
   const first = avg(means.slice(0, 4));
   const last = avg(means.slice(-4));

@@ -25,7 +25,8 @@ from .training import RolloutStream, TrainingClient
 from .types import (AdamParams, CheckpointInfo, Completion, CustomLossResult, ExportedWeights, ForwardBackwardResult,
                     LoadedCheckpoint, LogprobsResult, LoraConfig, MemoryEstimate, ObjectiveInfo, OptimStepResult,
                     PolicyUpdate, RolloutAck, RolloutStats, RoutedExperts, SampleResult, ServerInfo, SessionInfo,
-                    SessionList, StepProgress, StepStats, TokenizedText, TokenizerInfo, TrainStepResult)
+                    SessionList, SnapshotInfo, SnapshotList, StepProgress, StepStats, TokenizedText, TokenizerInfo,
+                    TrainStepResult)
 from .v1 import trainer_pb2 as pb
 
 __version__ = "0.1.0"
@@ -40,5 +41,6 @@ __all__ = [
     "LoadedCheckpoint", "LogprobsResult", "LoraConfig", "MemoryEstimate", "ObjectiveInfo", "OptimStepResult",
     "PolicyUpdate",
     "HistoryRecord", "RolloutAck", "RolloutStats", "RoutedExperts", "SampleResult", "ServerInfo", "SessionInfo", "SessionList",
+    "SnapshotInfo", "SnapshotList",
     "StepProgress", "StepStats", "TokenizedText", "TokenizerInfo", "TrainStepResult", "__version__",
 ]

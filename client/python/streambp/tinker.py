@@ -16,8 +16,8 @@
                          sampling_params=types.SamplingParams(max_tokens=16)).result()
 
 The server must host sessions (``sessions.enabled``): a training client is a LoRA session,
-and a sampler snapshot is a session started from the adapter as it was saved (frozen: the
-training session goes on training). Differences that remain (client/python/README.md): one
+and a sampler snapshot is the server's SaveWeightsForSampler: the adapter frozen as it was
+saved, which samples the same while the training session trains on. Differences that remain (client/python/README.md): one
 base model per server (``base_model`` is recorded, not loaded), ``forward_backward`` returns
 metrics (``loss:sum`` and the loss's own) but no per-datum outputs (``forward`` gives the
 log-probs), the targets are the input shifted by one, and the ``*_async`` forms are
@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import tempfile
 import types as _pytypes
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from .client import ServiceClient as _ServiceClient
-from .client import _read_adapter
 from .data import datum as _datum
 from .errors import invalid
 from .training import TrainingClient as _TrainingClient
@@ -209,11 +207,12 @@ def _metrics(result: ForwardBackwardResult) -> ForwardBackwardOutput:
 
 # -- clients --------------------------------------------------------------------------------------
 class SamplingClient:
-    """Samples from one session's weights: a snapshot (save_weights_for_sampler) or, made from a
+    """Samples from a sampler snapshot of a session (save_weights_for_sampler) or, made from a
     training client directly, its current weights."""
 
-    def __init__(self, training: _TrainingClient):
+    def __init__(self, training: _TrainingClient, snapshot: str = ""):
         self._tc = training
+        self.snapshot = snapshot
 
     @property
     def session(self) -> str:
@@ -225,8 +224,9 @@ class SamplingClient:
         p = sampling_params or SamplingParams()
         future = self._tc.sample_future([prompt.to_ints()], n=num_samples, max_tokens=p.max_tokens,
                                         temperature=p.temperature, top_p=p.top_p, seed=p.seed,
-                                        stop_tokens=list(p.stop))
-        scored = self._tc.compute_logprobs_future([prompt.to_ints()], fp64=True, top_k=topk_prompt_logprobs) \
+                                        stop_tokens=list(p.stop), snapshot=self.snapshot)
+        scored = self._tc.compute_logprobs_future([prompt.to_ints()], fp64=True, top_k=topk_prompt_logprobs,
+                                                  snapshot=self.snapshot) \
             if include_prompt_logprobs or topk_prompt_logprobs > 0 else None
 
         def convert(r: SampleResult) -> SampleResponse:
@@ -252,7 +252,7 @@ class SamplingClient:
 
     def compute_logprobs(self, prompt: ModelInput) -> "concurrent.futures.Future[List[Optional[float]]]":
         """log p of each prompt token given the ones before it (None for the first), as Tinker's."""
-        future = self._tc.compute_logprobs_future([prompt.to_ints()], fp64=True)
+        future = self._tc.compute_logprobs_future([prompt.to_ints()], fp64=True, snapshot=self.snapshot)
         return _then(future, lambda r: [None] + list(r.logprobs[0]))
 
 
@@ -321,20 +321,22 @@ class TrainingClient:
     def load_state(self, path: str) -> "concurrent.futures.Future[Any]":
         return self._tc.load_state_future(path.rsplit("/", 1)[-1])
 
-    def save_weights_for_sampler(self, name: str) -> "concurrent.futures.Future[SaveWeightsForSamplerResponse]":
-        """Freezes the adapter as it is now into a sampler snapshot (a session of its own, named
-        <session>.<name>) that samples the same while this one trains on."""
-        snapshot = f"{self.session}.{name}"
-
-        def make() -> SaveWeightsForSamplerResponse:
-            with tempfile.TemporaryDirectory(prefix="streambp-snapshot-") as folder:
-                self._tc.export_adapter(folder)
-                self._service._service.create_session(snapshot, adapter=_read_adapter(folder))
-            return SaveWeightsForSamplerResponse(path=f"streambp://{snapshot}")
-        return self._service._pool.submit(make)
+    def save_weights_for_sampler(self, name: str, ttl_seconds: float = 0.0, replace_oldest: bool = False
+                                 ) -> "concurrent.futures.Future[SaveWeightsForSamplerResponse]":
+        """Freezes the adapter as it is now into the server's sampler snapshot ``name``
+        (SaveWeightsForSampler, applied in order after the steps submitted before it), which
+        samples the same while this session trains on; path streambp://<session>/sampler_weights/<name>.
+        The server bounds a session's snapshots (sessions.max_snapshots): RESOURCE_EXHAUSTED at
+        the bound, or with ``replace_oldest`` the oldest make room."""
+        future = self._tc.save_weights_for_sampler_future(name, ttl_seconds=ttl_seconds, replace_oldest=replace_oldest)
+        return _then(future, lambda r: SaveWeightsForSamplerResponse(
+            path=f"streambp://{self.session}/sampler_weights/{r.name}"))
 
     def save_weights_and_get_sampling_client(self, name: str) -> SamplingClient:
-        path = self.save_weights_for_sampler(name).result().path
+        """A sampler on a new snapshot: a rolling window, as Tinker's ephemeral sampler weights
+        (at the session's bound, the oldest snapshots make room), so a loop that saves every
+        step runs for ever."""
+        path = self.save_weights_for_sampler(name, replace_oldest=True).result().path
         return self._service.create_sampling_client(model_path=path)
 
     def create_sampling_client(self) -> SamplingClient:
@@ -394,9 +396,12 @@ class ServiceClient:
         """A sampler on a snapshot (save_weights_for_sampler's path) or, with ``base_model``, the
         base model (the default session of a server without sessions)."""
         if model_path:
-            if not model_path.startswith("streambp://"):
-                raise invalid(f"model_path {model_path!r}: expected streambp://<snapshot> (save_weights_for_sampler's path)")
-            return SamplingClient(self._service.training_client(model_path[len("streambp://"):]))
+            rest = model_path[len("streambp://"):] if model_path.startswith("streambp://") else ""
+            session, kind, snapshot = (rest.split("/", 2) + ["", ""])[:3]
+            if not session or kind != "sampler_weights" or not snapshot or "/" in snapshot:
+                raise invalid(f"model_path {model_path!r}: expected streambp://<session>/sampler_weights/<name> "
+                              "(save_weights_for_sampler's path)")
+            return SamplingClient(self._service.training_client(session), snapshot)
         return SamplingClient(self._service.training_client(""))
 
     def get_server_capabilities(self) -> Any:

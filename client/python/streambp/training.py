@@ -24,7 +24,7 @@ from .errors import StreambpError, invalid
 from .history import HistoryMixin
 from .types import (AdamParams, CheckpointInfo, CustomLossResult, ExportedWeights, ForwardBackwardResult, LoadedCheckpoint,
                     LogprobsResult, MemoryEstimate, OptimStepResult, PolicyUpdate, RolloutAck, RolloutStats,
-                    SampleResult, ServerInfo, TokenizedText, TrainStepResult, from_proto)
+                    SampleResult, ServerInfo, SnapshotInfo, SnapshotList, TokenizedText, TrainStepResult, from_proto)
 from .v1 import trainer_pb2 as pb
 
 if TYPE_CHECKING:
@@ -221,9 +221,9 @@ class TrainingClient(HistoryMixin):
 
     # -- log-probs and sampling -----------------------------------------------------------
     async def _logprobs(self, sequences: Sequence[Sequence[int]], reference: bool, temperature: Optional[float],
-                        fp64: bool, timeout: Optional[float], top_k: int = 0) -> LogprobsResult:
+                        fp64: bool, timeout: Optional[float], top_k: int = 0, snapshot: str = "") -> LogprobsResult:
         request = pb.ComputeLogprobsRequest(sequences=_sequences(sequences), reference=reference,
-                                            session=self.session, fp64=fp64, top_k=top_k)
+                                            session=self.session, fp64=fp64, top_k=top_k, snapshot=snapshot)
         if temperature is not None:
             request.temperature = temperature
         response = await self._conn.unary("ComputeLogprobs", request, timeout)
@@ -237,12 +237,13 @@ class TrainingClient(HistoryMixin):
 
     async def _compute_logprobs(self, sequences: Sequence[Sequence[int]], *, reference: bool = False,
                                 temperature: Optional[float] = None, fp64: bool = False, top_k: int = 0,
-                                timeout: Optional[float] = None) -> LogprobsResult:
+                                snapshot: str = "", timeout: Optional[float] = None) -> LogprobsResult:
         """ComputeLogprobs: logprobs[s][i] = log p(sequences[s][i+1] | sequences[s][..i]) under
         the policy (or the frozen reference model with ``reference``), at ``temperature``
         (default 1); ``fp64`` returns them in double precision; ``top_k`` (at most 20) also the
-        k most likely next tokens at every position (``LogprobsResult.top``, for distillation)."""
-        return await self._logprobs(sequences, reference, temperature, fp64, timeout, top_k)
+        k most likely next tokens at every position (``LogprobsResult.top``, for distillation);
+        ``snapshot``: under a sampler snapshot of the session instead of its current weights."""
+        return await self._logprobs(sequences, reference, temperature, fp64, timeout, top_k, snapshot)
 
     compute_logprobs, compute_logprobs_future, compute_logprobs_async = call_forms(_compute_logprobs, ordered=True)
 
@@ -252,7 +253,7 @@ class TrainingClient(HistoryMixin):
                       temperature: Optional[float] = None, top_p: Optional[float] = None,
                       stop_tokens: Sequence[int] = (), seed: Optional[int] = None, ignore_eos: bool = False,
                       enable_thinking: Optional[bool] = None, return_routed_experts: bool = False,
-                      timeout: Optional[float] = None) -> SampleResult:
+                      snapshot: str = "", timeout: Optional[float] = None) -> SampleResult:
         """Sample: ``n`` completions of each prompt from the current policy, with the sampler's log-prob
         of each token, the finish reason, the text (when the model has a tokenizer) and the policy
         version. Prompts are exactly one of ``prompts`` (token lists), ``text`` (a string or a list
@@ -260,11 +261,14 @@ class TrainingClient(HistoryMixin):
         generation prompt; ``enable_thinking`` for qwen3). ``temperature`` (default 1; 0 = greedy),
         ``top_p``, ``stop_tokens``, ``seed`` (same seed and policy version, same samples); a
         completion also ends at the model's end-of-sequence tokens unless ``ignore_eos``.
-        ``return_routed_experts``: each completion carries its tokens' experts (MoE) for replay."""
+        ``return_routed_experts``: each completion carries its tokens' experts (MoE) for replay.
+        ``snapshot``: from a sampler snapshot of the session (save_weights_for_sampler), which
+        stays as it was saved while the session trains on."""
         if [prompts is not None, text is not None, messages is not None].count(True) != 1:
             raise invalid("sample: give exactly one of prompts=, text= or messages=")
         request = pb.SampleRequest(n=n, max_tokens=max_tokens, stop_tokens=list(stop_tokens), session=self.session,
-                                   ignore_eos=ignore_eos, return_routed_experts=return_routed_experts)
+                                   ignore_eos=ignore_eos, return_routed_experts=return_routed_experts,
+                                   snapshot=snapshot)
         if prompts is not None:
             request.prompts.extend(_sequences(prompts))
         else:
@@ -324,31 +328,32 @@ class TrainingClient(HistoryMixin):
 
     async def _save_weights(self, path: Union[str, "os.PathLike[str]"], *, merged: bool = False,
                             with_files: bool = True, version: int = 0, max_chunk_bytes: int = 0,
-                            timeout: Optional[float] = None) -> ExportedWeights:
+                            snapshot: str = "", timeout: Optional[float] = None) -> ExportedWeights:
         """ExportWeights into the folder ``path`` (created if needed), as Hugging Face / PEFT
         load it: model.safetensors + config.json for a whole model, adapter_model.safetensors +
         adapter_config.json for a LoRA session (``merged=True``: the base with the adapter
         folded in, as a whole model), and with ``with_files`` the model folder's tokenizer and
         generation files. Each file is checked (contiguous pieces, size, SHA-256) and renamed
         into place only once complete. ``version``: the policy version wanted (0 = current;
-        ExportedWeights.note says when another was served)."""
-        return await self._export(path, "", merged, with_files, version, max_chunk_bytes, timeout)
+        ExportedWeights.note says when another was served); ``snapshot``: a sampler snapshot's
+        weights instead of the current ones."""
+        return await self._export(path, "", merged, with_files, version, max_chunk_bytes, timeout, snapshot)
 
     save_weights, save_weights_future, save_weights_async = call_forms(_save_weights, ordered=True)
 
     async def _export_adapter(self, path: Union[str, "os.PathLike[str]"], *, with_files: bool = False,
-                              timeout: Optional[float] = None) -> ExportedWeights:
-        """The session's LoRA adapter as a PEFT folder (adapter_model.safetensors +
-        adapter_config.json); FAILED_PRECONDITION, with nothing written, when the session is
-        not an adapter."""
-        return await self._export(path, "peft_adapter", False, with_files, 0, 0, timeout)
+                              snapshot: str = "", timeout: Optional[float] = None) -> ExportedWeights:
+        """The session's LoRA adapter (or that of its sampler snapshot ``snapshot``) as a PEFT
+        folder (adapter_model.safetensors + adapter_config.json), as vLLM and SGLang load it;
+        FAILED_PRECONDITION, with nothing written, when the session is not an adapter."""
+        return await self._export(path, "peft_adapter", False, with_files, 0, 0, timeout, snapshot)
 
     export_adapter, export_adapter_future, export_adapter_async = call_forms(_export_adapter, ordered=True)
 
     async def _export(self, path: Union[str, "os.PathLike[str]"], expect_format: str, merged: bool, with_files: bool,
-                      version: int, max_chunk_bytes: int, timeout: Optional[float]) -> ExportedWeights:
+                      version: int, max_chunk_bytes: int, timeout: Optional[float], snapshot: str = "") -> ExportedWeights:
         request = pb.ExportWeightsRequest(merged=merged, max_chunk_bytes=max_chunk_bytes, version=version,
-                                          session=self.session, with_files=with_files)
+                                          session=self.session, with_files=with_files, snapshot=snapshot)
         folder = os.fspath(path)
         call = self._conn.stub.ExportWeights(request, **self._conn.call_kwargs(timeout or self._conn.timeout))
         writer = FolderWriter(folder, expect_format, self.session)
@@ -365,6 +370,42 @@ class TrainingClient(HistoryMixin):
         return writer.finish()
 
     # -- memory ---------------------------------------------------------------------------
+    # -- sampler snapshots ----------------------------------------------------------------
+    async def _save_weights_for_sampler(self, name: str, *, ttl_seconds: float = 0.0, replace_oldest: bool = False,
+                                        request_id: Optional[str] = None,
+                                        timeout: Optional[float] = None) -> SnapshotInfo:
+        """SaveWeightsForSampler: freezes the session's weights now (a LoRA session's adapter) as
+        snapshot ``name``, which sample / compute_logprobs / save_weights / export_adapter take as
+        ``snapshot=name`` while the session trains on. ``ttl_seconds``: removed that long after
+        (0 = the server's default, sessions.snapshot_ttl_seconds). Bounded per session
+        (RESOURCE_EXHAUSTED: delete one first; ``replace_oldest`` removes the oldest to make room
+        instead); ALREADY_EXISTS for a taken name. Mutating (request id); applied in order with
+        this client's steps."""
+        request = pb.SaveWeightsForSamplerRequest(request_id=request_id or new_request_id(), session=self.session,
+                                                  name=name, ttl_seconds=ttl_seconds, replace_oldest=replace_oldest)
+        response = await self._conn.unary("SaveWeightsForSampler", request, timeout, request.request_id)
+        return from_proto(SnapshotInfo, response)
+
+    save_weights_for_sampler, save_weights_for_sampler_future, save_weights_for_sampler_async = call_forms(
+        _save_weights_for_sampler, ordered=True)
+
+    async def _list_snapshots(self, *, timeout: Optional[float] = None) -> SnapshotList:
+        """ListSnapshots: the session's live sampler snapshots, oldest first, and the bounds."""
+        response = await self._conn.unary("ListSnapshots", pb.ListSnapshotsRequest(session=self.session),
+                                          timeout or self._conn.info_timeout)
+        return from_proto(SnapshotList, response)
+
+    list_snapshots, list_snapshots_future, list_snapshots_async = call_forms(_list_snapshots)
+
+    async def _delete_snapshot(self, name: str, *, request_id: Optional[str] = None,
+                               timeout: Optional[float] = None) -> str:
+        """DeleteSnapshot: removes sampler snapshot ``name`` (memory and disk); returns its name."""
+        request = pb.DeleteSnapshotRequest(request_id=request_id or new_request_id(), session=self.session, name=name)
+        response = await self._conn.unary("DeleteSnapshot", request, timeout, request.request_id)
+        return str(response.name)
+
+    delete_snapshot, delete_snapshot_future, delete_snapshot_async = call_forms(_delete_snapshot, ordered=True)
+
     async def _estimate_memory(self, seq_len: int, batch: int = 1, *, engine: EngineLike = None,
                                timeout: Optional[float] = None) -> MemoryEstimate:
         """EstimateMemory: the predicted peak memory of a step of ``batch`` rows of ``seq_len``

@@ -106,6 +106,29 @@ class SessionInfo:
 
 
 @dataclass(frozen=True)
+class SnapshotInfo:
+    """A sampler snapshot (save_weights_for_sampler): the session's weights frozen under a name,
+    with the step and policy version they had, their bytes on disk, when they were saved and
+    when they expire (0 = kept until deleted), and whether they are in device memory now."""
+    session: str
+    name: str
+    step: int
+    policy_version: int
+    bytes: int
+    created_unix: float
+    expires_unix: float
+    resident: bool
+
+
+@dataclass(frozen=True)
+class SnapshotList:
+    """ListSnapshots: a session's live snapshots (oldest first) and the per-session bounds."""
+    snapshots: List[SnapshotInfo]
+    max_snapshots: int
+    max_snapshot_bytes: int
+
+
+@dataclass(frozen=True)
 class ObjectiveInfo:
     """A registered objective (loss function): its typed batch kind, its options (the keys of
     loss_fn_config) and the per-token inputs a Datum gives it besides target_tokens (none: it

@@ -30,9 +30,9 @@
 /// Retries: UNAVAILABLE only, by gRPC itself: the channel's service config carries
 /// RetryPolicy as the retryPolicy of every Trainer method, so a retry re-sends the same
 /// request bytes. Mutating calls (ForwardBackward, OptimStep, TrainStep, SaveCheckpoint,
-/// LoadCheckpoint, CreateSession, DeleteSession) get a random 128-bit request_id when the
-/// caller left it empty, so the server applies the request at most once however often it
-/// arrives. gRPC retries a call only until its first response message; a stream that
+/// LoadCheckpoint, CreateSession, DeleteSession, SaveWeightsForSampler, DeleteSnapshot) get a
+/// random 128-bit request_id when the caller left it empty, so the server applies the request
+/// at most once however often it arrives. gRPC retries a call only until its first response message; a stream that
 /// breaks later (ExportWeights, TrainStepWithProgress) ends UNAVAILABLE, and calling again
 /// with the same request is safe (ExportWeights starts over).
 #include <chrono>
@@ -184,6 +184,14 @@ class Client {
   Result<v1::SessionInfo> GetSession(const std::string& name, const CallOptions& call = {}) const;
   Result<v1::ListSessionsResponse> ListSessions(const CallOptions& call = {}) const;
   Result<v1::DeleteSessionResponse> DeleteSession(const std::string& name, const CallOptions& call = {}) const;
+
+  /// Sampler snapshots of the client's session (or request.session): SaveWeightsForSampler
+  /// freezes its weights under a name (mutating, with a request id) that Sample,
+  /// ComputeLogprobs and ExportWeights target through their `snapshot` field.
+  Result<v1::SnapshotInfo> SaveWeightsForSampler(v1::SaveWeightsForSamplerRequest request,
+                                                 const CallOptions& call = {}) const;
+  Result<v1::ListSnapshotsResponse> ListSnapshots(const CallOptions& call = {}) const;
+  Result<v1::DeleteSnapshotResponse> DeleteSnapshot(const std::string& name, const CallOptions& call = {}) const;
 
  private:
   /// `own_retries`: the channel was made here with options.retry as its service config, so

@@ -13,6 +13,8 @@ import type { Datum as _streambp_v1_Datum, Datum__Output as _streambp_v1_Datum__
 import type { DatumBatch as _streambp_v1_DatumBatch, DatumBatch__Output as _streambp_v1_DatumBatch__Output } from './streambp/v1/DatumBatch';
 import type { DeleteSessionRequest as _streambp_v1_DeleteSessionRequest, DeleteSessionRequest__Output as _streambp_v1_DeleteSessionRequest__Output } from './streambp/v1/DeleteSessionRequest';
 import type { DeleteSessionResponse as _streambp_v1_DeleteSessionResponse, DeleteSessionResponse__Output as _streambp_v1_DeleteSessionResponse__Output } from './streambp/v1/DeleteSessionResponse';
+import type { DeleteSnapshotRequest as _streambp_v1_DeleteSnapshotRequest, DeleteSnapshotRequest__Output as _streambp_v1_DeleteSnapshotRequest__Output } from './streambp/v1/DeleteSnapshotRequest';
+import type { DeleteSnapshotResponse as _streambp_v1_DeleteSnapshotResponse, DeleteSnapshotResponse__Output as _streambp_v1_DeleteSnapshotResponse__Output } from './streambp/v1/DeleteSnapshotResponse';
 import type { DetokenizeRequest as _streambp_v1_DetokenizeRequest, DetokenizeRequest__Output as _streambp_v1_DetokenizeRequest__Output } from './streambp/v1/DetokenizeRequest';
 import type { DetokenizeResponse as _streambp_v1_DetokenizeResponse, DetokenizeResponse__Output as _streambp_v1_DetokenizeResponse__Output } from './streambp/v1/DetokenizeResponse';
 import type { DpoBatch as _streambp_v1_DpoBatch, DpoBatch__Output as _streambp_v1_DpoBatch__Output } from './streambp/v1/DpoBatch';
@@ -37,6 +39,8 @@ import type { GrpoOptions as _streambp_v1_GrpoOptions, GrpoOptions__Output as _s
 import type { HistoryRecord as _streambp_v1_HistoryRecord, HistoryRecord__Output as _streambp_v1_HistoryRecord__Output } from './streambp/v1/HistoryRecord';
 import type { ListSessionsRequest as _streambp_v1_ListSessionsRequest, ListSessionsRequest__Output as _streambp_v1_ListSessionsRequest__Output } from './streambp/v1/ListSessionsRequest';
 import type { ListSessionsResponse as _streambp_v1_ListSessionsResponse, ListSessionsResponse__Output as _streambp_v1_ListSessionsResponse__Output } from './streambp/v1/ListSessionsResponse';
+import type { ListSnapshotsRequest as _streambp_v1_ListSnapshotsRequest, ListSnapshotsRequest__Output as _streambp_v1_ListSnapshotsRequest__Output } from './streambp/v1/ListSnapshotsRequest';
+import type { ListSnapshotsResponse as _streambp_v1_ListSnapshotsResponse, ListSnapshotsResponse__Output as _streambp_v1_ListSnapshotsResponse__Output } from './streambp/v1/ListSnapshotsResponse';
 import type { LoadCheckpointRequest as _streambp_v1_LoadCheckpointRequest, LoadCheckpointRequest__Output as _streambp_v1_LoadCheckpointRequest__Output } from './streambp/v1/LoadCheckpointRequest';
 import type { LoadCheckpointResponse as _streambp_v1_LoadCheckpointResponse, LoadCheckpointResponse__Output as _streambp_v1_LoadCheckpointResponse__Output } from './streambp/v1/LoadCheckpointResponse';
 import type { LoraConfig as _streambp_v1_LoraConfig, LoraConfig__Output as _streambp_v1_LoraConfig__Output } from './streambp/v1/LoraConfig';
@@ -58,12 +62,14 @@ import type { SampleRequest as _streambp_v1_SampleRequest, SampleRequest__Output
 import type { SampleResponse as _streambp_v1_SampleResponse, SampleResponse__Output as _streambp_v1_SampleResponse__Output } from './streambp/v1/SampleResponse';
 import type { SaveCheckpointRequest as _streambp_v1_SaveCheckpointRequest, SaveCheckpointRequest__Output as _streambp_v1_SaveCheckpointRequest__Output } from './streambp/v1/SaveCheckpointRequest';
 import type { SaveCheckpointResponse as _streambp_v1_SaveCheckpointResponse, SaveCheckpointResponse__Output as _streambp_v1_SaveCheckpointResponse__Output } from './streambp/v1/SaveCheckpointResponse';
+import type { SaveWeightsForSamplerRequest as _streambp_v1_SaveWeightsForSamplerRequest, SaveWeightsForSamplerRequest__Output as _streambp_v1_SaveWeightsForSamplerRequest__Output } from './streambp/v1/SaveWeightsForSamplerRequest';
 import type { ScheduleConfig as _streambp_v1_ScheduleConfig, ScheduleConfig__Output as _streambp_v1_ScheduleConfig__Output } from './streambp/v1/ScheduleConfig';
 import type { SequenceLogprobs as _streambp_v1_SequenceLogprobs, SequenceLogprobs__Output as _streambp_v1_SequenceLogprobs__Output } from './streambp/v1/SequenceLogprobs';
 import type { SessionInfo as _streambp_v1_SessionInfo, SessionInfo__Output as _streambp_v1_SessionInfo__Output } from './streambp/v1/SessionInfo';
 import type { SftBatch as _streambp_v1_SftBatch, SftBatch__Output as _streambp_v1_SftBatch__Output } from './streambp/v1/SftBatch';
 import type { SftExample as _streambp_v1_SftExample, SftExample__Output as _streambp_v1_SftExample__Output } from './streambp/v1/SftExample';
 import type { SftOptions as _streambp_v1_SftOptions, SftOptions__Output as _streambp_v1_SftOptions__Output } from './streambp/v1/SftOptions';
+import type { SnapshotInfo as _streambp_v1_SnapshotInfo, SnapshotInfo__Output as _streambp_v1_SnapshotInfo__Output } from './streambp/v1/SnapshotInfo';
 import type { StepProgress as _streambp_v1_StepProgress, StepProgress__Output as _streambp_v1_StepProgress__Output } from './streambp/v1/StepProgress';
 import type { StepStats as _streambp_v1_StepStats, StepStats__Output as _streambp_v1_StepStats__Output } from './streambp/v1/StepStats';
 import type { TensorData as _streambp_v1_TensorData, TensorData__Output as _streambp_v1_TensorData__Output } from './streambp/v1/TensorData';
@@ -102,6 +108,8 @@ export interface ProtoGrpcType {
       DatumBatch: MessageTypeDefinition<_streambp_v1_DatumBatch, _streambp_v1_DatumBatch__Output>
       DeleteSessionRequest: MessageTypeDefinition<_streambp_v1_DeleteSessionRequest, _streambp_v1_DeleteSessionRequest__Output>
       DeleteSessionResponse: MessageTypeDefinition<_streambp_v1_DeleteSessionResponse, _streambp_v1_DeleteSessionResponse__Output>
+      DeleteSnapshotRequest: MessageTypeDefinition<_streambp_v1_DeleteSnapshotRequest, _streambp_v1_DeleteSnapshotRequest__Output>
+      DeleteSnapshotResponse: MessageTypeDefinition<_streambp_v1_DeleteSnapshotResponse, _streambp_v1_DeleteSnapshotResponse__Output>
       DetokenizeRequest: MessageTypeDefinition<_streambp_v1_DetokenizeRequest, _streambp_v1_DetokenizeRequest__Output>
       DetokenizeResponse: MessageTypeDefinition<_streambp_v1_DetokenizeResponse, _streambp_v1_DetokenizeResponse__Output>
       DpoBatch: MessageTypeDefinition<_streambp_v1_DpoBatch, _streambp_v1_DpoBatch__Output>
@@ -126,6 +134,8 @@ export interface ProtoGrpcType {
       HistoryRecord: MessageTypeDefinition<_streambp_v1_HistoryRecord, _streambp_v1_HistoryRecord__Output>
       ListSessionsRequest: MessageTypeDefinition<_streambp_v1_ListSessionsRequest, _streambp_v1_ListSessionsRequest__Output>
       ListSessionsResponse: MessageTypeDefinition<_streambp_v1_ListSessionsResponse, _streambp_v1_ListSessionsResponse__Output>
+      ListSnapshotsRequest: MessageTypeDefinition<_streambp_v1_ListSnapshotsRequest, _streambp_v1_ListSnapshotsRequest__Output>
+      ListSnapshotsResponse: MessageTypeDefinition<_streambp_v1_ListSnapshotsResponse, _streambp_v1_ListSnapshotsResponse__Output>
       LoadCheckpointRequest: MessageTypeDefinition<_streambp_v1_LoadCheckpointRequest, _streambp_v1_LoadCheckpointRequest__Output>
       LoadCheckpointResponse: MessageTypeDefinition<_streambp_v1_LoadCheckpointResponse, _streambp_v1_LoadCheckpointResponse__Output>
       LoraConfig: MessageTypeDefinition<_streambp_v1_LoraConfig, _streambp_v1_LoraConfig__Output>
@@ -147,12 +157,14 @@ export interface ProtoGrpcType {
       SampleResponse: MessageTypeDefinition<_streambp_v1_SampleResponse, _streambp_v1_SampleResponse__Output>
       SaveCheckpointRequest: MessageTypeDefinition<_streambp_v1_SaveCheckpointRequest, _streambp_v1_SaveCheckpointRequest__Output>
       SaveCheckpointResponse: MessageTypeDefinition<_streambp_v1_SaveCheckpointResponse, _streambp_v1_SaveCheckpointResponse__Output>
+      SaveWeightsForSamplerRequest: MessageTypeDefinition<_streambp_v1_SaveWeightsForSamplerRequest, _streambp_v1_SaveWeightsForSamplerRequest__Output>
       ScheduleConfig: MessageTypeDefinition<_streambp_v1_ScheduleConfig, _streambp_v1_ScheduleConfig__Output>
       SequenceLogprobs: MessageTypeDefinition<_streambp_v1_SequenceLogprobs, _streambp_v1_SequenceLogprobs__Output>
       SessionInfo: MessageTypeDefinition<_streambp_v1_SessionInfo, _streambp_v1_SessionInfo__Output>
       SftBatch: MessageTypeDefinition<_streambp_v1_SftBatch, _streambp_v1_SftBatch__Output>
       SftExample: MessageTypeDefinition<_streambp_v1_SftExample, _streambp_v1_SftExample__Output>
       SftOptions: MessageTypeDefinition<_streambp_v1_SftOptions, _streambp_v1_SftOptions__Output>
+      SnapshotInfo: MessageTypeDefinition<_streambp_v1_SnapshotInfo, _streambp_v1_SnapshotInfo__Output>
       StepProgress: MessageTypeDefinition<_streambp_v1_StepProgress, _streambp_v1_StepProgress__Output>
       StepStats: MessageTypeDefinition<_streambp_v1_StepStats, _streambp_v1_StepStats__Output>
       TensorData: MessageTypeDefinition<_streambp_v1_TensorData, _streambp_v1_TensorData__Output>

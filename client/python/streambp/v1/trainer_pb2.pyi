@@ -64,20 +64,22 @@ class Completion(_message.Message):
     def __init__(self, prompt_index: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., finish_reason: _Optional[str] = ..., text: _Optional[str] = ..., routed_experts: _Optional[_Union[RoutedExperts, _Mapping]] = ...) -> None: ...
 
 class ComputeLogprobsRequest(_message.Message):
-    __slots__ = ["fp64", "reference", "sequences", "session", "temperature", "top_k"]
+    __slots__ = ["fp64", "reference", "sequences", "session", "snapshot", "temperature", "top_k"]
     FP64_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_FIELD_NUMBER: _ClassVar[int]
     SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     fp64: bool
     reference: bool
     sequences: _containers.RepeatedCompositeFieldContainer[TokenSequence]
     session: str
+    snapshot: str
     temperature: float
     top_k: int
-    def __init__(self, sequences: _Optional[_Iterable[_Union[TokenSequence, _Mapping]]] = ..., reference: bool = ..., temperature: _Optional[float] = ..., session: _Optional[str] = ..., fp64: bool = ..., top_k: _Optional[int] = ...) -> None: ...
+    def __init__(self, sequences: _Optional[_Iterable[_Union[TokenSequence, _Mapping]]] = ..., reference: bool = ..., temperature: _Optional[float] = ..., session: _Optional[str] = ..., fp64: bool = ..., top_k: _Optional[int] = ..., snapshot: _Optional[str] = ...) -> None: ...
 
 class ComputeLogprobsResponse(_message.Message):
     __slots__ = ["policy_version", "sequences"]
@@ -145,6 +147,22 @@ class DeleteSessionRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class DeleteSessionResponse(_message.Message):
+    __slots__ = ["name"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteSnapshotRequest(_message.Message):
+    __slots__ = ["name", "request_id", "session"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    request_id: str
+    session: str
+    def __init__(self, request_id: _Optional[str] = ..., session: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteSnapshotResponse(_message.Message):
     __slots__ = ["name"]
     NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
@@ -257,18 +275,20 @@ class EstimateMemoryResponse(_message.Message):
     def __init__(self, weights_bytes: _Optional[int] = ..., gradient_bytes: _Optional[int] = ..., optimizer_bytes: _Optional[int] = ..., activation_bytes: _Optional[int] = ..., total_bytes: _Optional[int] = ..., budget_bytes: _Optional[int] = ..., fits: bool = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., key_chunk: _Optional[int] = ..., offloaded_bytes: _Optional[int] = ...) -> None: ...
 
 class ExportWeightsRequest(_message.Message):
-    __slots__ = ["max_chunk_bytes", "merged", "session", "version", "with_files"]
+    __slots__ = ["max_chunk_bytes", "merged", "session", "snapshot", "version", "with_files"]
     MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     MERGED_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     WITH_FILES_FIELD_NUMBER: _ClassVar[int]
     max_chunk_bytes: int
     merged: bool
     session: str
+    snapshot: str
     version: int
     with_files: bool
-    def __init__(self, merged: bool = ..., max_chunk_bytes: _Optional[int] = ..., version: _Optional[int] = ..., session: _Optional[str] = ..., with_files: bool = ...) -> None: ...
+    def __init__(self, merged: bool = ..., max_chunk_bytes: _Optional[int] = ..., version: _Optional[int] = ..., session: _Optional[str] = ..., with_files: bool = ..., snapshot: _Optional[str] = ...) -> None: ...
 
 class ForwardBackwardRequest(_message.Message):
     __slots__ = ["batch", "dpo", "engine", "grpo", "loss_fn_config", "objective", "request_id", "session", "sft", "weighted"]
@@ -536,6 +556,22 @@ class ListSessionsResponse(_message.Message):
     sessions: _containers.RepeatedCompositeFieldContainer[SessionInfo]
     def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ..., max_sessions: _Optional[int] = ..., max_resident_sessions: _Optional[int] = ...) -> None: ...
 
+class ListSnapshotsRequest(_message.Message):
+    __slots__ = ["session"]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    def __init__(self, session: _Optional[str] = ...) -> None: ...
+
+class ListSnapshotsResponse(_message.Message):
+    __slots__ = ["max_snapshot_bytes", "max_snapshots", "snapshots"]
+    MAX_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SNAPSHOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    max_snapshot_bytes: int
+    max_snapshots: int
+    snapshots: _containers.RepeatedCompositeFieldContainer[SnapshotInfo]
+    def __init__(self, snapshots: _Optional[_Iterable[_Union[SnapshotInfo, _Mapping]]] = ..., max_snapshots: _Optional[int] = ..., max_snapshot_bytes: _Optional[int] = ...) -> None: ...
+
 class LoadCheckpointRequest(_message.Message):
     __slots__ = ["name", "request_id", "session"]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -774,7 +810,7 @@ class RoutedExperts(_message.Message):
     def __init__(self, ids: _Optional[bytes] = ..., bytes_per_id: _Optional[int] = ..., sparse_layers: _Optional[int] = ..., experts_per_token: _Optional[int] = ...) -> None: ...
 
 class SampleRequest(_message.Message):
-    __slots__ = ["ignore_eos", "max_tokens", "n", "prompts", "return_routed_experts", "seed", "session", "stop_tokens", "temperature", "text_prompts", "top_p"]
+    __slots__ = ["ignore_eos", "max_tokens", "n", "prompts", "return_routed_experts", "seed", "session", "snapshot", "stop_tokens", "temperature", "text_prompts", "top_p"]
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
@@ -782,6 +818,7 @@ class SampleRequest(_message.Message):
     RETURN_ROUTED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TEXT_PROMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -793,11 +830,12 @@ class SampleRequest(_message.Message):
     return_routed_experts: bool
     seed: int
     session: str
+    snapshot: str
     stop_tokens: _containers.RepeatedScalarFieldContainer[int]
     temperature: float
     text_prompts: _containers.RepeatedCompositeFieldContainer[Text]
     top_p: float
-    def __init__(self, prompts: _Optional[_Iterable[_Union[TokenSequence, _Mapping]]] = ..., n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., stop_tokens: _Optional[_Iterable[int]] = ..., seed: _Optional[int] = ..., session: _Optional[str] = ..., text_prompts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., ignore_eos: bool = ..., return_routed_experts: bool = ...) -> None: ...
+    def __init__(self, prompts: _Optional[_Iterable[_Union[TokenSequence, _Mapping]]] = ..., n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., stop_tokens: _Optional[_Iterable[int]] = ..., seed: _Optional[int] = ..., session: _Optional[str] = ..., text_prompts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., ignore_eos: bool = ..., return_routed_experts: bool = ..., snapshot: _Optional[str] = ...) -> None: ...
 
 class SampleResponse(_message.Message):
     __slots__ = ["completions", "policy_version"]
@@ -828,6 +866,20 @@ class SaveCheckpointResponse(_message.Message):
     policy_version: int
     step: int
     def __init__(self, name: _Optional[str] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class SaveWeightsForSamplerRequest(_message.Message):
+    __slots__ = ["name", "replace_oldest", "request_id", "session", "ttl_seconds"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_OLDEST_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    replace_oldest: bool
+    request_id: str
+    session: str
+    ttl_seconds: float
+    def __init__(self, request_id: _Optional[str] = ..., session: _Optional[str] = ..., name: _Optional[str] = ..., ttl_seconds: _Optional[float] = ..., replace_oldest: bool = ...) -> None: ...
 
 class ScheduleConfig(_message.Message):
     __slots__ = ["min_lr_ratio", "total_steps", "type", "warmup_steps"]
@@ -916,6 +968,26 @@ class SftOptions(_message.Message):
     NORMALIZER_FIELD_NUMBER: _ClassVar[int]
     normalizer: float
     def __init__(self, normalizer: _Optional[float] = ...) -> None: ...
+
+class SnapshotInfo(_message.Message):
+    __slots__ = ["bytes", "created_unix", "expires_unix", "name", "policy_version", "resident", "session", "step"]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_UNIX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    bytes: int
+    created_unix: float
+    expires_unix: float
+    name: str
+    policy_version: int
+    resident: bool
+    session: str
+    step: int
+    def __init__(self, session: _Optional[str] = ..., name: _Optional[str] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., bytes: _Optional[int] = ..., created_unix: _Optional[float] = ..., expires_unix: _Optional[float] = ..., resident: bool = ...) -> None: ...
 
 class StepProgress(_message.Message):
     __slots__ = ["elapsed_seconds", "forward_backward", "layer", "micro_batch", "micro_batches", "num_layers", "queue_position", "state", "train_step"]

@@ -129,6 +129,21 @@ class TrainerStub(object):
                 request_serializer=streambp_dot_v1_dot_trainer__pb2.DeleteSessionRequest.SerializeToString,
                 response_deserializer=streambp_dot_v1_dot_trainer__pb2.DeleteSessionResponse.FromString,
                 )
+        self.SaveWeightsForSampler = channel.unary_unary(
+                '/streambp.v1.Trainer/SaveWeightsForSampler',
+                request_serializer=streambp_dot_v1_dot_trainer__pb2.SaveWeightsForSamplerRequest.SerializeToString,
+                response_deserializer=streambp_dot_v1_dot_trainer__pb2.SnapshotInfo.FromString,
+                )
+        self.ListSnapshots = channel.unary_unary(
+                '/streambp.v1.Trainer/ListSnapshots',
+                request_serializer=streambp_dot_v1_dot_trainer__pb2.ListSnapshotsRequest.SerializeToString,
+                response_deserializer=streambp_dot_v1_dot_trainer__pb2.ListSnapshotsResponse.FromString,
+                )
+        self.DeleteSnapshot = channel.unary_unary(
+                '/streambp.v1.Trainer/DeleteSnapshot',
+                request_serializer=streambp_dot_v1_dot_trainer__pb2.DeleteSnapshotRequest.SerializeToString,
+                response_deserializer=streambp_dot_v1_dot_trainer__pb2.DeleteSnapshotResponse.FromString,
+                )
 
 
 class TrainerServicer(object):
@@ -306,6 +321,31 @@ class TrainerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SaveWeightsForSampler(self, request, context):
+        """--- Sampler snapshots ---------------------------------------------------------------
+        A session's weights frozen under a name (a LoRA session's adapter: megabytes), which
+        Sample, ComputeLogprobs and ExportWeights target through their `snapshot` field while the
+        session trains on (Tinker's save_weights_for_sampler). Bounded per session
+        (sessions.max_snapshots and sessions.max_snapshot_bytes), kept on disk in the session's
+        state folder and read into device memory when used (like sessions), and removed by
+        DeleteSnapshot, after their TTL, or with their session. Servers with sessions only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSnapshots(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSnapshot(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TrainerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -423,6 +463,21 @@ def add_TrainerServicer_to_server(servicer, server):
                     servicer.DeleteSession,
                     request_deserializer=streambp_dot_v1_dot_trainer__pb2.DeleteSessionRequest.FromString,
                     response_serializer=streambp_dot_v1_dot_trainer__pb2.DeleteSessionResponse.SerializeToString,
+            ),
+            'SaveWeightsForSampler': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaveWeightsForSampler,
+                    request_deserializer=streambp_dot_v1_dot_trainer__pb2.SaveWeightsForSamplerRequest.FromString,
+                    response_serializer=streambp_dot_v1_dot_trainer__pb2.SnapshotInfo.SerializeToString,
+            ),
+            'ListSnapshots': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSnapshots,
+                    request_deserializer=streambp_dot_v1_dot_trainer__pb2.ListSnapshotsRequest.FromString,
+                    response_serializer=streambp_dot_v1_dot_trainer__pb2.ListSnapshotsResponse.SerializeToString,
+            ),
+            'DeleteSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSnapshot,
+                    request_deserializer=streambp_dot_v1_dot_trainer__pb2.DeleteSnapshotRequest.FromString,
+                    response_serializer=streambp_dot_v1_dot_trainer__pb2.DeleteSnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -822,5 +877,56 @@ class Trainer(object):
         return grpc.experimental.unary_unary(request, target, '/streambp.v1.Trainer/DeleteSession',
             streambp_dot_v1_dot_trainer__pb2.DeleteSessionRequest.SerializeToString,
             streambp_dot_v1_dot_trainer__pb2.DeleteSessionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SaveWeightsForSampler(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/streambp.v1.Trainer/SaveWeightsForSampler',
+            streambp_dot_v1_dot_trainer__pb2.SaveWeightsForSamplerRequest.SerializeToString,
+            streambp_dot_v1_dot_trainer__pb2.SnapshotInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListSnapshots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/streambp.v1.Trainer/ListSnapshots',
+            streambp_dot_v1_dot_trainer__pb2.ListSnapshotsRequest.SerializeToString,
+            streambp_dot_v1_dot_trainer__pb2.ListSnapshotsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/streambp.v1.Trainer/DeleteSnapshot',
+            streambp_dot_v1_dot_trainer__pb2.DeleteSnapshotRequest.SerializeToString,
+            streambp_dot_v1_dot_trainer__pb2.DeleteSnapshotResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

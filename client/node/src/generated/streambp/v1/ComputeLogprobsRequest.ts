@@ -27,6 +27,10 @@ export interface ComputeLogprobsRequest {
    * and tokens x top_k at most limits.max_tokens_per_request (RESOURCE_EXHAUSTED beyond).
    */
   'top_k'?: (number);
+  /**
+   * A sampler snapshot of the session (SaveWeightsForSampler) instead of its current weights.
+   */
+  'snapshot'?: (string);
   '_temperature'?: "temperature";
 }
 
@@ -55,5 +59,9 @@ export interface ComputeLogprobsRequest__Output {
    * and tokens x top_k at most limits.max_tokens_per_request (RESOURCE_EXHAUSTED beyond).
    */
   'top_k': (number);
+  /**
+   * A sampler snapshot of the session (SaveWeightsForSampler) instead of its current weights.
+   */
+  'snapshot': (string);
   '_temperature'?: "temperature";
 }

@@ -28,6 +28,11 @@ export interface ExportWeightsRequest {
    * exported folder loads in transformers / vLLM as is. See WeightsChunk.file.
    */
   'with_files'?: (boolean);
+  /**
+   * A sampler snapshot of the session (SaveWeightsForSampler): its PEFT adapter (or merged
+   * model) as saved, for vLLM or SGLang.
+   */
+  'snapshot'?: (string);
 }
 
 export interface ExportWeightsRequest__Output {
@@ -56,4 +61,9 @@ export interface ExportWeightsRequest__Output {
    * exported folder loads in transformers / vLLM as is. See WeightsChunk.file.
    */
   'with_files': (boolean);
+  /**
+   * A sampler snapshot of the session (SaveWeightsForSampler): its PEFT adapter (or merged
+   * model) as saved, for vLLM or SGLang.
+   */
+  'snapshot': (string);
 }

@@ -48,6 +48,11 @@ export interface SampleRequest {
    * (Completion.routed_experts), for routing replay in training.
    */
   'return_routed_experts'?: (boolean);
+  /**
+   * A sampler snapshot of the session (SaveWeightsForSampler) instead of its current weights:
+   * its weights stay as they were saved while the session trains on.
+   */
+  'snapshot'?: (string);
   '_temperature'?: "temperature";
   '_top_p'?: "top_p";
   '_seed'?: "seed";
@@ -97,6 +102,11 @@ export interface SampleRequest__Output {
    * (Completion.routed_experts), for routing replay in training.
    */
   'return_routed_experts': (boolean);
+  /**
+   * A sampler snapshot of the session (SaveWeightsForSampler) instead of its current weights:
+   * its weights stay as they were saved while the session trains on.
+   */
+  'snapshot': (string);
   '_temperature'?: "temperature";
   '_top_p'?: "top_p";
   '_seed'?: "seed";

@@ -7,6 +7,8 @@ import type { ComputeLogprobsResponse as _streambp_v1_ComputeLogprobsResponse, C
 import type { CreateSessionRequest as _streambp_v1_CreateSessionRequest, CreateSessionRequest__Output as _streambp_v1_CreateSessionRequest__Output } from '../../streambp/v1/CreateSessionRequest';
 import type { DeleteSessionRequest as _streambp_v1_DeleteSessionRequest, DeleteSessionRequest__Output as _streambp_v1_DeleteSessionRequest__Output } from '../../streambp/v1/DeleteSessionRequest';
 import type { DeleteSessionResponse as _streambp_v1_DeleteSessionResponse, DeleteSessionResponse__Output as _streambp_v1_DeleteSessionResponse__Output } from '../../streambp/v1/DeleteSessionResponse';
+import type { DeleteSnapshotRequest as _streambp_v1_DeleteSnapshotRequest, DeleteSnapshotRequest__Output as _streambp_v1_DeleteSnapshotRequest__Output } from '../../streambp/v1/DeleteSnapshotRequest';
+import type { DeleteSnapshotResponse as _streambp_v1_DeleteSnapshotResponse, DeleteSnapshotResponse__Output as _streambp_v1_DeleteSnapshotResponse__Output } from '../../streambp/v1/DeleteSnapshotResponse';
 import type { DetokenizeRequest as _streambp_v1_DetokenizeRequest, DetokenizeRequest__Output as _streambp_v1_DetokenizeRequest__Output } from '../../streambp/v1/DetokenizeRequest';
 import type { DetokenizeResponse as _streambp_v1_DetokenizeResponse, DetokenizeResponse__Output as _streambp_v1_DetokenizeResponse__Output } from '../../streambp/v1/DetokenizeResponse';
 import type { EstimateMemoryRequest as _streambp_v1_EstimateMemoryRequest, EstimateMemoryRequest__Output as _streambp_v1_EstimateMemoryRequest__Output } from '../../streambp/v1/EstimateMemoryRequest';
@@ -22,6 +24,8 @@ import type { GetRolloutStatsRequest as _streambp_v1_GetRolloutStatsRequest, Get
 import type { GetSessionRequest as _streambp_v1_GetSessionRequest, GetSessionRequest__Output as _streambp_v1_GetSessionRequest__Output } from '../../streambp/v1/GetSessionRequest';
 import type { ListSessionsRequest as _streambp_v1_ListSessionsRequest, ListSessionsRequest__Output as _streambp_v1_ListSessionsRequest__Output } from '../../streambp/v1/ListSessionsRequest';
 import type { ListSessionsResponse as _streambp_v1_ListSessionsResponse, ListSessionsResponse__Output as _streambp_v1_ListSessionsResponse__Output } from '../../streambp/v1/ListSessionsResponse';
+import type { ListSnapshotsRequest as _streambp_v1_ListSnapshotsRequest, ListSnapshotsRequest__Output as _streambp_v1_ListSnapshotsRequest__Output } from '../../streambp/v1/ListSnapshotsRequest';
+import type { ListSnapshotsResponse as _streambp_v1_ListSnapshotsResponse, ListSnapshotsResponse__Output as _streambp_v1_ListSnapshotsResponse__Output } from '../../streambp/v1/ListSnapshotsResponse';
 import type { LoadCheckpointRequest as _streambp_v1_LoadCheckpointRequest, LoadCheckpointRequest__Output as _streambp_v1_LoadCheckpointRequest__Output } from '../../streambp/v1/LoadCheckpointRequest';
 import type { LoadCheckpointResponse as _streambp_v1_LoadCheckpointResponse, LoadCheckpointResponse__Output as _streambp_v1_LoadCheckpointResponse__Output } from '../../streambp/v1/LoadCheckpointResponse';
 import type { OptimStepRequest as _streambp_v1_OptimStepRequest, OptimStepRequest__Output as _streambp_v1_OptimStepRequest__Output } from '../../streambp/v1/OptimStepRequest';
@@ -36,7 +40,9 @@ import type { SampleRequest as _streambp_v1_SampleRequest, SampleRequest__Output
 import type { SampleResponse as _streambp_v1_SampleResponse, SampleResponse__Output as _streambp_v1_SampleResponse__Output } from '../../streambp/v1/SampleResponse';
 import type { SaveCheckpointRequest as _streambp_v1_SaveCheckpointRequest, SaveCheckpointRequest__Output as _streambp_v1_SaveCheckpointRequest__Output } from '../../streambp/v1/SaveCheckpointRequest';
 import type { SaveCheckpointResponse as _streambp_v1_SaveCheckpointResponse, SaveCheckpointResponse__Output as _streambp_v1_SaveCheckpointResponse__Output } from '../../streambp/v1/SaveCheckpointResponse';
+import type { SaveWeightsForSamplerRequest as _streambp_v1_SaveWeightsForSamplerRequest, SaveWeightsForSamplerRequest__Output as _streambp_v1_SaveWeightsForSamplerRequest__Output } from '../../streambp/v1/SaveWeightsForSamplerRequest';
 import type { SessionInfo as _streambp_v1_SessionInfo, SessionInfo__Output as _streambp_v1_SessionInfo__Output } from '../../streambp/v1/SessionInfo';
+import type { SnapshotInfo as _streambp_v1_SnapshotInfo, SnapshotInfo__Output as _streambp_v1_SnapshotInfo__Output } from '../../streambp/v1/SnapshotInfo';
 import type { StepProgress as _streambp_v1_StepProgress, StepProgress__Output as _streambp_v1_StepProgress__Output } from '../../streambp/v1/StepProgress';
 import type { TokenizeRequest as _streambp_v1_TokenizeRequest, TokenizeRequest__Output as _streambp_v1_TokenizeRequest__Output } from '../../streambp/v1/TokenizeRequest';
 import type { TokenizeResponse as _streambp_v1_TokenizeResponse, TokenizeResponse__Output as _streambp_v1_TokenizeResponse__Output } from '../../streambp/v1/TokenizeResponse';
@@ -100,6 +106,15 @@ export interface TrainerClient extends grpc.Client {
   deleteSession(argument: _streambp_v1_DeleteSessionRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_DeleteSessionResponse__Output>): grpc.ClientUnaryCall;
   deleteSession(argument: _streambp_v1_DeleteSessionRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_DeleteSessionResponse__Output>): grpc.ClientUnaryCall;
   deleteSession(argument: _streambp_v1_DeleteSessionRequest, callback: grpc.requestCallback<_streambp_v1_DeleteSessionResponse__Output>): grpc.ClientUnaryCall;
+  
+  DeleteSnapshot(argument: _streambp_v1_DeleteSnapshotRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_DeleteSnapshotResponse__Output>): grpc.ClientUnaryCall;
+  DeleteSnapshot(argument: _streambp_v1_DeleteSnapshotRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_DeleteSnapshotResponse__Output>): grpc.ClientUnaryCall;
+  DeleteSnapshot(argument: _streambp_v1_DeleteSnapshotRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_DeleteSnapshotResponse__Output>): grpc.ClientUnaryCall;
+  DeleteSnapshot(argument: _streambp_v1_DeleteSnapshotRequest, callback: grpc.requestCallback<_streambp_v1_DeleteSnapshotResponse__Output>): grpc.ClientUnaryCall;
+  deleteSnapshot(argument: _streambp_v1_DeleteSnapshotRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_DeleteSnapshotResponse__Output>): grpc.ClientUnaryCall;
+  deleteSnapshot(argument: _streambp_v1_DeleteSnapshotRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_DeleteSnapshotResponse__Output>): grpc.ClientUnaryCall;
+  deleteSnapshot(argument: _streambp_v1_DeleteSnapshotRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_DeleteSnapshotResponse__Output>): grpc.ClientUnaryCall;
+  deleteSnapshot(argument: _streambp_v1_DeleteSnapshotRequest, callback: grpc.requestCallback<_streambp_v1_DeleteSnapshotResponse__Output>): grpc.ClientUnaryCall;
   
   Detokenize(argument: _streambp_v1_DetokenizeRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_DetokenizeResponse__Output>): grpc.ClientUnaryCall;
   Detokenize(argument: _streambp_v1_DetokenizeRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_DetokenizeResponse__Output>): grpc.ClientUnaryCall;
@@ -231,6 +246,15 @@ export interface TrainerClient extends grpc.Client {
   listSessions(argument: _streambp_v1_ListSessionsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_ListSessionsResponse__Output>): grpc.ClientUnaryCall;
   listSessions(argument: _streambp_v1_ListSessionsRequest, callback: grpc.requestCallback<_streambp_v1_ListSessionsResponse__Output>): grpc.ClientUnaryCall;
   
+  ListSnapshots(argument: _streambp_v1_ListSnapshotsRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_ListSnapshotsResponse__Output>): grpc.ClientUnaryCall;
+  ListSnapshots(argument: _streambp_v1_ListSnapshotsRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_ListSnapshotsResponse__Output>): grpc.ClientUnaryCall;
+  ListSnapshots(argument: _streambp_v1_ListSnapshotsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_ListSnapshotsResponse__Output>): grpc.ClientUnaryCall;
+  ListSnapshots(argument: _streambp_v1_ListSnapshotsRequest, callback: grpc.requestCallback<_streambp_v1_ListSnapshotsResponse__Output>): grpc.ClientUnaryCall;
+  listSnapshots(argument: _streambp_v1_ListSnapshotsRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_ListSnapshotsResponse__Output>): grpc.ClientUnaryCall;
+  listSnapshots(argument: _streambp_v1_ListSnapshotsRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_ListSnapshotsResponse__Output>): grpc.ClientUnaryCall;
+  listSnapshots(argument: _streambp_v1_ListSnapshotsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_ListSnapshotsResponse__Output>): grpc.ClientUnaryCall;
+  listSnapshots(argument: _streambp_v1_ListSnapshotsRequest, callback: grpc.requestCallback<_streambp_v1_ListSnapshotsResponse__Output>): grpc.ClientUnaryCall;
+  
   LoadCheckpoint(argument: _streambp_v1_LoadCheckpointRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_LoadCheckpointResponse__Output>): grpc.ClientUnaryCall;
   LoadCheckpoint(argument: _streambp_v1_LoadCheckpointRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_LoadCheckpointResponse__Output>): grpc.ClientUnaryCall;
   LoadCheckpoint(argument: _streambp_v1_LoadCheckpointRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_LoadCheckpointResponse__Output>): grpc.ClientUnaryCall;
@@ -320,6 +344,33 @@ export interface TrainerClient extends grpc.Client {
   saveCheckpoint(argument: _streambp_v1_SaveCheckpointRequest, callback: grpc.requestCallback<_streambp_v1_SaveCheckpointResponse__Output>): grpc.ClientUnaryCall;
   
   /**
+   * --- Sampler snapshots ---------------------------------------------------------------
+   * A session's weights frozen under a name (a LoRA session's adapter: megabytes), which
+   * Sample, ComputeLogprobs and ExportWeights target through their `snapshot` field while the
+   * session trains on (Tinker's save_weights_for_sampler). Bounded per session
+   * (sessions.max_snapshots and sessions.max_snapshot_bytes), kept on disk in the session's
+   * state folder and read into device memory when used (like sessions), and removed by
+   * DeleteSnapshot, after their TTL, or with their session. Servers with sessions only.
+   */
+  SaveWeightsForSampler(argument: _streambp_v1_SaveWeightsForSamplerRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_SnapshotInfo__Output>): grpc.ClientUnaryCall;
+  SaveWeightsForSampler(argument: _streambp_v1_SaveWeightsForSamplerRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_SnapshotInfo__Output>): grpc.ClientUnaryCall;
+  SaveWeightsForSampler(argument: _streambp_v1_SaveWeightsForSamplerRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_SnapshotInfo__Output>): grpc.ClientUnaryCall;
+  SaveWeightsForSampler(argument: _streambp_v1_SaveWeightsForSamplerRequest, callback: grpc.requestCallback<_streambp_v1_SnapshotInfo__Output>): grpc.ClientUnaryCall;
+  /**
+   * --- Sampler snapshots ---------------------------------------------------------------
+   * A session's weights frozen under a name (a LoRA session's adapter: megabytes), which
+   * Sample, ComputeLogprobs and ExportWeights target through their `snapshot` field while the
+   * session trains on (Tinker's save_weights_for_sampler). Bounded per session
+   * (sessions.max_snapshots and sessions.max_snapshot_bytes), kept on disk in the session's
+   * state folder and read into device memory when used (like sessions), and removed by
+   * DeleteSnapshot, after their TTL, or with their session. Servers with sessions only.
+   */
+  saveWeightsForSampler(argument: _streambp_v1_SaveWeightsForSamplerRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_SnapshotInfo__Output>): grpc.ClientUnaryCall;
+  saveWeightsForSampler(argument: _streambp_v1_SaveWeightsForSamplerRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_streambp_v1_SnapshotInfo__Output>): grpc.ClientUnaryCall;
+  saveWeightsForSampler(argument: _streambp_v1_SaveWeightsForSamplerRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_streambp_v1_SnapshotInfo__Output>): grpc.ClientUnaryCall;
+  saveWeightsForSampler(argument: _streambp_v1_SaveWeightsForSamplerRequest, callback: grpc.requestCallback<_streambp_v1_SnapshotInfo__Output>): grpc.ClientUnaryCall;
+  
+  /**
    * --- Text ----------------------------------------------------------------------------
    * The model folder's tokenizer and chat format (GetInfo.tokenizer): text or messages to
    * ids (with the loss mask of assistant turns), and ids back to text. A model without a
@@ -400,6 +451,8 @@ export interface TrainerHandlers extends grpc.UntypedServiceImplementation {
    */
   DeleteSession: grpc.handleUnaryCall<_streambp_v1_DeleteSessionRequest__Output, _streambp_v1_DeleteSessionResponse>;
   
+  DeleteSnapshot: grpc.handleUnaryCall<_streambp_v1_DeleteSnapshotRequest__Output, _streambp_v1_DeleteSnapshotResponse>;
+  
   Detokenize: grpc.handleUnaryCall<_streambp_v1_DetokenizeRequest__Output, _streambp_v1_DetokenizeResponse>;
   
   /**
@@ -444,6 +497,8 @@ export interface TrainerHandlers extends grpc.UntypedServiceImplementation {
   
   ListSessions: grpc.handleUnaryCall<_streambp_v1_ListSessionsRequest__Output, _streambp_v1_ListSessionsResponse>;
   
+  ListSnapshots: grpc.handleUnaryCall<_streambp_v1_ListSnapshotsRequest__Output, _streambp_v1_ListSnapshotsResponse>;
+  
   LoadCheckpoint: grpc.handleUnaryCall<_streambp_v1_LoadCheckpointRequest__Output, _streambp_v1_LoadCheckpointResponse>;
   
   /**
@@ -476,6 +531,17 @@ export interface TrainerHandlers extends grpc.UntypedServiceImplementation {
   SaveCheckpoint: grpc.handleUnaryCall<_streambp_v1_SaveCheckpointRequest__Output, _streambp_v1_SaveCheckpointResponse>;
   
   /**
+   * --- Sampler snapshots ---------------------------------------------------------------
+   * A session's weights frozen under a name (a LoRA session's adapter: megabytes), which
+   * Sample, ComputeLogprobs and ExportWeights target through their `snapshot` field while the
+   * session trains on (Tinker's save_weights_for_sampler). Bounded per session
+   * (sessions.max_snapshots and sessions.max_snapshot_bytes), kept on disk in the session's
+   * state folder and read into device memory when used (like sessions), and removed by
+   * DeleteSnapshot, after their TTL, or with their session. Servers with sessions only.
+   */
+  SaveWeightsForSampler: grpc.handleUnaryCall<_streambp_v1_SaveWeightsForSamplerRequest__Output, _streambp_v1_SnapshotInfo>;
+  
+  /**
    * --- Text ----------------------------------------------------------------------------
    * The model folder's tokenizer and chat format (GetInfo.tokenizer): text or messages to
    * ids (with the loss mask of assistant turns), and ids back to text. A model without a
@@ -504,6 +570,7 @@ export interface TrainerDefinition extends grpc.ServiceDefinition {
   ComputeLogprobs: MethodDefinition<_streambp_v1_ComputeLogprobsRequest, _streambp_v1_ComputeLogprobsResponse, _streambp_v1_ComputeLogprobsRequest__Output, _streambp_v1_ComputeLogprobsResponse__Output>
   CreateSession: MethodDefinition<_streambp_v1_CreateSessionRequest, _streambp_v1_SessionInfo, _streambp_v1_CreateSessionRequest__Output, _streambp_v1_SessionInfo__Output>
   DeleteSession: MethodDefinition<_streambp_v1_DeleteSessionRequest, _streambp_v1_DeleteSessionResponse, _streambp_v1_DeleteSessionRequest__Output, _streambp_v1_DeleteSessionResponse__Output>
+  DeleteSnapshot: MethodDefinition<_streambp_v1_DeleteSnapshotRequest, _streambp_v1_DeleteSnapshotResponse, _streambp_v1_DeleteSnapshotRequest__Output, _streambp_v1_DeleteSnapshotResponse__Output>
   Detokenize: MethodDefinition<_streambp_v1_DetokenizeRequest, _streambp_v1_DetokenizeResponse, _streambp_v1_DetokenizeRequest__Output, _streambp_v1_DetokenizeResponse__Output>
   EstimateMemory: MethodDefinition<_streambp_v1_EstimateMemoryRequest, _streambp_v1_EstimateMemoryResponse, _streambp_v1_EstimateMemoryRequest__Output, _streambp_v1_EstimateMemoryResponse__Output>
   ExportWeights: MethodDefinition<_streambp_v1_ExportWeightsRequest, _streambp_v1_WeightsChunk, _streambp_v1_ExportWeightsRequest__Output, _streambp_v1_WeightsChunk__Output>
@@ -514,12 +581,14 @@ export interface TrainerDefinition extends grpc.ServiceDefinition {
   GetRolloutStats: MethodDefinition<_streambp_v1_GetRolloutStatsRequest, _streambp_v1_RolloutStats, _streambp_v1_GetRolloutStatsRequest__Output, _streambp_v1_RolloutStats__Output>
   GetSession: MethodDefinition<_streambp_v1_GetSessionRequest, _streambp_v1_SessionInfo, _streambp_v1_GetSessionRequest__Output, _streambp_v1_SessionInfo__Output>
   ListSessions: MethodDefinition<_streambp_v1_ListSessionsRequest, _streambp_v1_ListSessionsResponse, _streambp_v1_ListSessionsRequest__Output, _streambp_v1_ListSessionsResponse__Output>
+  ListSnapshots: MethodDefinition<_streambp_v1_ListSnapshotsRequest, _streambp_v1_ListSnapshotsResponse, _streambp_v1_ListSnapshotsRequest__Output, _streambp_v1_ListSnapshotsResponse__Output>
   LoadCheckpoint: MethodDefinition<_streambp_v1_LoadCheckpointRequest, _streambp_v1_LoadCheckpointResponse, _streambp_v1_LoadCheckpointRequest__Output, _streambp_v1_LoadCheckpointResponse__Output>
   OptimStep: MethodDefinition<_streambp_v1_OptimStepRequest, _streambp_v1_OptimStepResponse, _streambp_v1_OptimStepRequest__Output, _streambp_v1_OptimStepResponse__Output>
   PushRollouts: MethodDefinition<_streambp_v1_PushRolloutsRequest, _streambp_v1_PushRolloutsResponse, _streambp_v1_PushRolloutsRequest__Output, _streambp_v1_PushRolloutsResponse__Output>
   PushRolloutsStream: MethodDefinition<_streambp_v1_RolloutGroup, _streambp_v1_RolloutAck, _streambp_v1_RolloutGroup__Output, _streambp_v1_RolloutAck__Output>
   Sample: MethodDefinition<_streambp_v1_SampleRequest, _streambp_v1_SampleResponse, _streambp_v1_SampleRequest__Output, _streambp_v1_SampleResponse__Output>
   SaveCheckpoint: MethodDefinition<_streambp_v1_SaveCheckpointRequest, _streambp_v1_SaveCheckpointResponse, _streambp_v1_SaveCheckpointRequest__Output, _streambp_v1_SaveCheckpointResponse__Output>
+  SaveWeightsForSampler: MethodDefinition<_streambp_v1_SaveWeightsForSamplerRequest, _streambp_v1_SnapshotInfo, _streambp_v1_SaveWeightsForSamplerRequest__Output, _streambp_v1_SnapshotInfo__Output>
   Tokenize: MethodDefinition<_streambp_v1_TokenizeRequest, _streambp_v1_TokenizeResponse, _streambp_v1_TokenizeRequest__Output, _streambp_v1_TokenizeResponse__Output>
   TrainStep: MethodDefinition<_streambp_v1_TrainStepRequest, _streambp_v1_TrainStepResponse, _streambp_v1_TrainStepRequest__Output, _streambp_v1_TrainStepResponse__Output>
   TrainStepProgress: MethodDefinition<_streambp_v1_TrainStepRequest, _streambp_v1_StepProgress, _streambp_v1_TrainStepRequest__Output, _streambp_v1_StepProgress__Output>
