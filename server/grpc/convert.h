@@ -40,6 +40,8 @@ StepRequest ConvertStepRequest(const Request& r, const InputLimits& limits) {
   StepRequest step = ConvertStep(r.batch(), r.objective(), options, r.engine(), limits, &r.loss_fn_config());
   if constexpr (std::is_same_v<Request, v1::TrainStepRequest>) {
     if (r.has_adam_params()) step.adam = ConvertAdam(r.adam_params());
+  } else {
+    step.return_logprobs = r.return_logprobs();
   }
   return step;
 }
@@ -64,6 +66,7 @@ void ToProto(const SessionReport& s, v1::SessionInfo* out);
 void ToProto(const SnapshotReport& s, v1::SnapshotInfo* out);  // convert_sessions.cpp
 
 void ToProto(const StepStats& s, v1::StepStats* out);
+void ToProto(const StepStats& s, v1::ForwardBackwardResponse* out);
 void ToProto(const OptimStats& o, v1::OptimStepResponse* out);
 void ToProto(const HostInfo& i, v1::GetInfoResponse* out);
 void ToProto(const EstimateReply& e, v1::EstimateMemoryResponse* out);

@@ -42,6 +42,18 @@ void ToProto(const StepStats& s, v1::StepStats* out) {
   out->set_offloaded_bytes(s.result.offloaded_bytes);
 }
 
+void ToProto(const StepStats& s, v1::ForwardBackwardResponse* out) {
+  ToProto(s, out->mutable_stats());
+  out->set_policy_version(s.policy_version);
+  for (const auto& sequence : s.logprobs) {
+    auto* lp = out->add_logprobs();
+    for (const double v : sequence) {
+      lp->add_logprobs(static_cast<float>(v));
+      lp->add_logprobs_fp64(v);
+    }
+  }
+}
+
 void ToProto(const OptimStats& o, v1::OptimStepResponse* out) {
   out->set_policy_version(o.policy_version);
   out->set_step(o.step);

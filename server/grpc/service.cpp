@@ -27,6 +27,7 @@ void WithText(TrainingHost* host, const std::shared_ptr<Call>& call, int64_t cha
 // The session a read targets: a sampler snapshot of it when `snapshot` is set.
 std::string ReadTarget(const std::string& session, const std::string& snapshot) {
   if (snapshot.empty()) return session;
+  if (session.empty()) throw InvalidArgument("snapshot '" + snapshot.substr(0, 64) + "' needs its session: set session");
   ValidateSnapshotName(snapshot);
   return SnapshotKey(session, snapshot);
 }
@@ -68,10 +69,8 @@ Unary* TrainerService::ForwardBackward(Ctx* ctx, const Bytes* in, Bytes* out) {
       auto step = ConvertStepRequest(call->request, host_->limits());
       call->tokens = step.tokens;
       host_->forward_backward(call->context(), std::move(step),
-                              call->template reply<StepStats>([](const StepStats& s, v1::ForwardBackwardResponse* r) {
-                                ToProto(s, r->mutable_stats());
-                                r->set_policy_version(s.policy_version);
-                              }));
+                              call->template reply<StepStats>(
+                                  [](const StepStats& s, v1::ForwardBackwardResponse* r) { ToProto(s, r); }));
     });
   });
 }

@@ -176,9 +176,7 @@ class StepProgressWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffe
 };
 
 void FillForwardBackward(const StepStats& s, v1::StepProgress* p) {
-  auto* r = p->mutable_forward_backward();
-  ToProto(s, r->mutable_stats());
-  r->set_policy_version(s.policy_version);
+  ToProto(s, p->mutable_forward_backward());
 }
 
 void FillTrainStep(const TrainStats& t, v1::StepProgress* p) {

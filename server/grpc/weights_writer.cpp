@@ -35,8 +35,11 @@ class WeightsWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       lease_ = host_->acquire_export();
       CallContext c;
       c.method = "ExportWeights";
+      if (!request.snapshot().empty()) {
+        if (session_.empty()) throw InvalidArgument("snapshot '" + request.snapshot().substr(0, 64) + "' needs its session: set session");
+        ValidateSnapshotName(request.snapshot());
+      }
       c.session = request.snapshot().empty() ? session_ : SnapshotKey(session_, request.snapshot());
-      if (!request.snapshot().empty()) ValidateSnapshotName(request.snapshot());
       c.deadline = ctx_->deadline();
       c.cancelled = [ctx = ctx_] { return ctx->IsCancelled(); };
       host_->export_weights(c, request.version(), request.merged(), [this](const Outcome<ExportReply>& o) {

@@ -412,7 +412,11 @@ void TrainingHost::submit(const CallContext& ctx, const std::shared_ptr<HostSess
     std::shared_ptr<const T> value;
     std::exception_ptr error;
     try {
-      if (session->deleted) throw NotFound("no session named '" + session->spec.name + "'");
+      if (session->deleted) {
+        throw NotFound(session->is_snapshot() ? "snapshot '" + session->snapshot_info.name + "' of session '" +
+                                                    session->snapshot_of + "' was deleted"
+                                              : "no session named '" + session->spec.name + "'");
+      }
       if (progress) progress(StepProgressEvent{"started"});
       value = work();
     } catch (...) {

@@ -118,7 +118,8 @@ void TrainingHost::open_sessions() {
       spdlog::error("session folder {}: {}; skipped", entry.path().string(), e.what());
     }
   }
-  if (!sessions_.empty()) spdlog::info("{} sessions on disk in {}", sessions_.size(), root);
+  const auto sessions = std::count_if(sessions_.begin(), sessions_.end(), [](const auto& e) { return !e.second->is_snapshot(); });
+  if (sessions > 0) spdlog::info("{} sessions on disk in {}", sessions, root);
 }
 
 void TrainingHost::write_spec(const HostSession& s) const {
@@ -159,8 +160,10 @@ void TrainingHost::evict(HostSession& s) {
   auto& replica = executor_->replica();
   if (!replica.resident(s.spec.name)) return;
   if (replica.trainer(s.spec.name).has_pending_gradients()) executor_->run(ZeroGradientsCommand{s.spec.name});
-  // A snapshot never trains: its state folder already holds its weights.
+  // A snapshot never trains: its state folder already holds its weights (and its export
+  // cache goes with it: many snapshots must not keep many copies of the weights in memory).
   if (!s.is_snapshot()) executor_->run(SaveCommand{s.spec.name, s.state_dir(), false});
+  if (s.is_snapshot()) s.snapshot.reset();
   executor_->run(DropSessionCommand{s.spec.name});
   s.resident = false;
   s.device_bytes = 0;

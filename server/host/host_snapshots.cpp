@@ -74,7 +74,8 @@ std::vector<std::shared_ptr<HostSession>> TrainingHost::snapshots_of(const std::
   {
     std::lock_guard<std::mutex> lock(sessions_mutex_);
     for (const auto& [key, s] : sessions_) {
-      if (s->snapshot_of == parent && s->is_snapshot() && !s->deleted) out.push_back(s);
+      // Ready only: a snapshot being written (device thread) is not read here.
+      if (s->snapshot_of == parent && s->is_snapshot() && s->ready && !s->deleted) out.push_back(s);
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
@@ -274,15 +275,27 @@ std::vector<SnapshotReport> TrainingHost::list_snapshots(const std::string& sess
 
 void TrainingHost::remove_snapshot(const std::shared_ptr<HostSession>& s) {
   s->deleted = true;  // new calls do not find it; its waiting jobs are answered NotFound
-  // Sent also when it is on disk only: the other ranks drop their copies of it.
-  executor_->run(DropSessionCommand{s->spec.name, true});
-  s->resident = false;
-  s->device_bytes = 0;
   std::error_code ec;
-  fs::remove_all(s->dir, ec);
-  std::lock_guard<std::mutex> lock(sessions_mutex_);
-  auto it = sessions_.find(s->spec.name);
-  if (it != sessions_.end() && it->second == s) sessions_.erase(it);
+  // snapshot.json first: a folder without it is one a restart removes, so a crash while the
+  // rest goes never leaves a listed snapshot with missing files.
+  fs::remove(fs::path(s->dir) / "snapshot.json", ec);
+  auto forget = [&] {
+    s->resident = false;
+    s->device_bytes = 0;
+    s->snapshot.reset();
+    fs::remove_all(s->dir, ec);
+    std::lock_guard<std::mutex> lock(sessions_mutex_);
+    auto it = sessions_.find(s->spec.name);
+    if (it != sessions_.end() && it->second == s) sessions_.erase(it);
+  };
+  try {
+    // Sent also when it is on disk only: the other ranks drop their copies of it.
+    executor_->run(DropSessionCommand{s->spec.name, true});
+  } catch (...) {
+    forget();
+    throw;
+  }
+  forget();
 }
 
 void TrainingHost::expire_snapshots() {

@@ -43,6 +43,25 @@ std::shared_ptr<const T> Share(T value) {
 
 constexpr int64_t kDecodeSlice = 16;  // decode steps of a Sample between turns of other sessions
 
+// A packed batch's per-position values [rows, T] back to its sequences: sequence q gets one
+// value per token but its last (the value at position t is about token t + 1). Slots of one
+// sequence are contiguous in a packed row, in order.
+std::vector<std::vector<double>> PerSequence(const Batch& batch, const torch::Tensor& values,
+                                             const std::vector<Sequence>& sequences) {
+  const auto v = values.to(torch::kCPU, torch::kFloat64).contiguous();
+  const auto ids = batch.sequence_ids.cpu().contiguous();
+  const auto lp = v.accessor<double, 2>();
+  const auto sid = ids.accessor<int64_t, 2>();
+  std::vector<std::vector<double>> out(sequences.size());
+  for (int64_t r = 0; r < batch.rows(); ++r) {
+    for (int64_t t = 0; t < batch.length(); ++t) {
+      const int64_t q = sid[r][t];
+      if (q >= 0 && out[q].size() + 1 < sequences[q].tokens.size()) out[q].push_back(lp[r][t]);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 // --- Steps -----------------------------------------------------------------------------------
@@ -159,15 +178,29 @@ void TrainingHost::forward_backward(CallContext ctx, StepRequest request, Done<S
     return;
   }
   const auto weights_version = request.weights_policy_version;
+  const bool return_logprobs = request.return_logprobs;
+  // A cached answer is kept by its size: the log-probs are 8 bytes a token.
+  const size_t answer_bytes = 256 + (return_logprobs ? static_cast<size_t>(request.tokens) * 8 : 0);
   submit<StepStats>(
       ctx, s, true,
-      [this, ctx, s, command, resolved, weights_version] {
+      [this, ctx, s, command, resolved, weights_version, return_logprobs] {
         CheckWeightsVersion(*s, weights_version);
+        // The log-probs first, at the weights the gradients are computed on (a forward-backward
+        // does not move them): if this pass fails, no gradient has been added yet.
+        std::vector<std::vector<double>> logprobs;
+        if (return_logprobs) {
+          auto& trainer = use(*s);
+          memory::ScopedBudget budget(config_.limits.memory_budget_bytes);
+          auto batch = MakeBatch(command->sequences, Layout::kPacked);
+          const int64_t chunk = std::max<int64_t>(config_.trainer.engine.logits_chunk, 0);
+          logprobs = PerSequence(batch, trainer.token_logprobs(batch, false, chunk, 1.0), command->sequences);
+        }
         auto stats = run_forward_backward(ctx, *s, *command, *resolved);
         stats.policy_version = executor_->replica().trainer(s->spec.name).policy_version();
+        stats.logprobs = std::move(logprobs);
         return Share(std::move(stats));
       },
-      std::move(done));
+      std::move(done), answer_bytes);
 }
 
 void TrainingHost::train_step(CallContext ctx, StepRequest request, Done<TrainStats> done) {
@@ -271,31 +304,25 @@ void TrainingHost::compute_logprobs(CallContext ctx, LogprobsRequest request, Do
           // After token_logprobs: the session's weights are active on the model.
           top = TopKLogprobs(trainer.model(), batch, req->top_k, chunk, req->temperature);
         }
-        auto ids = batch.sequence_ids.cpu().contiguous();
-        auto lp = logp.accessor<double, 2>();
-        auto sid = ids.accessor<int64_t, 2>();
         LogprobsReply reply;
-        reply.logprobs.resize(req->sequences.size());
+        reply.logprobs = PerSequence(batch, logp, req->sequences);
         const int64_t k = req->top_k;
-        // Accessors of the top-k tensors (empty [0, 0, 0] ones when none was asked for).
-        if (k == 0) top = {torch::zeros({0, 0, 0}, torch::kInt64), torch::zeros({0, 0, 0}, torch::kFloat64)};
-        top.ids = top.ids.contiguous();
-        top.logprobs = top.logprobs.contiguous();
-        const auto top_ids = top.ids.accessor<int64_t, 3>();
-        const auto top_lp = top.logprobs.accessor<double, 3>();
         if (k > 0) {
           reply.top_k = k;
           reply.top_ids.resize(req->sequences.size());
           reply.top_logprobs.resize(req->sequences.size());
-        }
-        // Slots of one sequence are contiguous in a packed row, in order.
-        for (int64_t r = 0; r < batch.rows(); ++r) {
-          for (int64_t t = 0; t < batch.length(); ++t) {
-            const int64_t q = sid[r][t];
-            if (q < 0) continue;
-            auto& out = reply.logprobs[q];
-            if (static_cast<int64_t>(out.size()) + 1 < static_cast<int64_t>(req->sequences[q].tokens.size())) {
-              out.push_back(lp[r][t]);
+          const auto ids = batch.sequence_ids.cpu().contiguous();
+          const auto sid = ids.accessor<int64_t, 2>();
+          top.ids = top.ids.contiguous();
+          top.logprobs = top.logprobs.contiguous();
+          const auto top_ids = top.ids.accessor<int64_t, 3>();
+          const auto top_lp = top.logprobs.accessor<double, 3>();
+          // As PerSequence: k entries per position but a sequence's last.
+          std::vector<size_t> seen(req->sequences.size(), 0);
+          for (int64_t r = 0; r < batch.rows(); ++r) {
+            for (int64_t t = 0; t < batch.length(); ++t) {
+              const int64_t q = sid[r][t];
+              if (q < 0 || ++seen[q] >= req->sequences[q].tokens.size()) continue;
               for (int64_t j = 0; j < k; ++j) {
                 reply.top_ids[q].push_back(static_cast<int32_t>(top_ids[r][t][j]));
                 reply.top_logprobs[q].push_back(top_lp[r][t][j]);

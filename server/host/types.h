@@ -108,6 +108,8 @@ struct StepRequest {
   std::optional<int64_t> weights_policy_version;
   /// TrainStep: this step's Adam parameters (OptimStep's adam_params); unset: the configuration.
   std::optional<AdamStepParams> adam;
+  /// ForwardBackward: also each sequence's log-probs (StepStats::logprobs).
+  bool return_logprobs = false;
 };
 
 /// What a forward-backward did (StepStats on the wire).
@@ -121,6 +123,8 @@ struct StepStats {
   double seconds = 0;        ///< on the device
   double queue_seconds = 0;  ///< waiting for the device
   int64_t policy_version = 0;  ///< of the weights the gradients were computed on
+  /// return_logprobs: per sequence of the step, log p(tokens[t+1] | tokens[..t]) at those weights.
+  std::vector<std::vector<double>> logprobs;
 };
 
 struct OptimStats {

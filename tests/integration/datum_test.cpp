@@ -19,6 +19,7 @@
 #include "streambp/model.h"
 #include "streambp/objective.h"
 #include "streambp/v1/trainer.grpc.pb.h"
+#include "test_util/fixtures.h"
 
 namespace streambp {
 namespace {
@@ -390,6 +391,79 @@ TEST(Datum, BadDataIsRefusedNamingTheFieldAndChangesNothing) {
   const auto trained = s.client->TrainStep(good);
   ASSERT_TRUE(trained.ok()) << trained.status().error_message();
   EXPECT_EQ(trained->optim().step(), info_before.step() + 1);
+}
+
+// return_logprobs (Tinker's loss_fn_outputs): each sequence's log-probs at the weights of the
+// gradients, in the batch's order, equal to the HF-formula float64 reference and to the loss
+// the engine computed on its own path.
+TEST(Datum, ForwardBackwardReturnsEachSequencesLogprobsAtTheWeightsOfItsGradients) {
+  const auto seqs = Sequences();
+  auto s = testing::StartServer(SgdF64());
+  Wire w(s.target);
+  const auto model = InitModel(PresetConfig("tiny"), 0, torch::kFloat64);
+  auto reference = [&](const std::vector<int32_t>& seq) {
+    const std::vector<int64_t> tokens(seq.begin(), seq.end());
+    const auto lp = torch::log_softmax(testing::ReferenceLogits(*model, tokens), -1);
+    std::vector<double> out;
+    for (size_t t = 0; t + 1 < tokens.size(); ++t) out.push_back(lp[t][tokens[t + 1]].item<double>());
+    return out;
+  };
+  v1::ForwardBackwardRequest fb;
+  fb.set_objective("cross_entropy");
+  fb.set_return_logprobs(true);
+  fb.set_request_id("fb-logprobs");
+  std::vector<std::vector<double>> weights;
+  for (const auto& seq : seqs) {
+    std::vector<double> wt;
+    for (size_t t = 0; t + 1 < seq.size(); ++t) wt.push_back(t < 2 ? 0.0 : 0.25 * static_cast<double>(t % 4));
+    *fb.mutable_batch()->mutable_data()->add_data() = MakeDatum(seq, {{"weights", wt}});
+    weights.push_back(wt);
+  }
+  v1::ForwardBackwardResponse r;
+  ASSERT_TRUE(w.stub->ForwardBackward(Wire::ctx().get(), fb, &r).ok());
+  ASSERT_EQ(r.logprobs_size(), 3);
+  double loss = 0;
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    const auto want = reference(seqs[k]);
+    const auto& got = r.logprobs(static_cast<int>(k));
+    ASSERT_EQ(got.logprobs_fp64_size(), static_cast<int>(want.size())) << "datum " << k << ": one per input token";
+    for (size_t t = 0; t < want.size(); ++t) {
+      EXPECT_NEAR(got.logprobs_fp64(static_cast<int>(t)), want[t], 1e-10) << k << " " << t;
+      EXPECT_EQ(got.logprobs(static_cast<int>(t)), static_cast<float>(got.logprobs_fp64(static_cast<int>(t))));
+      loss -= weights[k][t] * got.logprobs_fp64(static_cast<int>(t));
+    }
+  }
+  EXPECT_NEAR(r.stats().loss(), loss, 1e-10 * std::abs(loss)) << "loss:sum = -sum w lp of the returned log-probs";
+  // A retry under the same id gets the first answer, log-probs included, and applies nothing again.
+  v1::ForwardBackwardResponse again;
+  ASSERT_TRUE(w.stub->ForwardBackward(Wire::ctx().get(), fb, &again).ok());
+  EXPECT_EQ(again.SerializeAsString(), r.SerializeAsString());
+  ASSERT_TRUE(s.client->OptimStep().ok());
+
+  // Typed batches too, one per sequence in the batch's order: a DPO pair is chosen, then rejected.
+  v1::ForwardBackwardRequest dpo;
+  dpo.set_return_logprobs(true);
+  auto* pair = dpo.mutable_batch()->mutable_dpo()->add_pairs();
+  for (int t : {5, 17, 29}) pair->add_prompt(t);
+  for (int t : {41, 53}) pair->add_chosen(t);
+  for (int t : {67, 79, 91}) pair->add_rejected(t);
+  pair->set_ref_chosen_logp(-9.0);
+  pair->set_ref_rejected_logp(-14.0);
+  v1::ForwardBackwardResponse d;
+  const auto st = w.stub->ForwardBackward(Wire::ctx().get(), dpo, &d);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const auto now = PolicyLogprobs(w, {{5, 17, 29, 41, 53}, {5, 17, 29, 67, 79, 91}});
+  ASSERT_EQ(d.logprobs_size(), 2);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(std::vector<double>(d.logprobs(k).logprobs_fp64().begin(), d.logprobs(k).logprobs_fp64().end()), now[k])
+        << "at the new weights, as ComputeLogprobs reads them";
+  }
+  EXPECT_NE(now[0][0], reference({5, 17, 29, 41, 53})[0]) << "the step moved the weights";
+  // Not asked for: none.
+  dpo.set_return_logprobs(false);
+  v1::ForwardBackwardResponse plain;
+  ASSERT_TRUE(w.stub->ForwardBackward(Wire::ctx().get(), dpo, &plain).ok());
+  EXPECT_EQ(plain.logprobs_size(), 0);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ server::ServerConfig SnapshotConfig(const std::string& dir) {
   c.checkpoint_dir = dir;
   c.sessions.enabled = true;
   c.sessions.idle_seconds = 0;
-  c.sessions.max_resident_sessions = 2;  // snapshots and sessions take turns in memory
+  c.sessions.max_resident_sessions = 1;  // snapshots and sessions take turns in memory
   return c;
 }
 
@@ -59,6 +59,14 @@ grpc::Status Save(const Wire& w, const std::string& session, const std::string& 
   req.set_replace_oldest(replace_oldest);
   v1::SnapshotInfo ignored;
   return w.stub->SaveWeightsForSampler(Wire::ctx().get(), req, info ? info : &ignored);
+}
+
+grpc::Status Delete(const Wire& w, const std::string& session, const std::string& name) {
+  v1::DeleteSnapshotRequest req;
+  req.set_session(session);
+  req.set_name(name);
+  v1::DeleteSnapshotResponse out;
+  return w.stub->DeleteSnapshot(Wire::ctx().get(), req, &out);
 }
 
 std::vector<std::string> Listed(const Wire& w, const std::string& session) {
@@ -306,6 +314,31 @@ TEST(Snapshots, BadRequestsAreRefusedWithNothingChanged) {
   EXPECT_NE(st.error_message().find("sessions.max_snapshot_bytes (1000)"), std::string::npos) << st.error_message();
   EXPECT_TRUE(Listed(v, "carol").empty());
   EXPECT_EQ(Folders(fs::path(small.checkpoint_dir) / ".sessions" / "carol" / "snapshots"), 0u);
+
+  // replace_oldest under the byte bound: room for two snapshots of this size, not three.
+  const auto roll_dir = testing::TempDir("snapshots-roll");
+  int64_t size = 0;
+  {
+    auto u = testing::StartServer(SnapshotConfig(roll_dir));
+    Wire x(u.target);
+    ASSERT_TRUE(Create(x, "erin", 4).ok());
+    v1::SnapshotInfo one;
+    ASSERT_TRUE(Save(x, "erin", "probe", &one).ok());
+    ASSERT_TRUE(Delete(x, "erin", "probe").ok());
+    size = one.bytes();
+  }
+  auto roomy = SnapshotConfig(roll_dir);
+  roomy.sessions.max_snapshot_bytes = 2 * size + size / 2;
+  auto u = testing::StartServer(roomy);
+  Wire y(u.target);
+  ASSERT_TRUE(Save(y, "erin", "r1").ok());
+  ASSERT_TRUE(Save(y, "erin", "r2").ok());
+  const auto over = Save(y, "erin", "r3");
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << over.error_message();
+  EXPECT_NE(over.error_message().find("sessions.max_snapshot_bytes"), std::string::npos) << over.error_message();
+  EXPECT_EQ(Listed(y, "erin"), (std::vector<std::string>{"r1", "r2"}));
+  ASSERT_TRUE(Save(y, "erin", "r3", nullptr, 0, /*replace_oldest=*/true).ok());
+  EXPECT_EQ(Listed(y, "erin"), (std::vector<std::string>{"r2", "r3"}));
 
   // Deleting the session takes its snapshots with it.
   v1::DeleteSessionRequest gone;

@@ -35,12 +35,23 @@ def supervised(training):
         data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
                                 loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights}))
     before = training.forward(data, "cross_entropy").result()
-    losses = []
+    losses, outputs = [], []
     for _ in range(12):
         fb = training.forward_backward(data, "cross_entropy")
         opt = training.optim_step(types.AdamParams(learning_rate=0.02))
         losses.append(fb.result().metrics["loss:sum"])
+        outputs.append(fb.result().loss_fn_outputs)
         opt.result()
+    # forward_backward's per-datum log-probs (Tinker's loss_fn_outputs) are forward's, at the
+    # same weights, and give its loss: loss:sum = -sum weights * logprobs.
+    first = [o["logprobs"].data for o in outputs[0]]
+    check(all(close(a, b, 1e-12) for f, g in zip(first, [o["logprobs"].data for o in before.loss_fn_outputs])
+              for a, b in zip(f, g)) and [len(f) for f in first] == [6, 4, 5],
+          f"loss_fn_outputs = forward's log-probs: {first}")
+    check(close(losses[0], -sum(w * x for d, lp in zip(data, first)
+                                for w, x in zip(d.loss_fn_inputs["weights"], lp)), 1e-10),
+          "loss:sum = -sum weights * loss_fn_outputs logprobs")
+    check([o["logprobs"].data for o in outputs[1]] != first, "the next step's log-probs are at the new weights")
     check(close(losses[0], before.metrics["loss:sum"], 1e-10),
           f"forward's loss:sum {before.metrics['loss:sum']} = the first step's {losses[0]}")
     check(len(before.loss_fn_outputs) == 3 and len(before.loss_fn_outputs[0]["logprobs"].data) == 6,
@@ -111,18 +122,21 @@ def snapshot(training):
     check(lp_first == lp_again and lp_first[0] is None and len(lp_first) == 5, f"snapshot log-probs: {lp_first}")
     moved = training.create_sampling_client().compute_logprobs(types.ModelInput.from_ints([9, 8, 7, 6, 5])).result()
     check(moved != lp_first, "the training session moved on")
+    replaced = training.save_weights_and_get_sampling_client("frozen")
+    check(replaced.compute_logprobs(types.ModelInput.from_ints([9, 8, 7, 6, 5])).result() == moved,
+          "a name used again replaces its snapshot (with the session's weights now)")
     # Prompt log-probs and the top 3 per prompt position (Tinker's topk_prompt_logprobs).
-    scored = sampler.sample(types.ModelInput.from_ints([9, 8, 7, 6, 5]), num_samples=1, sampling_params=params,
+    scored = replaced.sample(types.ModelInput.from_ints([9, 8, 7, 6, 5]), num_samples=1, sampling_params=params,
                             include_prompt_logprobs=True, topk_prompt_logprobs=3).result()
-    check(scored.prompt_logprobs == lp_first, f"prompt_logprobs {scored.prompt_logprobs} vs {lp_first}")
+    check(scored.prompt_logprobs == moved, f"prompt_logprobs {scored.prompt_logprobs} vs {moved}")
     top = scored.topk_prompt_logprobs
     check(top is not None and top[0] is None and len(top) == 5 and all(len(p) == 3 for p in top[1:]), f"top: {top}")
     for i, pairs in enumerate(top[1:]):
         values = [v for _, v in pairs]
         check(values == sorted(values, reverse=True), f"position {i}: most likely first {pairs}")
         actual = [9, 8, 7, 6, 5][i + 1]
-        check(values[0] >= lp_first[i + 1] - 1e-12, f"position {i}: the top token is at least as likely as {actual}")
-        check(all(close(v, lp_first[i + 1], 1e-12) for t, v in pairs if t == actual), f"position {i}: same log-prob")
+        check(values[0] >= moved[i + 1] - 1e-12, f"position {i}: the top token is at least as likely as {actual}")
+        check(all(close(v, moved[i + 1], 1e-12) for t, v in pairs if t == actual), f"position {i}: same log-prob")
 
 
 def main() -> int:

@@ -87,6 +87,8 @@ export interface SampledSequence {
 export interface ForwardBackwardOutput {
   /** loss:sum, targets:sum and the loss's own metrics (e.g. clip_fraction). */
   metrics: Record<string, number>;
+  /** Per datum, the log-probs of its target tokens at the weights of the gradients (when returnLogprobs). */
+  loss_fn_outputs: Array<{ logprobs: number[] }>;
 }
 
 /** Samples from a sampler snapshot of a session, or from a training session's current weights. */
@@ -118,6 +120,9 @@ export class SamplingClient {
 
 /** A LoRA session: steps on Datums for a loss by name, Adam steps, sampler snapshots. */
 export class TrainingClient {
+  /** forwardBackward returns each datum's log-probs (loss_fn_outputs), as Tinker's: one more forward pass on the server. */
+  returnLogprobs = true;
+
   constructor(private readonly service: ServiceClient, readonly client: Client, readonly baseModel: string) {}
 
   get session(): string {
@@ -127,9 +132,11 @@ export class TrainingClient {
   async forwardBackward(data: T.Datum[], lossFn: string,
                         config: Record<string, number | string | boolean> = {}): Promise<ForwardBackwardOutput> {
     const out = await this.client.forwardBackward({ objective: lossFn, batch: { data: { data } },
-                                                    loss_fn_config: lossFnConfig(config) });
+                                                    loss_fn_config: lossFnConfig(config),
+                                                    return_logprobs: this.returnLogprobs });
     const stats = out.stats;
-    return { metrics: { 'loss:sum': stats?.loss ?? NaN, 'targets:sum': Number(stats?.targets ?? 0), ...stats?.metrics } };
+    return { metrics: { 'loss:sum': stats?.loss ?? NaN, 'targets:sum': Number(stats?.targets ?? 0), ...stats?.metrics },
+             loss_fn_outputs: out.logprobs.map((s) => ({ logprobs: s.logprobs_fp64 })) };
   }
 
   async optimStep(adam: AdamParams = {}): Promise<{ metrics: Record<string, number> }> {
@@ -159,9 +166,21 @@ export class TrainingClient {
     return { path: `streambp://${this.session}/sampler_weights/${out.name}` };
   }
 
-  /** A sampler on a new snapshot; a rolling window (the oldest make room), as Tinker's ephemeral sampler weights. */
+  /**
+   * A sampler on a new snapshot, as Tinker's ephemeral sampler weights: a rolling window (the
+   * oldest make room, also ones saved by saveWeightsForSampler) and a name used again replaces
+   * its snapshot.
+   */
   async saveWeightsAndGetSamplingClient(name: string): Promise<SamplingClient> {
-    return this.service.createSamplingClient((await this.saveWeightsForSampler(name, { replaceOldest: true })).path);
+    let saved: { path: string };
+    try {
+      saved = await this.saveWeightsForSampler(name, { replaceOldest: true });
+    } catch (e) {
+      if (!(e instanceof StreambpError) || e.code !== StreambpError.codes.ALREADY_EXISTS) throw e;
+      await this.client.deleteSnapshot({ name });
+      saved = await this.saveWeightsForSampler(name, { replaceOldest: true });
+    }
+    return this.service.createSamplingClient(saved.path);
   }
 
   /** Samples from this session's current weights (they move as it trains). */

@@ -39,7 +39,17 @@ test('the supervised loop learns and a snapshot stays frozen', { skip }, async (
   });
   const losses: number[] = [];
   for (let step = 0; step < 10; step++) {
-    losses.push((await training.forwardBackward(data, 'cross_entropy')).metrics['loss:sum'] ?? NaN);
+    const fb = await training.forwardBackward(data, 'cross_entropy');
+    losses.push(fb.metrics['loss:sum'] ?? NaN);
+    if (step === 0) {
+      // Per-datum log-probs (loss_fn_outputs): one per input token, and loss:sum = -sum w logp.
+      assert.deepEqual(fb.loss_fn_outputs.map((o) => o.logprobs.length), [6, 4]);
+      let sum = 0;
+      fb.loss_fn_outputs.forEach((o, i) => o.logprobs.forEach((lp, t) => {
+        sum -= Number((data[i]?.loss_fn_inputs?.weights as { float_data: number[] }).float_data[t]) * lp;
+      }));
+      assert.ok(Math.abs(sum - (fb.metrics['loss:sum'] ?? NaN)) < 1e-9 * Math.abs(sum), `${sum} vs ${fb.metrics['loss:sum']}`);
+    }
     await training.optimStep({ learning_rate: 0.02 });
   }
   const first = losses[0] ?? NaN;

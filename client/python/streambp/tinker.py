@@ -17,11 +17,10 @@
 
 The server must host sessions (``sessions.enabled``): a training client is a LoRA session,
 and a sampler snapshot is the server's SaveWeightsForSampler: the adapter frozen as it was
-saved, which samples the same while the training session trains on. Differences that remain (client/python/README.md): one
-base model per server (``base_model`` is recorded, not loaded), ``forward_backward`` returns
-metrics (``loss:sum`` and the loss's own) but no per-datum outputs (``forward`` gives the
-log-probs), the targets are the input shifted by one, and the ``*_async`` forms are
-coroutines that return the result.
+saved, which samples the same while the training session trains on. Differences that
+remain (client/python/README.md): one base model per server (``base_model`` is recorded, not
+loaded), the targets are the input shifted by one, and the ``*_async`` forms are coroutines
+that return the result.
 """
 from __future__ import annotations
 
@@ -32,9 +31,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
+import grpc
+
 from .client import ServiceClient as _ServiceClient
 from .data import datum as _datum
-from .errors import invalid
+from .errors import StreambpError, invalid
 from .training import TrainingClient as _TrainingClient
 from .types import AdamParams, ForwardBackwardResult, SampleResult
 
@@ -120,8 +121,8 @@ class SampleResponse:
 
 @dataclass
 class ForwardBackwardOutput:
-    """The step's metrics ("loss:sum", "targets:sum" and the loss's own, e.g. clip_fraction) and,
-    from ``forward``, one {"logprobs": TensorData} per datum."""
+    """The step's metrics ("loss:sum", "targets:sum" and the loss's own, e.g. clip_fraction) and
+    one {"logprobs": TensorData} per datum (the log-probs of its target_tokens)."""
     metrics: Dict[str, float]
     loss_fn_outputs: List[Dict[str, TensorData]]
 
@@ -202,7 +203,8 @@ def _metrics(result: ForwardBackwardResult) -> ForwardBackwardOutput:
     stats = result.stats
     metrics = {"loss:sum": stats.loss, "targets:sum": float(stats.targets)}
     metrics.update(stats.metrics)
-    return ForwardBackwardOutput(metrics=metrics, loss_fn_outputs=[])
+    outputs = [{"logprobs": TensorData(data=lp, dtype="float64", shape=[len(lp)])} for lp in result.logprobs]
+    return ForwardBackwardOutput(metrics=metrics, loss_fn_outputs=outputs)
 
 
 # -- clients --------------------------------------------------------------------------------------
@@ -263,12 +265,15 @@ async def _awaitable(future: "concurrent.futures.Future[T]") -> T:
 
 class TrainingClient:
     """A LoRA session: forward_backward / forward / optim_step return futures applied in the
-    order they were submitted (the server's queue stays busy meanwhile)."""
+    order they were submitted (the server's queue stays busy meanwhile). forward_backward
+    returns each datum's log-probs (loss_fn_outputs) as Tinker's does, at the cost of one more
+    forward pass on the server; set ``return_logprobs = False`` to skip them."""
 
     def __init__(self, service: "ServiceClient", training: _TrainingClient, base_model: str):
         self._service = service
         self._tc = training
         self.base_model = base_model
+        self.return_logprobs = True
 
     @property
     def session(self) -> str:
@@ -277,8 +282,8 @@ class TrainingClient:
     def forward_backward(self, data: Sequence[Datum], loss_fn: str,
                          loss_fn_config: Optional[Mapping[str, Any]] = None
                          ) -> "concurrent.futures.Future[ForwardBackwardOutput]":
-        return _then(self._tc.forward_backward_future(_to_wire(data), loss_fn, loss_fn_config=loss_fn_config),
-                     _metrics)
+        return _then(self._tc.forward_backward_future(_to_wire(data), loss_fn, loss_fn_config=loss_fn_config,
+                                                      return_logprobs=self.return_logprobs), _metrics)
 
     async def forward_backward_async(self, data: Sequence[Datum], loss_fn: str,
                                      loss_fn_config: Optional[Mapping[str, Any]] = None) -> ForwardBackwardOutput:
@@ -333,10 +338,17 @@ class TrainingClient:
             path=f"streambp://{self.session}/sampler_weights/{r.name}"))
 
     def save_weights_and_get_sampling_client(self, name: str) -> SamplingClient:
-        """A sampler on a new snapshot: a rolling window, as Tinker's ephemeral sampler weights
-        (at the session's bound, the oldest snapshots make room), so a loop that saves every
-        step runs for ever."""
-        path = self.save_weights_for_sampler(name, replace_oldest=True).result().path
+        """A sampler on a new snapshot, as Tinker's ephemeral sampler weights: a rolling window
+        (at the session's bound the oldest snapshots make room, also ones saved by
+        save_weights_for_sampler), and a name used again replaces its snapshot, so a loop that
+        saves every step runs for ever."""
+        try:
+            path = self.save_weights_for_sampler(name, replace_oldest=True).result().path
+        except StreambpError as e:
+            if e.code != grpc.StatusCode.ALREADY_EXISTS:
+                raise
+            self._tc.delete_snapshot(name)
+            path = self.save_weights_for_sampler(name, replace_oldest=True).result().path
         return self._service.create_sampling_client(model_path=path)
 
     def create_sampling_client(self) -> SamplingClient:

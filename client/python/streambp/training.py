@@ -24,7 +24,8 @@ from .errors import StreambpError, invalid
 from .history import HistoryMixin
 from .types import (AdamParams, CheckpointInfo, CustomLossResult, ExportedWeights, ForwardBackwardResult, LoadedCheckpoint,
                     LogprobsResult, MemoryEstimate, OptimStepResult, PolicyUpdate, RolloutAck, RolloutStats,
-                    SampleResult, ServerInfo, SnapshotInfo, SnapshotList, TokenizedText, TrainStepResult, from_proto)
+                    SampleResult, ServerInfo, SnapshotInfo, SnapshotList, StepStats, TokenizedText, TrainStepResult,
+                    from_proto)
 from .v1 import trainer_pb2 as pb
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class TrainingClient(HistoryMixin):
     # -- steps ----------------------------------------------------------------------------
     async def _forward_backward(self, batch: BatchLike, objective: str = "", options: OptionsLike = None, *,
                                 engine: EngineLike = None, on_progress: Optional[ProgressCallback] = None,
-                                loss_fn_config: Optional[Mapping[str, Any]] = None,
+                                loss_fn_config: Optional[Mapping[str, Any]] = None, return_logprobs: bool = False,
                                 request_id: Optional[str] = None,
                                 timeout: Optional[float] = None) -> ForwardBackwardResult:
         """ForwardBackward: forward and backward of ``batch``; the gradients accumulate until
@@ -146,11 +147,14 @@ class TrainingClient(HistoryMixin):
         the SDK's I/O thread: keep it short). ``batch`` may be Datum messages (``datum()``): a data
         batch for the loss ``objective`` names (cross_entropy, ppo, ...), whose options go by name
         in ``loss_fn_config`` (or ``options`` as a dict), e.g. {"clip_low_threshold": 0.9}.
-        Mutating (request id)."""
+        ``return_logprobs``: also each sequence's per-token log-probs at the weights the
+        gradients were computed on (``.logprobs``, in the batch's order; a datum's N values are
+        the log-probs of its target_tokens): one more forward pass. Mutating (request id)."""
         request = _step_request(pb.ForwardBackwardRequest(), batch, objective, options, engine, request_id,
                                 self.session, loss_fn_config)
+        request.return_logprobs = return_logprobs
         response = await self._conn.step("ForwardBackward", request, timeout, on_progress, self.pipeline)
-        return from_proto(ForwardBackwardResult, response)
+        return _forward_backward_result(response)
 
     forward_backward, forward_backward_future, forward_backward_async = call_forms(_forward_backward, ordered=True)
 
@@ -184,7 +188,7 @@ class TrainingClient(HistoryMixin):
         response = await self._conn.step("ForwardBackward", request, timeout, on_progress, self.pipeline)
         return CustomLossResult(loss=loss, metrics=metrics, logprobs=logprobs.logprobs, weights=grads,
                                 policy_version=logprobs.policy_version,
-                                forward_backward=from_proto(ForwardBackwardResult, response))
+                                forward_backward=_forward_backward_result(response))
 
     forward_backward_custom, forward_backward_custom_future, forward_backward_custom_async = call_forms(
         _forward_backward_custom, ordered=True)
@@ -552,3 +556,7 @@ class RolloutStream:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+
+def _forward_backward_result(response: pb.ForwardBackwardResponse) -> ForwardBackwardResult:
+    return ForwardBackwardResult(stats=from_proto(StepStats, response.stats), policy_version=response.policy_version,
+                                 logprobs=[list(s.logprobs_fp64) for s in response.logprobs])

@@ -204,9 +204,11 @@ class StepStats:
 
 @dataclass(frozen=True)
 class ForwardBackwardResult:
-    """ForwardBackward: the step's statistics and the policy version the gradients were computed on."""
+    """ForwardBackward: the step's statistics and the policy version the gradients were computed on;
+    with ``return_logprobs`` each sequence's per-token log-probs (float64) at those weights."""
     stats: StepStats
     policy_version: int
+    logprobs: List[List[float]]
 
     @property
     def loss(self) -> float:

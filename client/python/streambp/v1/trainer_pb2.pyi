@@ -291,7 +291,7 @@ class ExportWeightsRequest(_message.Message):
     def __init__(self, merged: bool = ..., max_chunk_bytes: _Optional[int] = ..., version: _Optional[int] = ..., session: _Optional[str] = ..., with_files: bool = ..., snapshot: _Optional[str] = ...) -> None: ...
 
 class ForwardBackwardRequest(_message.Message):
-    __slots__ = ["batch", "dpo", "engine", "grpo", "loss_fn_config", "objective", "request_id", "session", "sft", "weighted"]
+    __slots__ = ["batch", "dpo", "engine", "grpo", "loss_fn_config", "objective", "request_id", "return_logprobs", "session", "sft", "weighted"]
     class LossFnConfigEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -306,6 +306,7 @@ class ForwardBackwardRequest(_message.Message):
     LOSS_FN_CONFIG_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RETURN_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     SFT_FIELD_NUMBER: _ClassVar[int]
     WEIGHTED_FIELD_NUMBER: _ClassVar[int]
@@ -316,18 +317,21 @@ class ForwardBackwardRequest(_message.Message):
     loss_fn_config: _containers.MessageMap[str, ConfigValue]
     objective: str
     request_id: str
+    return_logprobs: bool
     session: str
     sft: SftOptions
     weighted: WeightedOptions
-    def __init__(self, request_id: _Optional[str] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., objective: _Optional[str] = ..., sft: _Optional[_Union[SftOptions, _Mapping]] = ..., dpo: _Optional[_Union[DpoOptions, _Mapping]] = ..., grpo: _Optional[_Union[GrpoOptions, _Mapping]] = ..., weighted: _Optional[_Union[WeightedOptions, _Mapping]] = ..., engine: _Optional[_Union[EngineOptions, _Mapping]] = ..., session: _Optional[str] = ..., loss_fn_config: _Optional[_Mapping[str, ConfigValue]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., objective: _Optional[str] = ..., sft: _Optional[_Union[SftOptions, _Mapping]] = ..., dpo: _Optional[_Union[DpoOptions, _Mapping]] = ..., grpo: _Optional[_Union[GrpoOptions, _Mapping]] = ..., weighted: _Optional[_Union[WeightedOptions, _Mapping]] = ..., engine: _Optional[_Union[EngineOptions, _Mapping]] = ..., session: _Optional[str] = ..., loss_fn_config: _Optional[_Mapping[str, ConfigValue]] = ..., return_logprobs: bool = ...) -> None: ...
 
 class ForwardBackwardResponse(_message.Message):
-    __slots__ = ["policy_version", "stats"]
+    __slots__ = ["logprobs", "policy_version", "stats"]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    logprobs: _containers.RepeatedCompositeFieldContainer[SequenceLogprobs]
     policy_version: int
     stats: StepStats
-    def __init__(self, stats: _Optional[_Union[StepStats, _Mapping]] = ..., policy_version: _Optional[int] = ...) -> None: ...
+    def __init__(self, stats: _Optional[_Union[StepStats, _Mapping]] = ..., policy_version: _Optional[int] = ..., logprobs: _Optional[_Iterable[_Union[SequenceLogprobs, _Mapping]]] = ...) -> None: ...
 
 class GetHistoryRequest(_message.Message):
     __slots__ = ["after_index", "max_records", "session"]

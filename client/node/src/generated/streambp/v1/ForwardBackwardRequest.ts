@@ -30,6 +30,12 @@ export interface ForwardBackwardRequest {
    * message: any objective, any batch kind; an unknown key is refused naming the known ones.
    */
   'loss_fn_config'?: ({[key: string]: _streambp_v1_ConfigValue});
+  /**
+   * Also return each sequence's per-token log-probs at the weights the gradients were
+   * computed on (Tinker's loss_fn_outputs "logprobs"): one more forward pass without a
+   * backward (about a third of the step's time).
+   */
+  'return_logprobs'?: (boolean);
   'options'?: "sft"|"dpo"|"grpo"|"weighted";
 }
 
@@ -55,5 +61,11 @@ export interface ForwardBackwardRequest__Output {
    * message: any objective, any batch kind; an unknown key is refused naming the known ones.
    */
   'loss_fn_config': ({[key: string]: _streambp_v1_ConfigValue__Output});
+  /**
+   * Also return each sequence's per-token log-probs at the weights the gradients were
+   * computed on (Tinker's loss_fn_outputs "logprobs"): one more forward pass without a
+   * backward (about a third of the step's time).
+   */
+  'return_logprobs': (boolean);
   'options'?: "sft"|"dpo"|"grpo"|"weighted";
 }
