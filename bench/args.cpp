@@ -81,6 +81,16 @@ void AddOptions(CLI::App& app, Args& a) {
                  "only this runs (first --seq-lens, --batch is the global batch, --repeat timed steps)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  app.add_option("--context-parallel", a.context_parallel,
+                 "context-parallel mode: one stream step of a sequence split over P processes on loopback Gloo for "
+                 "each P (e.g. 1,2): the longest sequence under --budget of activations per rank, and the step at the "
+                 "first --seq-lens with --threads split over the ranks; only this runs")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--cp-worker", a.cp_worker, "internal: run as a rank, write results to this folder")->group("");
+  app.add_option("--cp-seq-len", a.cp_seq_len, "internal")->group("");
+  app.add_option("--cp-budget", a.cp_budget, "internal")->group("");
+  app.add_option("--cp-steps", a.cp_steps, "internal")->group("");
   app.add_option("--zero-stages", a.zero_stages, "data-parallel mode: ZeRO stages for N > 1 (0, 1, 2)")
       ->delimiter(',')
       ->check(CLI::Range(0, 2));

@@ -36,6 +36,10 @@ struct Args {
   std::string dist_worker;  // set in the rank processes the mode starts
   int dist_overlap = 1;
   int64_t dist_seq_len = 0;
+  // Context-parallel mode (--context-parallel).
+  std::vector<int> context_parallel;
+  std::string cp_worker;  // set in the rank processes the mode starts
+  int64_t cp_seq_len = 0, cp_budget = 0, cp_steps = 0;
   // LoRA vs full fine-tuning mode (--lora-rank).
   int64_t lora_rank = 0;
   std::string tokenizer;  ///< text mode: a folder with tokenizer.json
@@ -61,6 +65,10 @@ EngineOptions Engine(const Args& a, EngineKind kind, int64_t chunk, int64_t logi
 std::vector<Variant> MakeVariants(const Args& a);
 /// The data-parallel mode's plan at `seq_len` (stream engine, the flags' sizes).
 DistPlan MakeDistPlan(const Args& a, int64_t seq_len);
+
+/// The context-parallel mode's plan (stream engine, the flags' sizes; the search under
+/// --budget per rank unless --no-search).
+CpPlan MakeCpPlan(const Args& a);
 
 /// "1GiB", "512MiB", "2e9" -> bytes (InvalidArgument otherwise).
 int64_t ParseBytes(const std::string& text);

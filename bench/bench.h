@@ -224,6 +224,40 @@ nlohmann::json RunDistributed(const DistPlan& plan, const std::vector<std::strin
 /// once per step, a single process that communicated); empty = fine.
 std::vector<std::string> CheckDistributed(const nlohmann::json& distributed);
 
+/// Starts `n` copies of this executable (`args`) as ranks 0..n-1 of a job on loopback
+/// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, STREAMBP_ZERO_STAGE set; stdout and stderr
+/// to dir/rank<r>.log) and waits for all; when one fails the others are stopped and the
+/// error quotes its log.
+void SpawnRanks(const std::vector<std::string>& args, int n, int zero_stage, const std::string& dir);
+
+/// Context parallel (issue 26, docs/architecture.md: Context parallel): one stream step of a
+/// sequence split over P processes on loopback Gloo, for each P of `ranks` (P = 1: one
+/// process, ForwardBackward): the longest sequence whose step fits a per-rank activation
+/// budget (doubling, then bisection, every probe a real step under the budgeted allocator),
+/// and at `seq_len` the step time with the job's threads split over the ranks, the
+/// activation peak per rank and the K/V traffic per layer (measured and by the formula).
+struct CpPlan {
+  std::string model_dir, preset = "small", family = "qwen3", dtype = "float32";
+  uint64_t seed = 0;
+  Workload workload;
+  EngineOptions engine;
+  std::vector<int> ranks{1, 2};
+  int64_t seq_len = 2048;           ///< the timed length
+  int64_t repeat = 1;               ///< timed steps at seq_len (after one untimed)
+  int64_t budget = 0;               ///< activation bytes per rank for the search (0: no search)
+  int64_t search_start = 512, search_max = int64_t{1} << 20, align = 8;
+  double tol = 0.05;
+  int threads = 1;                  ///< threads of the whole job: each of P ranks gets threads / P
+};
+/// A rank process of one probe or timing: writes dir/rank<r>.json (status ok | oom | failed,
+/// activation peak, step seconds, collective bytes). Returns 0 unless it could not report.
+int RunCpWorker(const CpPlan& plan, const std::string& dir, int64_t seq_len, int64_t budget, int64_t steps);
+/// The parent: prints a table and returns the "context_parallel" section.
+nlohmann::json RunContextParallel(const CpPlan& plan, const std::vector<std::string>& args);
+/// Problems of that section (a probe's ranks disagreeing on the loss, traffic off the
+/// formula, no search result); empty = fine.
+std::vector<std::string> CheckContextParallel(const nlohmann::json& section);
+
 /// LoRA vs full fine-tuning on the same base (--lora-rank): for each mode, the static bytes
 /// (base weights, adapter, gradients, optimizer state), one stream step at each length of
 /// `seq_lens` (activation bytes, time), and the max sequence length under a total memory

@@ -132,9 +132,10 @@ std::string Tail(const fs::path& log, size_t bytes) {
   return text.size() > bytes ? text.substr(text.size() - bytes) : text;
 }
 
-// Starts `n` copies of this executable as ranks 0..n-1 (stdout and stderr to
-// dir/rank<r>.log) and waits for all; when one fails the others are stopped.
-void SpawnRanks(const std::vector<std::string>& args, int n, int zero_stage, const fs::path& dir) {
+}  // namespace
+
+void SpawnRanks(const std::vector<std::string>& args, int n, int zero_stage, const std::string& dir_name) {
+  const fs::path dir(dir_name);
   const int port = FreeLoopbackPort();
   std::fflush(stdout);  // or the children inherit (and print) what is buffered
   std::fflush(stderr);
@@ -184,7 +185,6 @@ void SpawnRanks(const std::vector<std::string>& args, int n, int zero_stage, con
   if (!failure.empty()) throw Error(ErrorCode::kInternal, failure);
 }
 
-}  // namespace
 
 int RunDistWorker(const DistPlan& plan, const std::string& dir, bool overlap) {
   const auto dist = DistOptions::FromEnv();

@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
       a.batch = 2 * *std::max_element(a.world_sizes.begin(), a.world_sizes.end());
     }
     if (!a.dist_worker.empty()) return RunDistWorker(MakeDistPlan(a, a.dist_seq_len), a.dist_worker, a.dist_overlap != 0);
+    if (!a.cp_worker.empty()) return RunCpWorker(MakeCpPlan(a), a.cp_worker, a.cp_seq_len, a.cp_budget, a.cp_steps);
     ConfigureThreads(a.threads);
     RegisterBuiltinObjectives();
     Context ctx;
@@ -207,6 +208,38 @@ int main(int argc, char** argv) {
         for (const auto& p : problems) std::printf("check: FAIL: %s\n", p.c_str());
         if (!problems.empty()) return 1;
         std::printf("check: PASS (identical weights on every rank; the whole gradient summed once per step)\n");
+      }
+      return 0;
+    }
+
+    if (!a.context_parallel.empty()) {
+      const auto plan = MakeCpPlan(a);
+      const auto resolved = ResolveChunks(plan.engine, plan.seq_len, ctx.config, ctx.dtype);
+      std::printf("== context parallel: %s, stream (chunk %lld, logits chunk %lld, key chunk %lld at T=%lld on one "
+                  "process; a rank resolves them for its own positions), batch %lld; P processes on loopback Gloo, %d "
+                  "threads in all (threads / P per rank)%s\n",
+                  a.objective.c_str(), (long long)resolved.chunk, (long long)resolved.logits_chunk,
+                  (long long)resolved.key_chunk, (long long)plan.seq_len, (long long)a.batch, plan.threads,
+                  plan.budget > 0 ? ("; search under " + HumanBytes(plan.budget) + " of activations per rank").c_str() : "");
+      std::printf("   max T: longest sequence fitting the budget (to the first OOM); act/rank: activation peak of the "
+                  "most loaded rank at T=%lld; step s: its slowest rank; K/V MiB/layer: gathered K/V + reduced dK/dV per "
+                  "layer and step, measured and by the formula\n",
+                  (long long)plan.seq_len);
+      std::printf("%3s %8s %9s %7s %12s %9s %7s %12s %12s %8s %12s\n", "P", "thr/rank", "max T", "vs P1", "act/rank",
+                  "step s", "vs P1", "K/V MiB/lyr", "formula MiB", "comm s", "loss");
+      std::vector<std::string> args(argv, argv + argc);
+      report["context_parallel"] = {{"seq_len", plan.seq_len},
+                                    {"engine", EngineOptionsToJson(plan.engine)},
+                                    {"batch", a.batch},
+                                    {"threads", plan.threads},
+                                    {"budget_bytes_per_rank", plan.budget},
+                                    {"runs", RunContextParallel(plan, args)}};
+      write_json();
+      if (a.check) {
+        const auto problems = CheckContextParallel(report["context_parallel"]);
+        for (const auto& p : problems) std::printf("check: FAIL: %s\n", p.c_str());
+        if (!problems.empty()) return 1;
+        std::printf("check: PASS (every rank reports the same loss; K/V traffic per layer as the formula says)\n");
       }
       return 0;
     }

@@ -81,4 +81,25 @@ DistPlan MakeDistPlan(const Args& a, int64_t seq_len) {
   return p;
 }
 
+CpPlan MakeCpPlan(const Args& a) {
+  CpPlan p;
+  p.model_dir = a.model_dir;
+  p.preset = a.preset;
+  p.family = a.family;
+  p.dtype = a.dtype;
+  p.seed = a.seed;
+  p.workload = {a.objective, a.batch, 1};
+  p.engine = Engine(a, EngineKind::kStream, a.chunk, a.logits_chunk);
+  p.ranks = a.context_parallel;
+  p.seq_len = a.seq_lens.front();
+  p.repeat = a.repeat;
+  p.budget = a.no_search ? 0 : ParseBytes(a.budget);
+  p.search_start = a.search_start;
+  p.search_max = a.search_max;
+  p.align = a.search_align;
+  p.tol = std::max(a.search_tol, 0.01);
+  p.threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return p;
+}
+
 }  // namespace streambp::bench

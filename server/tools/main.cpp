@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
   grad_cmd->add_option("--adapter", grad.adapter,
                        "PEFT LoRA adapter folder: the base frozen, the adapter's gradients written under its names");
   grad_cmd->add_option("--out", grad.out, "output .safetensors file")->required();
+  grad_cmd->add_option("--context-parallel", grad.context_parallel,
+                       "split every sequence over this many processes (RANK, WORLD_SIZE, MASTER_ADDR, "
+                       "MASTER_PORT); rank 0 writes the gradients")
+      ->check(CLI::PositiveNumber);
 
   streambp::tools::VerifyArgs verify;
   auto* verify_cmd = app.add_subcommand(
@@ -161,6 +165,10 @@ int main(int argc, char** argv) {
                         "padded tokens per micro-batch (0 = the whole step at once)")
       ->check(CLI::NonNegativeNumber);
   train_cmd->add_option("--save", train.save, "write a checkpoint folder at the end");
+  train_cmd->add_option("--context-parallel", train.context_parallel,
+                        "split every sequence over this many processes (RANK, WORLD_SIZE, MASTER_ADDR, "
+                        "MASTER_PORT); rank 0 reports and saves")
+      ->check(CLI::PositiveNumber);
   train_cmd->add_option("--lora-rank", train.lora_rank, "train a LoRA adapter of this rank on the frozen base")
       ->check(CLI::NonNegativeNumber);
   train_cmd->add_option("--lora-alpha", train.lora_alpha, "LoRA alpha (default 2 x rank)")

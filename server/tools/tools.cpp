@@ -8,7 +8,9 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "streambp/context_parallel.h"
 #include "streambp/data.h"
+#include "streambp/dist.h"
 #include "streambp/engine.h"
 #include "streambp/error.h"
 #include "streambp/gradients.h"
@@ -40,7 +42,15 @@ struct LoadedModel {
     ZeroGradients(*model);
     if (adapter) ZeroGradients(adapter->named_parameters());
   }
+  // The tensors whose gradients the run produces (the adapter's, or the model's).
+  std::vector<torch::Tensor> trained() const {
+    if (!adapter) return model->parameters();
+    std::vector<torch::Tensor> out;
+    for (auto& [name, t] : adapter->named_parameters()) out.push_back(t);
+    return out;
+  }
 };
+
 
 LoadedModel Load(const ModelSource& src, const std::string& adapter_dir = "") {
   LoadedModel m;
@@ -167,6 +177,18 @@ void FillReferenceFromModel(CausalLM& model, Objective& objective, std::vector<S
 
 }  // namespace
 
+std::shared_ptr<Communicator> ContextParallelGroup(int ranks) {
+  if (ranks < 1) throw InvalidArgument("--context-parallel must be >= 1, got " + std::to_string(ranks));
+  const auto dist = DistOptions::FromEnv();
+  if (dist.world_size != ranks) {
+    throw InvalidArgument("--context-parallel " + std::to_string(ranks) + " runs as " + std::to_string(ranks) +
+                          " processes with RANK 0.." + std::to_string(ranks - 1) + ", WORLD_SIZE " +
+                          std::to_string(ranks) + ", MASTER_ADDR and MASTER_PORT set; WORLD_SIZE is " +
+                          std::to_string(dist.world_size));
+  }
+  return Communicator::Create(dist);
+}
+
 std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::string& options_json) {
   RegisterBuiltinObjectives();
   nlohmann::json options;
@@ -206,6 +228,8 @@ int InitModel(const InitModelArgs& args) {
 }
 
 int Grad(const GradArgs& args) {
+  auto group = args.context_parallel != 1 ? ContextParallelGroup(args.context_parallel) : nullptr;
+  const bool writer = group == nullptr || group->rank() == 0;
   auto m = Load(args.model, args.adapter);
   auto objective = MakeObjective(args.objective, args.objective_options);
   auto sequences = ReadExamples(args.data, args.objective);
@@ -215,10 +239,19 @@ int Grad(const GradArgs& args) {
   EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false,
                         args.flags.key_chunk};
   TerminalProgress line(args.engine);
+  if (writer) options = line.wrap(options);
   auto t0 = std::chrono::steady_clock::now();
-  auto result = ForwardBackward(m.model, batch, *objective, line.wrap(options));
+  ContextParallelStats cp;
+  StepResult result;
+  if (group) {
+    result = ContextParallelForwardBackward(m.model, batch, *objective, options, *group, &cp);
+    SumGradients(m.trained(), *group);
+  } else {
+    result = ForwardBackward(m.model, batch, *objective, options);
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.metrics = objective->finish();
+  if (!writer) return 0;
   auto grads = m.gradients();
   char loss[64];
   std::snprintf(loss, sizeof loss, "%.17g", result.loss);
@@ -233,6 +266,14 @@ int Grad(const GradArgs& args) {
               args.objective.c_str(), result.loss, (long long)result.targets, args.engine.c_str(), secs,
               grads.size(), args.out.c_str());
   if (!result.metrics.empty()) std::printf("metrics: %s\n", FormatMetrics(result.metrics).c_str());
+  if (group) {
+    const auto [begin, end] = ContextShardRange(batch.length(), 0, group->world_size());
+    std::printf("context parallel: %d ranks (rank 0 holds positions [%lld, %lld) of %lld); per layer K/V %.3f MiB, "
+                "dK/dV %.3f MiB; %.3f s in collectives on rank 0\n",
+                group->world_size(), (long long)begin, (long long)end, (long long)batch.length(),
+                static_cast<double>(cp.kv_bytes) / static_cast<double>(cp.layers) / (1 << 20),
+                static_cast<double>(cp.grad_kv_bytes) / static_cast<double>(cp.layers) / (1 << 20), cp.seconds);
+  }
   return 0;
 }
 

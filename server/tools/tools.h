@@ -8,7 +8,15 @@
 #include "streambp/model.h"
 #include "streambp/objective.h"
 
+namespace streambp {
+class Communicator;
+}
+
 namespace streambp::tools {
+
+/// The process group of `--context-parallel P`: P processes started with RANK, WORLD_SIZE =
+/// P, MASTER_ADDR and MASTER_PORT (InvalidArgument naming them when WORLD_SIZE is not P).
+std::shared_ptr<Communicator> ContextParallelGroup(int ranks);
 
 /// A registered objective from --objective and --objective-options (a JSON object);
 /// InvalidArgument for bad JSON, unknown objectives or options.
@@ -59,6 +67,9 @@ struct GradArgs {
   std::string layout = "right";
   EngineFlags flags;
   std::string out;
+  /// Context parallel over this many processes (RANK, WORLD_SIZE = this, MASTER_ADDR,
+  /// MASTER_PORT): each holds its part of every sequence; rank 0 writes the summed gradients.
+  int context_parallel = 1;
 };
 int Grad(const GradArgs& args);
 

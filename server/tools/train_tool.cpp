@@ -7,12 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include "streambp/data.h"
+#include "streambp/dist.h"
 #include "streambp/error.h"
 #include "streambp/model.h"
 #include "streambp/objective.h"
 #include "streambp/runtime.h"
 #include "streambp/lora.h"
 #include "streambp/trainer.h"
+#include "tools.h"
 
 namespace streambp::tools {
 namespace {
@@ -43,6 +45,11 @@ std::string FormatMetrics(const Metrics& metrics) {
 int Train(const TrainArgs& args) {
   if (args.steps <= 0) throw InvalidArgument("--steps must be > 0");
   if (args.batch_size < 0) throw InvalidArgument("--batch-size must be >= 0 (0 = all examples)");
+  // Context parallel: every rank runs the same steps on its part of the positions; rank 0
+  // reports and saves (the others print nothing).
+  auto group = args.context_parallel != 1 ? ContextParallelGroup(args.context_parallel) : nullptr;
+  const bool writer = group == nullptr || group->rank() == 0;
+  if (!writer && std::freopen("/dev/null", "w", stdout) == nullptr) throw Error(ErrorCode::kInternal, "stdout");
   auto objective = MakeObjective(args.objective, args.objective_options);
   const auto sequences = ReadExamples(args.data, args.objective);
   if (sequences.empty()) throw InvalidArgument(args.data + ": no examples");
@@ -87,6 +94,7 @@ int Train(const TrainArgs& args) {
     throw InvalidArgument("--save-adapter and --save-merged need an adapter (--lora-rank R or --adapter DIR)");
   }
   auto trainer = Trainer::Create(std::move(model), options, adapter);
+  if (group) trainer->set_context_parallel(group);
   if (adapter) {
     std::printf("adapter: LoRA r %lld, alpha %g%s, %lld trainable parameters on %s (base frozen)\n",
                 (long long)adapter->config().r, adapter->config().alpha, adapter->config().use_rslora ? " (rsLoRA)" : "",
@@ -135,6 +143,9 @@ int Train(const TrainArgs& args) {
   const double fall = first_loss != 0 ? 100.0 * (first_loss - last_loss) / std::abs(first_loss) : 0.0;
   std::printf("summary: %lld steps in %.2f s, first loss %.6f, last loss %.6f, fell by %.1f%%\n",
               (long long)args.steps, total, first_loss, last_loss, fall);
+  if (group) std::printf("context parallel: %d ranks, each holding 1/%d of every sequence's positions\n",
+                         group->world_size(), group->world_size());
+  if (!writer) return 0;
   if (!args.save_adapter.empty()) {
     adapter->save(args.save_adapter);
     std::printf("saved the PEFT adapter to %s\n", args.save_adapter.c_str());

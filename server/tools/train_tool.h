@@ -26,6 +26,7 @@ struct TrainArgs {
   EngineFlags flags;                     ///< stream chunk sizes
   int64_t micro_batch_tokens = 0;        ///< padded tokens per micro-batch; 0 = whole step at once
   std::string save;                      ///< checkpoint folder written at the end; empty = none
+  int context_parallel = 1;              ///< --context-parallel P: P processes, rank 0 reports and saves
   // LoRA: train an adapter on a frozen base instead of the whole model.
   int64_t lora_rank = 0;                 ///< --lora-rank R; 0 = full fine-tuning (unless --adapter)
   double lora_alpha = 0;                 ///< --lora-alpha; 0 = 2 x rank

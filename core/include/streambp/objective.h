@@ -64,6 +64,15 @@ class Objective {
   virtual bool needs_sequence_pass() const { return false; }
   virtual void observe(const LogitsChunk& chunk) {}
   virtual void end_sequence_pass() {}
+  /// Context parallel (docs/architecture.md: Context parallel): the tensors observe() added
+  /// to that end_sequence_pass() reads (per-sequence sums, on the chunks' device). A step
+  /// whose positions are split over ranks observes each rank's chunks there and sums these
+  /// over the ranks, in place, before end_sequence_pass(). Every rank returns the same
+  /// shapes, defined even when it observed nothing. Empty without a sequence pass.
+  virtual std::vector<torch::Tensor> sequence_pass_sums() { return {}; }
+  /// The part of batch_loss() that end_sequence_pass() computed from those sums: the same
+  /// on every rank of a context-parallel step, so only one of them counts it.
+  virtual double sequence_pass_loss() const { return 0.0; }
 
   /// The loss term of one chunk (a 0-dim tensor on the graph of chunk.logits).
   virtual torch::Tensor chunk_loss(const LogitsChunk& chunk) = 0;

@@ -155,6 +155,14 @@ class Trainer {
   /// it in the same order. Set once, before the first step.
   void set_communicator(std::shared_ptr<Communicator> communicator);
   Communicator* communicator() const { return comm_.get(); }
+  /// Context parallel (docs/architecture.md: Context parallel): from now on every
+  /// forward-backward splits its batches' positions over the ranks of `group` (every rank
+  /// runs the same steps with the same sequences), and optim_step first sums the ranks'
+  /// gradients over it, so every rank applies the one-process update. The stream engine
+  /// only. Not combined with data parallel yet: InvalidArgument when a data-parallel
+  /// communicator of more than one rank is set. Null: off.
+  void set_context_parallel(std::shared_ptr<Communicator> group);
+  Communicator* context_parallel() const { return cp_.get(); }
   /// Bytes of optimizer state this rank holds (1/N of the total with ZeRO).
   int64_t optimizer_state_bytes() const;
   /// How the last optim_step summed the gradients (all zeros without a communicator).
@@ -209,6 +217,7 @@ class Trainer {
   bool pending_ = false;         // gradients accumulated since the last optim_step
   bool nonfinite_loss_ = false;  // a non-finite loss was seen since the last optim_step
   std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> cp_;  // context parallel
   std::map<std::string, int> owner_;  // ZeRO: the rank that owns each parameter
   std::unique_ptr<BucketedSum> overlapped_;  // the gradient sum started by the backward
   std::vector<bool> overlapped_groups_;      // per layer, + the embedding, + the head: added yet

@@ -125,7 +125,7 @@ Batch OnModelDevice(const CausalLMImpl& model, const Batch& batch) {
 }
 
 StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objective, const EngineOptions& options,
-                     const ResolvedChunks& chunks) {
+                     const ResolvedChunks& chunks, const engine::SequenceShard* shard) {
   switch (options.kind) {
     case EngineKind::kFull:
       return engine::FullForwardBackward(model, batch, objective, options.on_grads_ready, options.on_progress);
@@ -134,7 +134,7 @@ StepResult RunEngine(CausalLMImpl& model, const Batch& batch, Objective& objecti
                                                options.on_grads_ready, options.on_progress);
     case EngineKind::kStream:
       return engine::StreamForwardBackward(model, batch, objective, chunks, options, options.on_grads_ready,
-                                           options.on_progress);
+                                           options.on_progress, shard);
   }
   throw InvalidArgument("unknown engine");
 }
@@ -153,10 +153,17 @@ double RouterAuxCoefficient(const EngineOptions& options, const ModelConfig& c) 
 
 StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
                            const EngineOptions& options) {
+  return engine::ForwardBackwardShard(model, batch, objective, options, nullptr);
+}
+
+StepResult engine::ForwardBackwardShard(CausalLM& model, const Batch& batch, Objective& objective,
+                                        const EngineOptions& options, const SequenceShard* shard) {
   engine::ValidateBatch(*model, batch);
   EngineOptions on_device = options;
   on_device.device = DeviceOf(*model);
-  const auto chunks = ResolveChunks(on_device, batch.length(), model->config(), Dtype(*model));
+  // A shard's chunks are of its own positions.
+  const auto chunks =
+      ResolveChunks(on_device, shard ? shard->length() : batch.length(), model->config(), Dtype(*model));
   if (options.offload_layer_inputs && options.kind != EngineKind::kStream) {
     throw InvalidArgument("offload_layer_inputs needs the stream engine (engine " + EngineName(options.kind) + ")");
   }
@@ -189,12 +196,14 @@ StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objec
       };
     }
     ScopedRoutingReplay routing(*model, &replay, aux_coef > 0 ? &aux : nullptr);
-    auto result = RunEngine(*model, on_model, objective, on_device, chunks);
+    auto result = RunEngine(*model, on_model, objective, on_device, chunks, shard);
     result.routing_decisions = replay.decisions();
     result.routing_mismatches = replay.mismatches();
     if (aux_coef > 0) {
+      // A context-parallel step's statistics are the whole step's on every rank (the engine
+      // sums them after its forward): the first shard's loss carries the term.
       result.router_aux_loss = E * (aux.counts * aux.probs).sum().item<double>() / (L * L * N * step_tokens);
-      result.loss += aux_coef * result.router_aux_loss;
+      if (shard == nullptr || shard->begin == 0) result.loss += aux_coef * result.router_aux_loss;
     }
     return result;
   } catch (...) {
@@ -431,9 +440,11 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last,
 
 HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t slot, const Batch& batch,
                                Objective& objective, int64_t chunk, bool want_grad, const Progress& progress,
-                               ChunkReader::Next then) {
+                               ChunkReader::Next then, const SequenceShard* shard) {
   RECORD_USER_SCOPE("streambp::head");
-  const int64_t T = batch.length();
+  // Rows of the store are positions offset + t of the batch.
+  const int64_t offset = shard ? shard->begin : 0;
+  const int64_t T = shard ? shard->length() : batch.length();
   const int64_t chunks = (T + chunk - 1) / chunk;
   const int64_t layers = static_cast<int64_t>(model.layer_list.size());
   ChunkReader reader(store, slot, T, chunk, objective.needs_sequence_pass() ? 2 : 1, then);
@@ -442,8 +453,9 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
     torch::NoGradGuard no_grad;
     for (int64_t c = 0; c < chunks; ++c) {
       auto h = reader.next(&s, &e);
-      objective.observe(MakeChunk(batch, model.logits(h), s, e));
+      objective.observe(MakeChunk(batch, model.logits(h), offset + s, offset + e));
     }
+    if (shard) shard->all_reduce(objective.sequence_pass_sums());  // every rank's chunks
     objective.end_sequence_pass();
   }
   HeadResult result;
@@ -466,7 +478,7 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
     Report(progress, EngineProgress::Phase::kHead, layers, layers, c, chunks);
     if (!want_grad) {
       torch::NoGradGuard no_grad;
-      add_loss(objective.chunk_loss(MakeChunk(batch, model.logits(rows), s, e)));
+      add_loss(objective.chunk_loss(MakeChunk(batch, model.logits(rows), offset + s, offset + e)));
       continue;
     }
     if (!result.grad_h.defined()) result.grad_h = torch::empty({rows.size(0), T, rows.size(2)}, rows.options());
@@ -476,7 +488,7 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
       torch::AutoGradMode grad(true);
       auto logits = head_trains ? model.logits_outside_head(h, &normed, &projected) : model.logits(h);
       if (head_trains) projected.retain_grad();
-      loss = objective.chunk_loss(MakeChunk(batch, logits, s, e));
+      loss = objective.chunk_loss(MakeChunk(batch, logits, offset + s, offset + e));
     }
     add_loss(loss);
     loss.backward();

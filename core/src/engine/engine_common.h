@@ -27,14 +27,34 @@ struct HeadResult {
   torch::Tensor grad_h;
 };
 using Progress = std::function<void(const EngineProgress&)>;
+
+/// Context parallel (docs/architecture.md: Context parallel): this rank's positions [begin,
+/// end) of every row of the batch, and the exchanges with the other ranks of the group.
+/// Every rank holds the whole Batch (token ids and side inputs are small), so positions,
+/// targets, masks and the objective's step-wide normalizers stay in the batch's coordinates;
+/// activations (layer inputs, hidden states, their gradients) exist for [begin, end) only.
+struct SequenceShard {
+  int64_t begin = 0, end = 0;
+  /// Whole-sequence K/V [B, KVH, T, hd] from this rank's rows [B, KVH, end - begin, hd]:
+  /// every rank's rows, in position order.
+  std::function<KeysValues(const KeysValues& local)> gather_kv;
+  /// dK/dV over the whole sequence [B, KVH, T, hd] (this rank's queries' part) summed over
+  /// the ranks; returns this rank's rows.
+  std::function<KeysValues(const KeysValues& whole)> reduce_grad_kv;
+  /// Sums tensors over the ranks, in place (a mixture of experts' load-balancing statistics).
+  std::function<void(const std::vector<torch::Tensor>&)> all_reduce;
+  int64_t length() const { return end - begin; }
+};
+
 HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
                                Objective& objective, int64_t chunk, bool want_grad,
                                const Progress& progress = nullptr);
 /// The same with h_last in slot `slot` of `store`, read chunk by chunk; `then` is
-/// prefetched after the last read.
+/// prefetched after the last read. With a `shard`, the store holds the positions [begin,
+/// end) of the batch (row t of the store is position begin + t).
 HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t slot, const Batch& batch,
                                Objective& objective, int64_t chunk, bool want_grad, const Progress& progress,
-                               ChunkReader::Next then);
+                               ChunkReader::Next then, const SequenceShard* shard = nullptr);
 
 /// Tells `progress` (if any) where the step is.
 inline void Report(const Progress& progress, EngineProgress::Phase phase, int64_t layer, int64_t layers,
@@ -52,14 +72,23 @@ StepResult FullForwardBackward(CausalLMImpl& model, const Batch& batch, Objectiv
 StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
                                      const ResolvedChunks& chunks, bool tiled_attention,
                                      const GradsReady& ready, const Progress& progress);
+/// With a `shard`: this rank's part of a context-parallel step (its positions' loss terms
+/// and its contributions to every gradient; see SequenceShard).
 StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
                                  const ResolvedChunks& chunks, const EngineOptions& options,
-                                 const GradsReady& ready, const Progress& progress);
+                                 const GradsReady& ready, const Progress& progress,
+                                 const SequenceShard* shard = nullptr);
+
+/// ForwardBackward with `shard` handed to the stream engine (null: the whole batch): the
+/// validation, routing replay and load-balancing loss around RunEngine.
+StepResult ForwardBackwardShard(CausalLM& model, const Batch& batch, Objective& objective,
+                                const EngineOptions& options, const SequenceShard* shard);
 
 /// StreamBP's no-graph forward of one layer: K/V once, then queries chunk by chunk (keys
 /// tile by tile), so no more than one chunk x key_chunk block of scores exists at a time.
+/// With a `shard`, x and rope hold its positions only and K/V come from every rank.
 torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x, const Rope& rope,
                                  const Batch& batch, int64_t chunk, int64_t key_chunk,
-                                 int64_t sliding_window);
+                                 int64_t sliding_window, const SequenceShard* shard = nullptr);
 
 }  // namespace streambp::engine

@@ -18,6 +18,7 @@
 // arithmetic is the same, so the gradients are bit-identical.
 #include "engine_common.h"
 #include "layer_store.h"
+#include "streambp/error.h"
 
 namespace streambp::engine {
 namespace {
@@ -84,12 +85,15 @@ KeysValues KeysValuesInChunks(DecoderLayerImpl& layer, int64_t T, int64_t chunk,
 // never both exist.
 torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int64_t slot, torch::Tensor grad,
                                   const Rope& rope, const Batch& batch, const ResolvedChunks& chunks, int64_t window,
-                                  const Progress& progress, int64_t layers, ChunkReader::Next then) {
-  const int64_t T = grad.size(1), chunk = chunks.chunk;
+                                  const Progress& progress, int64_t layers, ChunkReader::Next then,
+                                  const SequenceShard* shard) {
+  // T: this rank's positions (all of them without a shard), from `offset` in the batch.
+  const int64_t T = grad.size(1), chunk = chunks.chunk, offset = shard ? shard->begin : 0;
   const int64_t n_chunks = (T + chunk - 1) / chunk;
   ChunkReader reader(store, slot, T, chunk, 3, then);
   int64_t s = 0, e = 0;
   KeysValues kv_hat = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t, int64_t) { return reader.next(&s, &e); });
+  if (shard) kv_hat = shard->gather_kv(kv_hat);  // every rank's keys, in the batch's order
   // dK^, dV^: every chunk's attention backward adds its part here in place (the grad sink),
   // in the attention's compute dtype.
   const auto cd = grad.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
@@ -99,13 +103,16 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, LayerStore& store, in
   for (int64_t c = 0; c < n_chunks; ++c) {
     auto x_q = Leaf(reader.next(&s, &e));
     Report(progress, EngineProgress::Phase::kBackward, slot, layers, c, n_chunks);
-    KeysValues prefix{kv_hat.k.slice(2, 0, e), kv_hat.v.slice(2, 0, e)};
-    auto y = layer.forward_queries(x_q, rope.slice(s, e), prefix, AttentionPattern::Causal(batch, s, e, e, window),
+    const int64_t qs = offset + s, qe = offset + e;  // the chunk's positions in the batch
+    KeysValues prefix{kv_hat.k.slice(2, 0, qe), kv_hat.v.slice(2, 0, qe)};
+    auto y = layer.forward_queries(x_q, rope.slice(s, e), prefix, AttentionPattern::Causal(batch, qs, qe, qe, window),
                                    AttentionTiling{chunks.key_chunk, 0, &grad_kv});
     torch::autograd::backward({y}, {grad.slice(1, s, e).contiguous()});
     grad.slice(1, s, e).copy_(x_q.grad());  // g[s:e] is done with: dx[s:e] takes its place
   }
   kv_hat = KeysValues{};
+  // Every rank's queries saw this rank's keys: their dK/dV parts summed, this rank's rows.
+  if (shard) grad_kv = shard->reduce_grad_kv(grad_kv);
   for (int64_t c = 0; c < n_chunks; ++c) {
     auto x = Leaf(reader.next(&s, &e));
     KeysValues kv = layer.keys_values(x, rope.slice(s, e));
@@ -142,16 +149,18 @@ torch::Tensor PrefixRecomputeLayerBackward(DecoderLayerImpl& layer, const torch:
 }  // namespace
 
 torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x, const Rope& rope,
-                                 const Batch& batch, int64_t chunk, int64_t key_chunk, int64_t window) {
+                                 const Batch& batch, int64_t chunk, int64_t key_chunk, int64_t window,
+                                 const SequenceShard* shard) {
   torch::NoGradGuard no_grad;
-  const int64_t T = x.size(1);
+  const int64_t T = x.size(1), offset = shard ? shard->begin : 0;
   auto kv = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t s, int64_t e) { return x.slice(1, s, e); });
+  if (shard) kv = shard->gather_kv(kv);
   auto y = torch::empty_like(x);
   for (int64_t s = 0; s < T; s += chunk) {
-    const int64_t e = std::min(T, s + chunk);
-    KeysValues prefix{kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)};
+    const int64_t e = std::min(T, s + chunk), qs = offset + s, qe = offset + e;
+    KeysValues prefix{kv.k.slice(2, 0, qe), kv.v.slice(2, 0, qe)};
     y.slice(1, s, e).copy_(layer.forward_queries(x.slice(1, s, e), rope.slice(s, e), prefix,
-                                                 AttentionPattern::Causal(batch, s, e, e, window),
+                                                 AttentionPattern::Causal(batch, qs, qe, qe, window),
                                                  AttentionTiling{key_chunk}));
   }
   return y;
@@ -159,32 +168,44 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
 
 StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Objective& objective,
                                  const ResolvedChunks& chunks, const EngineOptions& options,
-                                 const GradsReady& ready, const Progress& progress) {
-  objective.begin(batch);
+                                 const GradsReady& ready, const Progress& progress, const SequenceShard* shard) {
+  objective.begin(batch);  // the whole batch: the step's normalizers on every rank
   const auto& config = model.config();
   const int64_t layers = static_cast<int64_t>(model.layer_list.size());
-  const int64_t T = batch.length();
+  // This rank's positions [begin, begin + T) of the batch (all of them without a shard).
+  const int64_t begin = shard ? shard->begin : 0;
+  const int64_t T = shard ? shard->length() : batch.length();
+  if (shard && options.recompute_kv_per_chunk) {
+    throw InvalidArgument("recompute_kv_per_chunk (the ablation) does not run context parallel");
+  }
+  const auto ids = batch.input_ids.slice(1, begin, begin + T);
   // Slots 0..L-1: the layer inputs; slot L: the final hidden states.
   std::unique_ptr<LayerStore> store;
   Rope rope;
   {
     torch::NoGradGuard no_grad;
-    auto x = model.embed(batch.input_ids);
-    rope = model.rope_tables(batch.position_ids, x);
-    store = std::make_unique<LayerInputs>(model, batch.input_ids,
+    auto x = model.embed(ids);
+    rope = model.rope_tables(batch.position_ids.slice(1, begin, begin + T), x);
+    store = std::make_unique<LayerInputs>(model, ids,
                                           options.offload_layer_inputs
                                               ? LayerStore::Offloaded(options.scratch_dir, layers, x)
                                               : LayerStore::OnDevice(layers));
     for (int64_t i = 0; i < layers; ++i) {
       Report(progress, EngineProgress::Phase::kForward, i, layers);
       store->put(i, x);  // copied out (second tier) while the layer computes; layer 0's: nothing
-      x = StreamLayerForward(*model.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk, config.window(i));
+      x = StreamLayerForward(*model.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk, config.window(i),
+                             shard);
     }
     store->put(layers, std::move(x));
+    // The load-balancing loss's statistics are the whole step's before any gradient uses them.
+    if (shard && model.router_aux_loss() != nullptr) {
+      shard->all_reduce({model.router_aux_loss()->counts, model.router_aux_loss()->probs});
+    }
   }
   auto first_chunk = [&](int64_t slot) { return ChunkReader::Next{slot, 0, std::min(T, chunks.chunk)}; };
   auto head = HeadForwardBackward(model, *store, layers, batch, objective, chunks.logits_chunk, true, progress,
-                                  options.recompute_kv_per_chunk ? ChunkReader::Next{} : first_chunk(layers - 1));
+                                  options.recompute_kv_per_chunk ? ChunkReader::Next{} : first_chunk(layers - 1),
+                                  shard);
   store->drop(layers);
   if (ready) ready(-2);
   auto grad = std::move(head.grad_h);
@@ -196,14 +217,21 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
       grad = PrefixRecomputeLayerBackward(layer, store->read(i, 0, T), grad, rope, batch, chunks, window);
     } else {
       grad = StreamLayerBackward(layer, *store, i, std::move(grad), rope, batch, chunks, window, progress, layers,
-                                 i > 0 ? first_chunk(i - 1) : ChunkReader::Next{});
+                                 i > 0 ? first_chunk(i - 1) : ChunkReader::Next{}, shard);
     }
     store->drop(i);
     if (ready) ready(i);
   }
-  model.embed_backward(batch.input_ids, grad);
+  model.embed_backward(ids, grad);
   if (ready) ready(-1);
   auto result = MakeResult(objective, batch, head.loss);
+  if (shard) {  // this rank's part of the loss and counts, so that the ranks' results add up
+    // What the sequence pass computed from the whole step's sums is on every rank: the
+    // first shard counts it.
+    if (begin > 0 && objective.batch_loss()) result.loss -= objective.sequence_pass_loss();
+    result.targets = batch.target_mask.slice(1, begin, begin + T).sum().item<int64_t>();
+    result.tokens = (batch.sequence_ids.slice(1, begin, begin + T) >= 0).sum().item<int64_t>();
+  }
   result.offloaded_bytes = store->offloaded_bytes();
   return result;
 }

@@ -80,6 +80,12 @@ class DpoObjective final : public Objective {
     policy_ = objectives::Accumulate(policy_, SumPerSequence(logp.to(torch::kFloat64), chunk.sequence_ids, n_));
   }
 
+  std::vector<torch::Tensor> sequence_pass_sums() override {
+    if (!policy_.defined()) policy_ = torch::zeros({n_}, torch::kFloat64);
+    return {policy_};
+  }
+  double sequence_pass_loss() const override { return batch_loss_; }
+
   void end_sequence_pass() override {
     torch::AutoGradMode grad(true);
     policy_ = policy_.defined() ? policy_.cpu() : torch::zeros({n_}, torch::kFloat64);

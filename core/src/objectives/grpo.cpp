@@ -189,6 +189,13 @@ class GrpoObjective final : public Objective {
     tis_mass_ = objectives::Accumulate(tis_mass_, SumPerSequence(mass, ids, n_));
   }
 
+  std::vector<torch::Tensor> sequence_pass_sums() override {
+    if (!log_ratio_sum_.defined()) log_ratio_sum_ = torch::zeros({n_}, torch::kFloat64);
+    if (!tis_mass_.defined()) tis_mass_ = torch::zeros({n_}, torch::kFloat64);
+    return {log_ratio_sum_, tis_mass_};
+  }
+  double sequence_pass_loss() const override { return sequence_loss_; }
+
   void end_sequence_pass() override {
     torch::AutoGradMode grad(true);
     const auto zeros = torch::zeros({n_}, torch::kFloat64);

@@ -8,6 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "streambp/context_parallel.h"
 #include "streambp/error.h"
 #include "streambp/gradients.h"
 #include "streambp/lora.h"
@@ -235,7 +236,10 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
       }
       pending_ = true;  // from here on the model may carry gradients of this step
       const bool last = m + 1 == micro_batches.size();
-      const auto r = ForwardBackward(model_, batch, objective, last ? last_options : engine_options);
+      const auto& opts = last ? last_options : engine_options;
+      // Context parallel: the step's result on every rank; each rank's part of the gradients.
+      const auto r = cp_ ? ContextParallelForwardBackward(model_, batch, objective, opts, *cp_)
+                         : ForwardBackward(model_, batch, objective, opts);
       total.loss += r.loss;
       total.targets += r.targets;
       total.tokens += r.tokens;
@@ -288,6 +292,16 @@ OptimResult Trainer::optim_step(const AdamStepParams* adam) {
   const double max_grad_norm = adam ? adam->grad_clip_norm : options_.max_grad_norm;
   OptimResult result;
   result.lr = adam ? adam->lr : current_lr();
+  if (cp_) {  // the ranks' parts of the gradients, summed: the one-process gradient on each
+    try {
+      std::vector<torch::Tensor> params;
+      for (auto& [name, p] : trainable()) params.push_back(p);
+      SumGradients(params, *cp_);
+    } catch (...) {
+      zero_gradients();
+      throw;
+    }
+  }
   const bool distributed = comm_ && comm_->world_size() > 1;
   if (distributed) {
     nonfinite_loss_ = comm_->all_reduce_scalar(nonfinite_loss_ ? 1.0 : 0.0, /*max=*/true) > 0;
@@ -385,7 +399,17 @@ OptimResult Trainer::optim_step(const AdamStepParams* adam) {
   return result;
 }
 
+void Trainer::set_context_parallel(std::shared_ptr<Communicator> group) {
+  if (group && comm_ && comm_->world_size() > 1) {
+    throw InvalidArgument("context parallel is not combined with data parallel yet: run one or the other");
+  }
+  cp_ = std::move(group);
+}
+
 void Trainer::set_communicator(std::shared_ptr<Communicator> communicator) {
+  if (communicator && communicator->world_size() > 1 && cp_) {
+    throw InvalidArgument("context parallel is not combined with data parallel yet: run one or the other");
+  }
   comm_ = std::move(communicator);
   owner_.clear();
   if (!comm_) return;

@@ -1,0 +1,65 @@
+#pragma once
+/// Context parallelism (docs/architecture.md: Context parallel): the positions of every
+/// sequence of a step split over the ranks of a c10d group, each rank running StreamBP on
+/// its own contiguous part. Per layer the ranks exchange keys and values, which StreamBP
+/// computes once per layer anyway: each rank computes K/V of its positions and receives the
+/// others' (all-gather) before its query chunks attend to them, and after its backward the
+/// dK/dV its queries produced for every position are summed onto the rank that owns them
+/// (reduce-scatter). Everything else (norms, projections, MLP, lm_head + loss) acts on a
+/// rank's own positions only, so a rank stores 1/P of the layer inputs: the term that
+/// limits StreamBP's sequence length. The sum of the ranks' contributions is the
+/// single-process gradient, exactly (the same arithmetic, summed in another order).
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "streambp/batch.h"
+#include "streambp/dist.h"
+#include "streambp/engine.h"
+#include "streambp/model.h"
+#include "streambp/objective.h"
+
+namespace streambp {
+
+/// The positions [first, second) of a batch of `seq_len` positions that rank `rank` of
+/// `ranks` holds: contiguous, in rank order, sizes differing by at most one.
+std::pair<int64_t, int64_t> ContextShardRange(int64_t seq_len, int rank, int ranks);
+
+/// What a context-parallel step sent through the group: payload bytes of the collectives
+/// (what one rank contributes to each, Communicator's convention) and the time this rank
+/// spent in them, per kind. Per layer and step, with K/V of kv_dim values per position in
+/// the model's dtype (e bytes) and their gradients in the attention's (f bytes: 4, or 8 for
+/// float64): K/V gathered 2 x B x T x kv_dim x e in the forward and again in the backward,
+/// dK/dV reduced 2 x B x T x kv_dim x f.
+struct ContextParallelStats {
+  int64_t kv_bytes = 0;       ///< K/V all-gathers (forward and backward)
+  int64_t grad_kv_bytes = 0;  ///< dK/dV reduce-scatters
+  int64_t other_bytes = 0;    ///< load-balancing statistics, the step's sums
+  double seconds = 0;         ///< time in all of them
+  int64_t collectives = 0;
+  int64_t layers = 0;         ///< decoder layers (to report per layer)
+};
+
+/// ForwardBackward of the stream engine with the batch's positions split over the ranks of
+/// `group` (ContextShardRange). Every rank of the group calls it with the same model
+/// weights, batch, objective options and engine options. Each rank adds its contributions
+/// to every trainable parameter's .grad: their sum over the group (SumGradients, or the
+/// data-parallel all-reduce of a run that is also data parallel) is ForwardBackward's
+/// gradient of the whole batch. The result is the whole step's on every rank: loss, target
+/// and token counts, routing counts summed over the group.
+/// Objectives with a sequence pass (DPO, GSPO) observe each rank's chunks and sum their
+/// per-sequence quantities over the group before any gradient (Objective::sequence_pass_sums).
+/// InvalidArgument (on every rank alike, before any collective) for an engine other than
+/// stream, the recompute ablation, or a batch shorter than the group.
+StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
+                                          const EngineOptions& options, Communicator& group,
+                                          ContextParallelStats* stats = nullptr);
+
+/// Sums the gradients of `params` (those that require grad) over the ranks of `group`, in
+/// place; a parameter without a gradient on this rank takes part with zeros, and one without
+/// a gradient on any rank keeps none.
+void SumGradients(const std::vector<torch::Tensor>& params, Communicator& group);
+
+}  // namespace streambp

@@ -1,0 +1,153 @@
+// Context parallel over the stream engine (docs/architecture.md: Context parallel): the
+// shard's exchanges as c10d collectives, and the step's sums.
+#include "streambp/context_parallel.h"
+
+#include <chrono>
+#include <string>
+
+#include "engine_common.h"
+#include "streambp/error.h"
+
+namespace streambp {
+
+std::pair<int64_t, int64_t> ContextShardRange(int64_t seq_len, int rank, int ranks) {
+  return {seq_len * rank / ranks, seq_len * (rank + 1) / ranks};
+}
+
+namespace {
+
+// Times `calls` collectives into `stats` (when given).
+class Timed {
+ public:
+  Timed(ContextParallelStats* stats, int64_t calls)
+      : stats_(stats), calls_(calls), t0_(std::chrono::steady_clock::now()) {}
+  ~Timed() {
+    if (stats_ == nullptr) return;
+    stats_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    stats_->collectives += calls_;
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  ContextParallelStats* stats_;
+  int64_t calls_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+int64_t Bytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// All-gather along the position dimension (2) of [B, KVH, rows, hd]: each rank's rows in
+// turn, broadcast from their owner (c10d's Gloo has no all-gather of unequal parts).
+KeysValues GatherKeysValues(const KeysValues& local, Communicator& group, int64_t seq_len,
+                            ContextParallelStats* stats) {
+  auto sizes = local.k.sizes().vec();
+  sizes[2] = seq_len;
+  KeysValues whole{torch::empty(sizes, local.k.options()), torch::empty(sizes, local.v.options())};
+  Timed timed(stats, group.world_size());
+  for (int r = 0; r < group.world_size(); ++r) {
+    const auto [s, e] = ContextShardRange(seq_len, r, group.world_size());
+    torch::Tensor k, v;
+    if (r == group.rank()) {
+      k = local.k.contiguous();
+      v = local.v.contiguous();
+    } else {
+      sizes[2] = e - s;
+      k = torch::empty(sizes, local.k.options());
+      v = torch::empty(sizes, local.v.options());
+    }
+    group.broadcast({k, v}, r);
+    if (stats) stats->kv_bytes += Bytes(k) + Bytes(v);
+    whole.k.slice(2, s, e).copy_(k);
+    whole.v.slice(2, s, e).copy_(v);
+  }
+  return whole;
+}
+
+// Reduce-scatter along dimension 2: the sum over the ranks of each rank's rows, delivered to
+// their owner (a reduce per owner); returns this rank's rows.
+KeysValues ReduceGradKeysValues(const KeysValues& whole, Communicator& group, ContextParallelStats* stats) {
+  const int64_t T = whole.k.size(2);
+  KeysValues mine;
+  Timed timed(stats, group.world_size());
+  for (int r = 0; r < group.world_size(); ++r) {
+    const auto [s, e] = ContextShardRange(T, r, group.world_size());
+    auto k = whole.k.slice(2, s, e).contiguous();
+    auto v = whole.v.slice(2, s, e).contiguous();
+    group.reduce_sum({k, v}, r);
+    if (stats) stats->grad_kv_bytes += Bytes(k) + Bytes(v);
+    if (r == group.rank()) mine = {k, v};
+  }
+  return mine;
+}
+
+}  // namespace
+
+StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
+                                          const EngineOptions& options, Communicator& group,
+                                          ContextParallelStats* stats) {
+  const int P = group.world_size();
+  if (options.kind != EngineKind::kStream) {
+    throw InvalidArgument("context parallel runs the stream engine only (engine " + EngineName(options.kind) + ")");
+  }
+  if (options.recompute_kv_per_chunk) {
+    throw InvalidArgument("recompute_kv_per_chunk (the ablation) does not run context parallel");
+  }
+  if (batch.length() < P) {
+    throw InvalidArgument("context parallel over " + std::to_string(P) + " ranks needs batches of at least " +
+                          std::to_string(P) + " positions, got " + std::to_string(batch.length()));
+  }
+  if (stats) stats->layers = static_cast<int64_t>(model->layer_list.size());
+  const auto [begin, end] = ContextShardRange(batch.length(), group.rank(), P);
+  engine::SequenceShard shard;
+  shard.begin = begin;
+  shard.end = end;
+  const int64_t T = batch.length();
+  shard.gather_kv = [&group, stats, T](const KeysValues& local) { return GatherKeysValues(local, group, T, stats); };
+  shard.reduce_grad_kv = [&group, stats](const KeysValues& whole) { return ReduceGradKeysValues(whole, group, stats); };
+  shard.all_reduce = [&group, stats](const std::vector<torch::Tensor>& tensors) {
+    Timed timed(stats, 1);
+    for (const auto& t : tensors) {
+      if (stats) stats->other_bytes += Bytes(t);
+    }
+    group.all_reduce_sum(tensors);
+  };
+  auto result = engine::ForwardBackwardShard(model, batch, objective, options, &shard);
+  // The step's sums (the load-balancing loss is in the first shard's loss only).
+  Timed timed(stats, 1);
+  if (stats) stats->other_bytes += 5 * static_cast<int64_t>(sizeof(double));
+  const auto sums = group.all_reduce_scalars({result.loss, static_cast<double>(result.targets),
+                                              static_cast<double>(result.tokens),
+                                              static_cast<double>(result.routing_decisions),
+                                              static_cast<double>(result.routing_mismatches)});
+  result.loss = sums[0];
+  result.targets = static_cast<int64_t>(sums[1]);
+  result.tokens = static_cast<int64_t>(sums[2]);
+  result.routing_decisions = static_cast<int64_t>(sums[3]);
+  result.routing_mismatches = static_cast<int64_t>(sums[4]);
+  return result;
+}
+
+void SumGradients(const std::vector<torch::Tensor>& params, Communicator& group) {
+  std::vector<torch::Tensor> trained;
+  for (const auto& p : params) {
+    if (p.requires_grad()) trained.push_back(p);
+  }
+  // Which parameters have a gradient on some rank (an expert no rank's tokens reached keeps
+  // none, as in one process).
+  auto present = torch::zeros({static_cast<int64_t>(trained.size())}, torch::kFloat64);
+  for (size_t i = 0; i < trained.size(); ++i) {
+    if (trained[i].grad().defined()) present[static_cast<int64_t>(i)] = 1.0;
+  }
+  group.all_reduce_sum({present});
+  std::vector<torch::Tensor> grads;
+  for (size_t i = 0; i < trained.size(); ++i) {
+    if (present[static_cast<int64_t>(i)].item<double>() == 0) continue;
+    auto& p = trained[i];
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  group.all_reduce_sum(grads);
+}
+
+}  // namespace streambp

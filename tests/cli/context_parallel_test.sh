@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# `grad --context-parallel P` as P processes on loopback (Gloo): rank 0 writes every
+# parameter's gradient, equal in float64 to one process's (1e-10 relative, tensor by tensor),
+# for SFT on a packed batch and DPO, with 2 and 3 ranks; a launch without the environment
+# is a clear error.
+set -uo pipefail
+server="$1"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# compare A B: every tensor of the safetensors file B equals A's to 1e-10 relative (float64).
+compare() {
+  /usr/bin/python3 - "$1" "$2" <<'PY' || fail "gradients of $2 differ from $1"
+import json, struct, sys
+def read(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F64", (name, t["dtype"])
+        s, e = t["data_offsets"]
+        out[name] = struct.unpack("<%dd" % ((e - s) // 8), data[8 + n + s:8 + n + e])
+    return out, header.get("__metadata__", {})
+a, ma = read(sys.argv[1])
+b, mb = read(sys.argv[2])
+assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
+worst = 0.0
+for name in a:
+    scale = max(max(abs(x) for x in a[name]), 1e-300)
+    worst = max(worst, max(abs(x - y) for x, y in zip(a[name], b[name])) / scale)
+loss_a, loss_b = float(ma.get("loss", 0)), float(mb.get("loss", 0))
+print("max relative difference %.3g over %d tensors; loss %.17g vs %.17g" % (worst, len(a), loss_a, loss_b))
+sys.exit(0 if worst <= 1e-10 and abs(loss_a - loss_b) <= 1e-12 * max(1.0, abs(loss_a)) else 1)
+PY
+}
+
+# cp_run RANKS NAME TOOL ARGS...: `TOOL --context-parallel RANKS ARGS` as RANKS processes, logs $dir/NAME-rank<r>.log.
+cp_run() {
+  local ranks="$1" name="$2" tool="$3"; shift 3
+  local master; master="$(free_port)"
+  local procs=()
+  for r in $(seq 0 $((ranks - 1))); do
+    env MASTER_ADDR=127.0.0.1 MASTER_PORT="$master" WORLD_SIZE="$ranks" RANK="$r" STREAMBP_DIST_TIMEOUT=60 \
+      "$server" "$tool" --context-parallel "$ranks" "$@" > "$dir/$name-rank$r.log" 2>&1 &
+    procs+=($!); pids+=($!)
+  done
+  for p in "${procs[@]}"; do wait "$p" || fail "$name: a rank exited non-zero"; done
+}
+cp_grad() { local ranks="$1" name="$2"; shift 2; cp_run "$ranks" "$name" grad "$@" --out "$dir/$name.safetensors"; }
+
+"$server" init-model --family qwen3 --dtype float64 --seed 4 --out "$dir/qwen3" > /dev/null || fail "init-model qwen3"
+"$server" init-model --family gemma3 --dtype float64 --seed 4 --out "$dir/gemma3" > /dev/null || fail "init-model gemma3"
+printf '{"tokens":[1,5,9,13,17,21,25,29,33,37,41]}\n{"prompt":[2,4,6],"completion":[8,10,12,14,16,18,20]}\n{"tokens":[3,6,9,12,15,18,21,24]}\n' > "$dir/sft.jsonl"
+printf '{"prompt":[1,2,3],"chosen":[4,5,6,7],"rejected":[6,7,8]}\n{"prompt":[9,10],"chosen":[10,11,12],"rejected":[11,12,13,14,15]}\n' > "$dir/dpo.jsonl"
+
+for model in qwen3 gemma3; do
+  common=(--model "$dir/$model" --dtype float64 --data "$dir/sft.jsonl" --layout packed --chunk 2 --logits-chunk 3 --key-chunk 2)
+  "$server" grad "${common[@]}" --out "$dir/$model-one.safetensors" > "$dir/$model-one.log" 2>&1 || fail "grad $model"
+  for ranks in 2 3; do
+    cp_grad "$ranks" "$model-cp$ranks" "${common[@]}"
+    grep -q "context parallel: $ranks ranks" "$dir/$model-cp$ranks-rank0.log" || fail "rank 0 does not report the split"
+    ! grep -q "gradients written" "$dir/$model-cp$ranks-rank1.log" || fail "rank 1 reports writing gradients too"
+    echo "$model sft, $ranks ranks: $(compare "$dir/$model-one.safetensors" "$dir/$model-cp$ranks.safetensors")"
+  done
+done
+
+dpo=(--model "$dir/qwen3" --dtype float64 --data "$dir/dpo.jsonl" --objective dpo --chunk 2 --logits-chunk 3)
+"$server" grad "${dpo[@]}" --out "$dir/dpo-one.safetensors" > "$dir/dpo-one.log" 2>&1 || fail "grad dpo"
+cp_grad 2 dpo-cp2 "${dpo[@]}"
+grep -q "rewards/margins" "$dir/dpo-cp2-rank0.log" || fail "dpo over 2 ranks prints no metrics"
+echo "qwen3 dpo, 2 ranks: $(compare "$dir/dpo-one.safetensors" "$dir/dpo-cp2.safetensors")"
+
+# train: three AdamW steps with clipping; rank 0's checkpoint holds one process's weights.
+train=(--model "$dir/qwen3" --dtype float64 --data "$dir/sft.jsonl" --steps 3 --lr 0.01 --chunk 2 --logits-chunk 3)
+"$server" train "${train[@]}" --save "$dir/train-one" > "$dir/train-one.log" 2>&1 || fail "train"
+cp_run 2 train-cp2 train "${train[@]}" --save "$dir/train-cp2"
+grep -q "context parallel: 2 ranks" "$dir/train-cp2-rank0.log" || fail "train over 2 ranks does not say so"
+[ ! -s "$dir/train-cp2-rank1.log" ] || fail "rank 1 of train printed: $(cat "$dir/train-cp2-rank1.log")"
+echo "qwen3 train, 2 ranks: $(compare "$dir/train-one/model.safetensors" "$dir/train-cp2/model.safetensors")"
+
+# Without the processes' environment: the error says what to set, and nothing is written.
+out="$(env -u WORLD_SIZE -u RANK "$server" grad --context-parallel 2 --model "$dir/qwen3" --data "$dir/sft.jsonl" \
+  --out "$dir/none.safetensors" 2>&1)" && fail "grad --context-parallel 2 without WORLD_SIZE succeeded"
+grep -q "runs as 2 processes with RANK 0..1, WORLD_SIZE 2, MASTER_ADDR and MASTER_PORT set; WORLD_SIZE is 1" <<<"$out" \
+  || fail "unclear error: $out"
+[ ! -e "$dir/none.safetensors" ] || fail "a refused run wrote a file"
+echo "PASS"
