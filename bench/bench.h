@@ -254,8 +254,8 @@ struct CpPlan {
 int RunCpWorker(const CpPlan& plan, const std::string& dir, int64_t seq_len, int64_t budget, int64_t steps);
 /// The parent: prints a table and returns the "context_parallel" section.
 nlohmann::json RunContextParallel(const CpPlan& plan, const std::vector<std::string>& args);
-/// Problems of that section (a probe's ranks disagreeing on the loss, traffic off the
-/// formula, no search result); empty = fine.
+/// Problems of that section (ranks disagreeing on the loss, a loss other than the first
+/// run's, traffic off the formula, no search result); empty = fine.
 std::vector<std::string> CheckContextParallel(const nlohmann::json& section);
 
 /// LoRA vs full fine-tuning on the same base (--lora-rank): for each mode, the static bytes

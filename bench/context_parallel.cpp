@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -226,9 +227,15 @@ json RunContextParallel(const CpPlan& plan, const std::vector<std::string>& args
 std::vector<std::string> CheckContextParallel(const json& section) {
   std::vector<std::string> problems;
   if (!section.contains("runs") || section["runs"].empty()) return {"context_parallel: no runs"};
+  const double first_loss = section["runs"][0].value("loss", 0.0);
   for (const auto& r : section["runs"]) {
     const std::string name = "context_parallel P=" + std::to_string(r.value("ranks", 0));
     if (!r.value("same_loss_on_every_rank", false)) problems.push_back(name + ": the ranks report different losses");
+    // The same step split another way: the same loss up to float32 summation order.
+    if (std::abs(r.value("loss", 0.0) - first_loss) > 1e-4 * std::max(1.0, std::abs(first_loss))) {
+      problems.push_back(name + ": loss " + std::to_string(r.value("loss", 0.0)) + " differs from the first run's " +
+                         std::to_string(first_loss));
+    }
     if (r.value("ranks", 1) > 1 && (r.value("kv_bytes_per_layer", int64_t{-1}) != r.value("kv_bytes_per_layer_formula", int64_t{-2}) ||
                                     r.value("grad_kv_bytes_per_layer", int64_t{-1}) !=
                                         r.value("grad_kv_bytes_per_layer_formula", int64_t{-2}))) {

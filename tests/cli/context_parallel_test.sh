@@ -10,7 +10,7 @@ free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("12
 
 # compare A B: every tensor of the safetensors file B equals A's to 1e-10 relative (float64).
 compare() {
-  /usr/bin/python3 - "$1" "$2" <<'PY' || fail "gradients of $2 differ from $1"
+  /usr/bin/python3 - "$1" "$2" <<'PY'  # exit 1 when they differ (the caller fails)
 import json, struct, sys
 def read(path):
     data = open(path, "rb").read()
@@ -63,7 +63,8 @@ for model in qwen3 gemma3; do
     cp_grad "$ranks" "$model-cp$ranks" "${common[@]}"
     grep -q "context parallel: $ranks ranks" "$dir/$model-cp$ranks-rank0.log" || fail "rank 0 does not report the split"
     ! grep -q "gradients written" "$dir/$model-cp$ranks-rank1.log" || fail "rank 1 reports writing gradients too"
-    echo "$model sft, $ranks ranks: $(compare "$dir/$model-one.safetensors" "$dir/$model-cp$ranks.safetensors")"
+    out="$(compare "$dir/$model-one.safetensors" "$dir/$model-cp$ranks.safetensors")" || fail "$model sft, $ranks ranks: $out"
+    echo "$model sft, $ranks ranks: $out"
   done
 done
 
@@ -71,7 +72,8 @@ dpo=(--model "$dir/qwen3" --dtype float64 --data "$dir/dpo.jsonl" --objective dp
 "$server" grad "${dpo[@]}" --out "$dir/dpo-one.safetensors" > "$dir/dpo-one.log" 2>&1 || fail "grad dpo"
 cp_grad 2 dpo-cp2 "${dpo[@]}"
 grep -q "rewards/margins" "$dir/dpo-cp2-rank0.log" || fail "dpo over 2 ranks prints no metrics"
-echo "qwen3 dpo, 2 ranks: $(compare "$dir/dpo-one.safetensors" "$dir/dpo-cp2.safetensors")"
+out="$(compare "$dir/dpo-one.safetensors" "$dir/dpo-cp2.safetensors")" || fail "qwen3 dpo, 2 ranks: $out"
+echo "qwen3 dpo, 2 ranks: $out"
 
 # train: three AdamW steps with clipping; rank 0's checkpoint holds one process's weights.
 train=(--model "$dir/qwen3" --dtype float64 --data "$dir/sft.jsonl" --steps 3 --lr 0.01 --chunk 2 --logits-chunk 3)
@@ -79,7 +81,8 @@ train=(--model "$dir/qwen3" --dtype float64 --data "$dir/sft.jsonl" --steps 3 --
 cp_run 2 train-cp2 train "${train[@]}" --save "$dir/train-cp2"
 grep -q "context parallel: 2 ranks" "$dir/train-cp2-rank0.log" || fail "train over 2 ranks does not say so"
 [ ! -s "$dir/train-cp2-rank1.log" ] || fail "rank 1 of train printed: $(cat "$dir/train-cp2-rank1.log")"
-echo "qwen3 train, 2 ranks: $(compare "$dir/train-one/model.safetensors" "$dir/train-cp2/model.safetensors")"
+out="$(compare "$dir/train-one/model.safetensors" "$dir/train-cp2/model.safetensors")" || fail "qwen3 train, 2 ranks: $out"
+echo "qwen3 train, 2 ranks: $out"
 
 # Without the processes' environment: the error says what to set, and nothing is written.
 out="$(env -u WORLD_SIZE -u RANK "$server" grad --context-parallel 2 --model "$dir/qwen3" --data "$dir/sft.jsonl" \

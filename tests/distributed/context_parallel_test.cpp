@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include "streambp/context_parallel.h"
@@ -52,18 +53,22 @@ std::vector<Sequence> Sequences(const ModelConfig& config, const std::string& ob
       s.advantages[t] = u(rng);
       s.ref_logprobs[t] = -4.6 + 0.5 * u(rng);
     }
-    if (objective == "gspo") s.advantages.clear();
+    if (objective.starts_with("gspo")) s.advantages.clear();
   }
   return seqs;
 }
 
-// Objectives by label: "gspo" is grpo at the sequence level (a sequence pass), with the KL
-// to the reference and truncated importance sampling.
-std::string ObjectiveName(const std::string& label) { return label == "gspo" ? "grpo" : label; }
+// Objectives by label: "gspo" is grpo at the sequence level (a sequence pass) against the
+// sampler's log-probs, with the KL to the reference; "gspo_tis" the same against the current
+// log-probs, where truncated importance sampling weights each completion's mass.
+std::string ObjectiveName(const std::string& label) { return label.starts_with("gspo") ? "grpo" : label; }
 nlohmann::json ObjectiveOptions(const std::string& label) {
   if (label == "grpo") return {{"loss_type", "grpo"}, {"old_logprobs", "sampler"}};
   if (label == "gspo") {
     return {{"importance_sampling_level", "sequence"}, {"old_logprobs", "sampler"}, {"beta", 0.04}};
+  }
+  if (label == "gspo_tis") {
+    return {{"importance_sampling_level", "sequence"}, {"old_logprobs", "current"}, {"tis_cap", 1.02}};
   }
   if (label == "dpo_ipo") return {{"loss_type", "ipo"}};
   return nlohmann::json::object();
@@ -211,7 +216,7 @@ TEST_P(ContextParallelObjectives, RanksSumToOneProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Objectives, ContextParallelObjectives,
-                         ::testing::Values("dpo", "dpo_ipo", "gspo", "grpo", "weighted_logprobs", "ppo", "cispo",
+                         ::testing::Values("dpo", "dpo_ipo", "gspo", "gspo_tis", "grpo", "weighted_logprobs", "ppo", "cispo",
                                            "cross_entropy"));
 
 // LoRA with nonzero B on every projection (the lm_head too): the adapter's gradients,
@@ -439,6 +444,47 @@ TEST(ContextParallel, NotCombinedWithDataParallelYet) {
     errors[rank] = ErrorOf([&] { trainer->set_context_parallel(group); });
   });
   for (const auto& e : errors) EXPECT_NE(e.find("not combined with data parallel yet"), std::string::npos) << e;
+}
+
+// An objective from elsewhere (RegisterObjective) that context parallel cannot run exactly:
+// a sequence pass without its sums, or a loss other than its chunk terms' sum without a
+// sequence pass. Every rank refuses at the same point (none waits in a collective).
+class PlainSum : public Objective {
+ public:
+  PlainSum(bool pass, bool own_loss) : pass_(pass), own_loss_(own_loss) {}
+  std::string name() const override { return pass_ ? "pass_without_sums" : "own_loss"; }
+  void prepare(const std::vector<Sequence>&) override {}
+  void begin(const Batch&) override {}
+  bool needs_sequence_pass() const override { return pass_; }
+  torch::Tensor chunk_loss(const LogitsChunk& c) override { return c.logits.logsumexp(-1).sum(); }
+  std::optional<double> batch_loss() const override { return own_loss_ ? std::optional<double>(1.0) : std::nullopt; }
+  Metrics finish() override { return {}; }
+
+ private:
+  bool pass_, own_loss_;
+};
+
+TEST(ContextParallel, ObjectivesItCannotRunExactlyAreRefusedOnEveryRank) {
+  const auto config = testing::TinyConfig("qwen3");
+  const auto batch = MakeBatch(Sequences(config), Layout::kRightPad);
+  const int port = FreeLoopbackPort();
+  std::vector<std::vector<std::string>> errors(2);
+  RunRanks(2, [&](int rank) {
+    auto model = testing::RandomModel(config, 31, torch::kFloat64);
+    auto group = Communicator::Create(testing::LoopbackRank(rank, 2, port, 0, 20));
+    for (bool pass : {true, false}) {
+      PlainSum objective(pass, !pass);
+      errors[rank].push_back(ErrorOf([&] { ContextParallelForwardBackward(model, batch, objective, Chunked(), *group); }));
+    }
+    group->barrier();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r][0].find("'pass_without_sums' has a sequence pass but does not give its sums"),
+              std::string::npos)
+        << errors[r][0];
+    EXPECT_NE(errors[r][1].find("'own_loss' reports a loss other than the sum of its chunk terms"), std::string::npos)
+        << errors[r][1];
+  }
 }
 
 TEST(ContextParallel, ShardsAreContiguousAndBalanced) {

@@ -45,14 +45,15 @@ struct ContextParallelStats {
 /// ForwardBackward of the stream engine with the batch's positions split over the ranks of
 /// `group` (ContextShardRange). Every rank of the group calls it with the same model
 /// weights, batch, objective options and engine options. Each rank adds its contributions
-/// to every trainable parameter's .grad: their sum over the group (SumGradients, or the
-/// data-parallel all-reduce of a run that is also data parallel) is ForwardBackward's
-/// gradient of the whole batch. The result is the whole step's on every rank: loss, target
+/// to every trainable parameter's .grad: their sum over the group (SumGradients) is
+/// ForwardBackward's gradient of the whole batch. The result is the whole step's on every rank: loss, target
 /// and token counts, routing counts summed over the group.
 /// Objectives with a sequence pass (DPO, GSPO) observe each rank's chunks and sum their
 /// per-sequence quantities over the group before any gradient (Objective::sequence_pass_sums).
 /// InvalidArgument (on every rank alike, before any collective) for an engine other than
-/// stream, the recompute ablation, or a batch shorter than the group.
+/// stream, the recompute ablation, or a batch shorter than the group; (on every rank alike,
+/// mid-step) for an objective whose sequence pass gives no sums or whose loss is not its
+/// chunk terms' sum without a sequence pass.
 StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
                                           const EngineOptions& options, Communicator& group,
                                           ContextParallelStats* stats = nullptr);

@@ -135,11 +135,12 @@ void SumGradients(const std::vector<torch::Tensor>& params, Communicator& group)
   }
   // Which parameters have a gradient on some rank (an expert no rank's tokens reached keeps
   // none, as in one process).
-  auto present = torch::zeros({static_cast<int64_t>(trained.size())}, torch::kFloat64);
-  for (size_t i = 0; i < trained.size(); ++i) {
-    if (trained[i].grad().defined()) present[static_cast<int64_t>(i)] = 1.0;
-  }
-  group.all_reduce_sum({present});
+  std::vector<double> flags(trained.size(), 0.0);
+  for (size_t i = 0; i < trained.size(); ++i) flags[i] = trained[i].grad().defined() ? 1.0 : 0.0;
+  // Staged where the backend moves tensors (NCCL: the rank's GPU).
+  auto staged = torch::tensor(flags, torch::kFloat64).to(group.device());
+  group.all_reduce_sum({staged});
+  const auto present = staged.cpu();
   std::vector<torch::Tensor> grads;
   for (size_t i = 0; i < trained.size(); ++i) {
     if (present[static_cast<int64_t>(i)].item<double>() == 0) continue;

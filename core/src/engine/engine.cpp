@@ -455,7 +455,15 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
       auto h = reader.next(&s, &e);
       objective.observe(MakeChunk(batch, model.logits(h), offset + s, offset + e));
     }
-    if (shard) shard->all_reduce(objective.sequence_pass_sums());  // every rank's chunks
+    if (shard) {  // every rank's chunks: the sums are the whole step's on every rank
+      auto sums = objective.sequence_pass_sums();
+      if (sums.empty()) {  // the same objective on every rank: all refuse here, none waits
+        throw InvalidArgument("objective '" + objective.name() +
+                              "' has a sequence pass but does not give its sums (Objective::sequence_pass_sums): "
+                              "it cannot run context parallel");
+      }
+      shard->all_reduce(sums);
+    }
     objective.end_sequence_pass();
   }
   HeadResult result;

@@ -226,6 +226,13 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
   if (ready) ready(-1);
   auto result = MakeResult(objective, batch, head.loss);
   if (shard) {  // this rank's part of the loss and counts, so that the ranks' results add up
+    // A loss that is not the sum of the chunk terms is known only where it comes from the
+    // sequence pass (on every rank alike: all refuse, none waits in the step's sums).
+    if (objective.batch_loss() && !objective.needs_sequence_pass()) {
+      throw InvalidArgument("objective '" + objective.name() +
+                            "' reports a loss other than the sum of its chunk terms without a sequence pass: it "
+                            "cannot run context parallel");
+    }
     // What the sequence pass computed from the whole step's sums is on every rank: the
     // first shard counts it.
     if (begin > 0 && objective.batch_loss()) result.loss -= objective.sequence_pass_loss();
