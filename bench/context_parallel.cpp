@@ -17,6 +17,7 @@
 #include "streambp/context_parallel.h"
 #include "streambp/dist.h"
 #include "streambp/error.h"
+#include "streambp/estimate.h"
 #include "streambp/memory.h"
 #include "streambp/objective.h"
 #include "streambp/runtime.h"
@@ -196,6 +197,11 @@ json RunContextParallel(const CpPlan& plan, const std::vector<std::string>& args
     run["step_seconds"] = slowest;
     run["step_seconds_vs_first"] = base_seconds > 0 ? slowest / base_seconds : 0.0;
     run["activation_bytes_per_rank"] = MaxOf(ranks, "activation_bytes");
+    // The analytic per-rank estimate the server admits steps by (streambp/estimate.h).
+    run["activation_bytes_estimate_per_rank"] =
+        EstimateStepMemory(PlanConfig(plan), ParseDtype(plan.dtype), ranks[0].at("rows").get<int64_t>(), plan.seq_len,
+                           plan.engine, "none", nullptr, P)
+            .activation_bytes;
     run["kv_bytes_per_layer"] = P > 1 ? ranks[0].at("kv_bytes").get<int64_t>() / layers : 0;
     run["grad_kv_bytes_per_layer"] = P > 1 ? ranks[0].at("grad_kv_bytes").get<int64_t>() / layers : 0;
     run["kv_bytes_per_layer_formula"] = P > 1 ? kv_formula : 0;
@@ -217,6 +223,11 @@ json RunContextParallel(const CpPlan& plan, const std::vector<std::string>& args
                 vs_len, HumanBytes(run["activation_bytes_per_rank"].get<int64_t>()).c_str(), slowest,
                 run["step_seconds_vs_first"].get<double>(), measured, formula, run["comm_seconds"].get<double>(),
                 run["loss"].get<double>());
+    std::printf("    P=%d activation per rank: measured %s, estimate %s (%.2fx)\n", P,
+                HumanBytes(run["activation_bytes_per_rank"].get<int64_t>()).c_str(),
+                HumanBytes(run["activation_bytes_estimate_per_rank"].get<int64_t>()).c_str(),
+                static_cast<double>(run["activation_bytes_estimate_per_rank"].get<int64_t>()) /
+                    static_cast<double>(std::max<int64_t>(1, run["activation_bytes_per_rank"].get<int64_t>())));
     std::fflush(stdout);
     runs.push_back(run);
   }
@@ -240,6 +251,14 @@ std::vector<std::string> CheckContextParallel(const json& section) {
                                     r.value("grad_kv_bytes_per_layer", int64_t{-1}) !=
                                         r.value("grad_kv_bytes_per_layer_formula", int64_t{-2}))) {
       problems.push_back(name + ": K/V traffic per layer differs from the formula");
+    }
+    // The estimate may be conservative but never far below the measured peak (as the
+    // one-process estimate is held to in tests/unit/engine_test.cpp).
+    const double measured = static_cast<double>(r.value("activation_bytes_per_rank", int64_t{0}));
+    const double ratio = measured > 0 ? r.value("activation_bytes_estimate_per_rank", int64_t{0}) / measured : 0.0;
+    if (ratio < 0.9 || ratio > 2.5) {
+      problems.push_back(name + ": the per-rank activation estimate is " + std::to_string(ratio) +
+                         "x the measured peak (expected 0.9x to 2.5x)");
     }
     if (r.contains("max_seq_len") && r["max_seq_len"].get<int64_t>() <= 0) {
       problems.push_back(name + ": not even the search's start fits the budget");

@@ -55,8 +55,10 @@ int Info(const ConnectionFlags& conn) {
   std::printf("sizes:        %lld layers, hidden %lld, %lld heads (%lld kv) x %lld, vocab %lld\n",
               (long long)i.num_layers(), (long long)i.hidden_size(), (long long)i.num_heads(),
               (long long)i.num_kv_heads(), (long long)i.head_dim(), (long long)i.vocab_size());
-  std::printf("dtype:        %s on %s (world size %d)\n", i.dtype().c_str(), i.device().c_str(),
-              i.world_size() > 0 ? i.world_size() : 1);
+  std::printf("dtype:        %s on %s (world size %d%s)\n", i.dtype().c_str(), i.device().c_str(),
+              i.world_size() > 0 ? i.world_size() : 1,
+              i.context_parallel() > 1 ? (", each sequence split over " + std::to_string(i.context_parallel()) + " ranks").c_str()
+                                       : "");
   std::printf("engine:       %s (chunk %s, logits chunk %s, key chunk %s)\n", i.engine().c_str(),
               Chunk(i.chunk()).c_str(), Chunk(i.logits_chunk()).c_str(), Chunk(i.key_chunk()).c_str());
   std::printf("policy:       version %lld, step %lld, %lld pending micro-batches\n", (long long)i.policy_version(),

@@ -88,6 +88,7 @@ void ToProto(const HostInfo& i, v1::GetInfoResponse* out) {
   out->set_logits_chunk(materialized ? 0 : defaults.logits_chunk);
   out->set_key_chunk(stream ? defaults.key_chunk : 0);
   out->set_world_size(i.world_size);
+  out->set_context_parallel(i.context_parallel);
   out->set_optimizer(i.optimizer);
   out->set_learning_rate(i.learning_rate);
   out->set_max_sequence_length(i.max_sequence_length);

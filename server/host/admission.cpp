@@ -49,6 +49,11 @@ EngineOptions Admission::resolve_engine(const EngineRequest& r) const {
   if (r.chunk > 0) o.chunk = r.chunk;
   if (r.logits_chunk > 0) o.logits_chunk = r.logits_chunk;
   if (r.key_chunk > 0) o.key_chunk = r.key_chunk;
+  if (config_.parallel.context_parallel > 1 && o.kind != EngineKind::kStream) {
+    throw InvalidArgument("engine.engine: this server is context parallel (parallel.context_parallel " +
+                          std::to_string(config_.parallel.context_parallel) +
+                          "), which runs the stream engine only; leave engine.engine empty or name stream");
+  }
   if (r.router_aux_loss_coef) {
     const double coef = *r.router_aux_loss_coef;
     if (!(std::isfinite(coef) && coef >= 0)) {
@@ -83,16 +88,21 @@ void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t token
                            EngineOptions* engine, const LoraConfig* lora, int64_t resident_bytes) const {
   const int64_t longest = Longest(sequences);
   const int64_t rows = rows_of(sequences, tokens);
+  const int64_t P = config_.parallel.context_parallel;
+  if (P > 1 && longest < P) {  // refused here rather than by every rank
+    throw InvalidArgument("context parallel over " + std::to_string(P) + " ranks needs sequences of at least " +
+                          std::to_string(P) + " tokens, the longest has " + std::to_string(longest));
+  }
   if (config_.limits.auto_chunks && engine->kind == EngineKind::kStream && !chunks_given) {
     // The largest chunks whose estimated peak fits the memory budget.
     auto chosen = ChooseChunks(model_, dtype_, rows, longest, config_.limits.memory_budget_bytes - resident_bytes,
-                               config_.trainer.optimizer.name, lora, *engine);
+                               config_.trainer.optimizer.name, lora, *engine, P);
     engine->chunk = chosen.chunk;
     engine->logits_chunk = chosen.logits_chunk;
     engine->key_chunk = chosen.key_chunk;
   }
-  check_budget(EstimateStepMemory(model_, dtype_, rows, longest, *engine, config_.trainer.optimizer.name, lora),
-               resident_bytes, "the step",
+  check_budget(EstimateStepMemory(model_, dtype_, rows, longest, *engine, config_.trainer.optimizer.name, lora, P),
+               resident_bytes, P > 1 ? "the step (per rank, context parallel over " + std::to_string(P) + ")" : "the step",
                "use the stream engine, smaller chunks, smaller micro-batches (trainer.micro_batch_tokens) or shorter "
                "sequences");
 }
@@ -150,7 +160,9 @@ EstimateReply Admission::estimate(int64_t rows, int64_t seq_len, const EngineReq
   EstimateReply r;
   const auto options = resolve_engine(engine);
   r.engine = options.kind;
-  r.estimate = EstimateStepMemory(model_, dtype_, rows, seq_len, options, config_.trainer.optimizer.name, lora);
+  // Context parallel: one rank's peak (each rank holds the weights, gradients and state).
+  r.estimate = EstimateStepMemory(model_, dtype_, rows, seq_len, options, config_.trainer.optimizer.name, lora,
+                                  config_.parallel.context_parallel);
   r.estimate.weights_bytes += resident_bytes;  // the other resident sessions are held too
   r.budget_bytes = l.memory_budget_bytes;
   r.fits = l.memory_budget_bytes <= 0 || r.estimate.total() <= l.memory_budget_bytes;

@@ -189,6 +189,11 @@ ServerConfig ServerConfig::FromJson(const json& j, bool validate) {
     s.get("snapshot_ttl_seconds", c.sessions.snapshot_ttl_seconds);
     s.done();
   }
+  if (const json* pp = top.sub("parallel")) {
+    Section s(*pp, "parallel");
+    s.get("context_parallel", c.parallel.context_parallel);
+    s.done();
+  }
   top.get("resume", c.resume);
   top.done();
   if (validate) c.Validate();
@@ -222,6 +227,9 @@ void ServerConfig::Validate() const {
     fail("model.device must be cpu, cuda or cuda:N, got '" + model.device + "'");
   }
   if (listen.find(':') == std::string::npos) fail("listen must be host:port, got '" + listen + "'");
+  if (parallel.context_parallel < 1 || parallel.context_parallel > 4096) {
+    fail("parallel.context_parallel must be between 1 and 4096, got " + std::to_string(parallel.context_parallel));
+  }
   if (limits.max_tokens_per_request <= 0 || limits.max_sequence_length <= 0) {
     fail("limits.max_tokens_per_request and limits.max_sequence_length must be > 0");
   }
@@ -383,6 +391,7 @@ json ServerConfig::ToJson(bool mask_secrets) const {
               {"log", {{"format", log.format}, {"level", log.level}}},
               {"keepalive", {{"time_ms", keepalive.time_ms}, {"timeout_ms", keepalive.timeout_ms}}},
               {"metrics", {{"listen", metrics.listen}, {"dashboard", metrics.dashboard}}},
+              {"parallel", {{"context_parallel", parallel.context_parallel}}},
               {"history",
                {{"max_records", history.max_records}, {"file", history.file}, {"tensorboard", history.tensorboard}}},
               {"rollouts", {{"groups_per_step", rollouts.groups_per_step},

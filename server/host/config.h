@@ -132,6 +132,15 @@ struct RolloutSection {
   std::string audit_log;
 };
 
+/// How the ranks of a distributed server (RANK, WORLD_SIZE, ...) share the work
+/// (docs/architecture.md: Context parallel).
+struct ParallelSection {
+  /// 1: the ranks are data parallel (each trains on its share of the batch's sequences).
+  /// P > 1: every sequence's positions are split over P ranks (context parallel); P must
+  /// equal WORLD_SIZE (data parallel x context parallel is not supported yet).
+  int64_t context_parallel = 1;
+};
+
 struct ServerConfig {
   ModelSection model;
   TrainerOptions trainer;        ///< optimizer, schedule, clipping, engine, micro-batches, reference
@@ -149,6 +158,7 @@ struct ServerConfig {
   bool resume = false;           ///< at start, load the newest complete checkpoint in checkpoint_dir
   MetricsSection metrics;
   HistorySection history;
+  ParallelSection parallel;
 
   /// Throws InvalidArgument naming the first unknown key or bad value ("config: ...").
   /// `validate` false: only keys and types are checked, not how the fields fit together

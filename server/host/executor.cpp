@@ -43,14 +43,35 @@ std::unique_ptr<Executor> MakeExecutor(std::unique_ptr<Replica> replica, std::sh
   return std::make_unique<LocalExecutor>(std::move(replica), std::move(comm), std::move(on_command));
 }
 
+void CheckParallelLayout(const ServerConfig& config, const DistOptions& dist) {
+  const int64_t P = config.parallel.context_parallel;
+  if (P <= 1) return;
+  const std::string what = "parallel.context_parallel " + std::to_string(P);
+  if (dist.world_size != P) {
+    throw InvalidArgument(what + " needs " + std::to_string(P) + " ranks (RANK, WORLD_SIZE=" + std::to_string(P) +
+                          ", MASTER_ADDR, MASTER_PORT), got WORLD_SIZE=" + std::to_string(dist.world_size) +
+                          (dist.world_size > P ? " (data parallel x context parallel is not supported yet)" : ""));
+  }
+  if (dist.zero_stage != 0) {
+    throw InvalidArgument(what + ": every rank holds the whole optimizer state under context parallel; set "
+                          "STREAMBP_ZERO_STAGE=0 (got " + std::to_string(dist.zero_stage) + ")");
+  }
+  if (config.trainer.engine.kind != EngineKind::kStream) {
+    throw InvalidArgument(what + " runs the stream engine only; the configured engine is " +
+                          EngineName(config.trainer.engine.kind) + " (trainer.engine.kind, --engine)");
+  }
+}
+
 int RunFollower(const ServerConfig& config, const DistOptions& dist) {
+  CheckParallelLayout(config, dist);
   RegisterBuiltinObjectives();
   DistOptions options = dist;
   const auto device = RankDevice(config.model.device, dist);
   if (options.backend.empty()) options.backend = device.is_cuda() ? "nccl" : "gloo";
   auto comm = Communicator::Create(options);
   auto replica = Replica::Create(config, device, comm);
-  spdlog::info("rank {} of {} joined; following rank 0", dist.rank, dist.world_size);
+  spdlog::info("rank {} of {} joined ({}); following rank 0", dist.rank, dist.world_size,
+               config.parallel.context_parallel > 1 ? "context parallel" : "data parallel");
   // What this rank holds, for comparing the ranks: the model (replica-R.safetensors), or a
   // session's trainable state when rank 0 writes it out (at eviction and shutdown:
   // replica-R-SESSION.safetensors, the adapter under PEFT's names or a full session's model;

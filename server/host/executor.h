@@ -32,6 +32,11 @@ class Executor {
 std::unique_ptr<Executor> MakeExecutor(std::unique_ptr<Replica> replica, std::shared_ptr<Communicator> comm,
                                        std::function<void(const std::string&)> on_command = nullptr);
 
+/// The ranks' layout against the config (parallel.context_parallel), on every rank before it
+/// joins the group, so that a bad layout fails at start on each rank with the same message:
+/// context parallel needs WORLD_SIZE = P, ZeRO stage 0 and the stream engine.
+void CheckParallelLayout(const ServerConfig& config, const DistOptions& dist);
+
 /// Ranks > 0: builds the same replica, joins the process group and applies rank 0's
 /// commands until it says stop (returns 0) or the group breaks (returns 1, the reason
 /// logged). (`serve` answers gRPC health for the rank meanwhile.) On stop, with a checkpoint_dir, the replica's

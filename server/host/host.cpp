@@ -47,10 +47,16 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
   const auto& c = h->config_;
   CreateObjective("grpo", c.rollouts.grpo);  // bad rollout options fail at start, not at the first step
   std::shared_ptr<Communicator> comm;
+  CheckParallelLayout(c, dist);
   if (dist.enabled()) {
     if (dist.backend.empty()) dist.backend = device.is_cuda() ? "nccl" : "gloo";
     comm = Communicator::Create(dist);  // the other ranks run RunFollower
-    spdlog::info("rank 0 of {}: data parallel over {}, ZeRO stage {}", dist.world_size, dist.backend, dist.zero_stage);
+    if (c.parallel.context_parallel > 1) {
+      spdlog::info("rank 0 of {}: context parallel over {} (every sequence's positions split over the ranks)",
+                   dist.world_size, dist.backend);
+    } else {
+      spdlog::info("rank 0 of {}: data parallel over {}, ZeRO stage {}", dist.world_size, dist.backend, dist.zero_stage);
+    }
   }
   h->executor_ = MakeExecutor(Replica::Create(c, device, comm), comm, std::move(hooks.on_command));
   auto& replica = h->executor_->replica();
@@ -91,6 +97,7 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
   info.device = c.model.device;
   info.engine = c.trainer.engine;
   info.world_size = h->executor_->world_size();
+  info.context_parallel = info.world_size > 1 ? static_cast<int>(c.parallel.context_parallel) : 1;
   info.optimizer = c.trainer.optimizer.name;
   info.learning_rate = c.trainer.optimizer.lr;
   info.max_sequence_length = c.limits.max_sequence_length;

@@ -124,7 +124,10 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
   int64_t longest = 0;
   for (const auto& q : command.sequences) longest = std::max<int64_t>(longest, q.tokens.size());
   st.engine = resolved.kind;
-  st.chunks = ResolveChunks(resolved, longest, executor_->replica().model_config(), executor_->replica().dtype());
+  // Context parallel: each rank's engine chunks its T/P positions.
+  const int64_t P = std::max<int64_t>(1, config_.parallel.context_parallel);
+  st.chunks = ResolveChunks(resolved, executor_->world_size() > 1 ? (longest + P - 1) / P : longest,
+                            executor_->replica().model_config(), executor_->replica().dtype());
   st.peak_memory_bytes = memory::PeakBytes() - live_before;
   st.seconds = Since(start);
   st.queue_seconds = std::chrono::duration<double>(start - ctx.received).count();

@@ -331,6 +331,7 @@ struct HostInfo {
   std::string dtype, device;
   EngineOptions engine;  ///< the defaults
   int world_size = 1;
+  int context_parallel = 1;  ///< ranks each sequence is split over (1: data parallel, if any)
   std::string optimizer;
   double learning_rate = 0;
   int64_t max_sequence_length = 0, max_tokens_per_request = 0;

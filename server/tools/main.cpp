@@ -134,6 +134,10 @@ int main(int argc, char** argv) {
   verify_cmd->add_option("--tolerance", verify.tolerance, "max relative difference (0 = dtype default)");
   AddEngineFlags(verify_cmd, verify.flags);
   verify_cmd->add_option("--adapter", verify.adapter, "PEFT LoRA adapter folder: compare the adapter's gradients");
+  verify_cmd->add_option("--context-parallel", verify.context_parallel,
+                         "also the stream engine with every sequence split over this many processes (RANK, "
+                         "WORLD_SIZE, MASTER_ADDR, MASTER_PORT); rank 0 prints")
+      ->check(CLI::PositiveNumber);
 
   // --- train: a local training loop (train_tool.h) ---
   streambp::tools::TrainArgs train;
@@ -233,6 +237,10 @@ int main(int argc, char** argv) {
                         with_default("longest sequence accepted", std::to_string(defaults.limits.max_sequence_length)));
   serve_cmd->add_option("--memory-budget", serve.memory_budget,
                         "refuse steps estimated above this many bytes (default 0: no budget)");
+  serve_cmd->add_option("--context-parallel", serve.context_parallel,
+                        "split every sequence over this many ranks (parallel.context_parallel; launch WORLD_SIZE of "
+                        "them with RANK, MASTER_ADDR, MASTER_PORT); rank 0 serves")
+      ->check(CLI::PositiveNumber);
   serve_cmd->add_option("--log-format", serve.log_format, with_default("text | json", defaults.log.format));
   serve_cmd->add_flag("--check-config", serve.check_config,
                       "validate the config (and the model folder, device and dtype on this machine), print it, and exit");

@@ -49,6 +49,7 @@ server::ServerConfig BuildConfig(const ServeArgs& a) {
   if (a.memory_budget >= 0) c.limits.memory_budget_bytes = a.memory_budget;
   if (a.micro_batch_tokens >= 0) c.trainer.micro_batch_tokens = a.micro_batch_tokens;
   if (a.threads > 0) c.threads = a.threads;
+  if (a.context_parallel > 0) c.parallel.context_parallel = a.context_parallel;
   if (a.history_tensorboard) c.history.tensorboard = true;
   c.Validate();
   return c;

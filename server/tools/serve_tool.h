@@ -11,6 +11,7 @@ struct ServeArgs {
   std::vector<std::string> tokens;
   int64_t seed = -1, chunk = -1, logits_chunk = -2, key_chunk = -1, queue_depth = 0, max_sequence_length = 0;
   int64_t memory_budget = -1, micro_batch_tokens = -1;
+  int64_t context_parallel = 0;  ///< parallel.context_parallel (0 = as configured)
   double lr = -1;
   int threads = 0;
   std::string port_file;         ///< write the bound port here once listening

@@ -278,6 +278,10 @@ int Grad(const GradArgs& args) {
 }
 
 int Verify(const VerifyArgs& args) {
+  auto group = args.context_parallel != 1 ? ContextParallelGroup(args.context_parallel) : nullptr;
+  if (group && group->rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+    throw Error(ErrorCode::kInternal, "stdout");
+  }
   auto m = Load(args.model, args.adapter);
   const auto dtype = ParseDtype(args.model.dtype);
   const auto& config = m.model->config();
@@ -310,10 +314,18 @@ int Verify(const VerifyArgs& args) {
   TensorMap reference;
   double reference_loss = 0;
   bool ok = true;
-  for (auto kind : {EngineKind::kFull, EngineKind::kCheckpoint, EngineKind::kStream}) {
+  // The rows: full (the reference), checkpoint, stream, and with --context-parallel P the
+  // stream engine over P processes (every rank runs every row; the last one together).
+  std::vector<EngineKind> rows{EngineKind::kFull, EngineKind::kCheckpoint, EngineKind::kStream};
+  if (group) rows.push_back(EngineKind::kStream);
+  for (size_t row = 0; row < rows.size(); ++row) {
+    const auto kind = rows[row];
+    const bool split = group && row == 3;
     EngineOptions options{kind, 0, -1};
     if (kind == EngineKind::kStream) options = {kind, stream.chunk, stream.logits_chunk, false, stream.key_chunk};
-    const auto chunks = ResolveChunks(options, T, config, dtype);
+    // Split: each rank's engine resolves its chunks for its share of the positions.
+    const auto chunks = ResolveChunks(options, split ? ContextShardRange(T, 0, group->world_size()).second : T,
+                                      config, dtype);
     auto objective = MakeObjective(args.objective, args.objective_options);
     m.zero_gradients();
     memory::ResetPeak();
@@ -323,7 +335,12 @@ int Verify(const VerifyArgs& args) {
     {
       TerminalProgress line(EngineName(kind));
       auto t0 = std::chrono::steady_clock::now();
-      result = ForwardBackward(m.model, batch, *objective, line.wrap(options));
+      if (split) {
+        result = ContextParallelForwardBackward(m.model, batch, *objective, line.wrap(options), *group);
+        SumGradients(m.trained(), *group);
+      } else {
+        result = ForwardBackward(m.model, batch, *objective, line.wrap(options));
+      }
       secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     result.metrics = objective->finish();
@@ -338,7 +355,13 @@ int Verify(const VerifyArgs& args) {
       const double loss_rel = std::abs(result.loss - reference_loss) / std::max(std::abs(reference_loss), 1e-300);
       if (!(diff.max_relative <= tolerance) || !(loss_rel <= tolerance)) ok = false;
     }
-    std::printf("%-11s %6lld %7lld %6lld %22.15g %12.3e %12.3e %10.2f %9.3f\n", EngineName(kind).c_str(),
+    char name[32];
+    if (split) {
+      std::snprintf(name, sizeof name, "stream cp%d", group->world_size());
+    } else {
+      std::snprintf(name, sizeof name, "%s", EngineName(kind).c_str());
+    }
+    std::printf("%-11s %6lld %7lld %6lld %22.15g %12.3e %12.3e %10.2f %9.3f\n", name,
                 (long long)chunks.chunk, (long long)chunks.logits_chunk, (long long)chunks.key_chunk, result.loss,
                 diff.max_abs,
                 diff.max_relative, peak_mib, secs);

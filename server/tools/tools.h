@@ -85,6 +85,10 @@ struct VerifyArgs {
   uint64_t data_seed = 1;
   EngineFlags flags;      ///< stream chunk sizes (default: several chunks per sequence)
   double tolerance = 0;   ///< 0 = the dtype's default
+  /// Also the stream engine with every sequence split over this many processes (RANK,
+  /// WORLD_SIZE = this, MASTER_ADDR, MASTER_PORT), the summed gradients against full's;
+  /// rank 0 prints.
+  int context_parallel = 1;
 };
 int Verify(const VerifyArgs& args);
 

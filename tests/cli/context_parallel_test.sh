@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `grad --context-parallel P` as P processes on loopback (Gloo): rank 0 writes every
 # parameter's gradient, equal in float64 to one process's (1e-10 relative, tensor by tensor),
-# for SFT on a packed batch and DPO, with 2 and 3 ranks; a launch without the environment
-# is a clear error.
+# for SFT on a packed batch and DPO, with 2 and 3 ranks; `train` and `verify` the same way; a
+# launch without the environment is a clear error.
 set -uo pipefail
 server="$1"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -83,6 +83,14 @@ grep -q "context parallel: 2 ranks" "$dir/train-cp2-rank0.log" || fail "train ov
 [ ! -s "$dir/train-cp2-rank1.log" ] || fail "rank 1 of train printed: $(cat "$dir/train-cp2-rank1.log")"
 out="$(compare "$dir/train-one/model.safetensors" "$dir/train-cp2/model.safetensors")" || fail "qwen3 train, 2 ranks: $out"
 echo "qwen3 train, 2 ranks: $out"
+
+# verify: the split stream engine is one more row, against full's gradients (float64), with a
+# Gemma3 model (sliding windows) over 2 ranks; rank 0 prints it, rank 1 nothing.
+cp_run 2 verify-cp2 verify --model "$dir/gemma3" --dtype float64 --seq-len 24 --batch 2 --layout packed
+grep -q "^stream cp2 " "$dir/verify-cp2-rank0.log" || fail "verify prints no split row: $(cat "$dir/verify-cp2-rank0.log")"
+grep -q "PASS: all engines" "$dir/verify-cp2-rank0.log" || fail "verify over 2 ranks did not pass"
+[ ! -s "$dir/verify-cp2-rank1.log" ] || fail "rank 1 of verify printed: $(cat "$dir/verify-cp2-rank1.log")"
+echo "verify over 2 ranks: $(grep "^stream cp2 " "$dir/verify-cp2-rank0.log")"
 
 # Without the processes' environment: the error says what to set, and nothing is written.
 out="$(env -u WORLD_SIZE -u RANK "$server" grad --context-parallel 2 --model "$dir/qwen3" --data "$dir/sft.jsonl" \

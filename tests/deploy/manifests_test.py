@@ -305,6 +305,14 @@ def check_rendering(label, objs, expect_gpu, multi_rank):
                       "(model.device cuda means cuda:LOCAL_RANK, and LOCAL_RANK defaults to RANK)")
             check(env.get("WORLD_SIZE") == str(spec.get("replicas")),
                   f"{where(w)}: WORLD_SIZE {env.get('WORLD_SIZE')} != replicas {spec.get('replicas')}")
+            # Context parallel splits each sequence over all the ranks: P = WORLD_SIZE = replicas.
+            cp = config.get("parallel", {}).get("context_parallel", 1)
+            check(cp == 1 or str(cp) == env.get("WORLD_SIZE"),
+                  f"{where(w)}: parallel.context_parallel {cp} != WORLD_SIZE {env.get('WORLD_SIZE')}")
+            check(("context-parallel" in label) == (cp > 1),
+                  f"{where(w)}: parallel.context_parallel {cp} in {label.split(' ')[0]}")
+            check(cp == 1 or config.get("trainer", {}).get("engine", {}).get("kind", "stream") == "stream",
+                  f"{where(w)}: context parallel runs the stream engine only")
             check(env.get("MASTER_ADDR", "").startswith(f"{w['metadata']['name']}-0.{spec.get('serviceName')}"),
                   f"{where(w)}: MASTER_ADDR {env.get('MASTER_ADDR')} is not pod 0 of the headless Service")
             check(env.get("MASTER_PORT") and int(env["MASTER_PORT"]) in ports.values(), f"{where(w)}: MASTER_PORT not a container port")
@@ -376,7 +384,8 @@ def check_scraping(label, objs, w, metrics_port, multi_rank):
               f"{label}: Service/{s['metadata']['name']} is scraped but has no port to the metrics port")
 
 
-variants = [("overlays/cpu", False, False), ("overlays/cuda", True, False), ("multi-rank", True, True)]
+variants = [("overlays/cpu", False, False), ("overlays/cuda", True, False), ("multi-rank", True, True),
+            ("overlays/context-parallel", True, True)]
 # The components that bring real weights (deploy/components), each composed with the overlays the
 # way docs/operations.md tells a user to: a kustomization of their own with resources + components.
 compositions = [("overlays/cpu", "model-pvc", False, False), ("overlays/cuda", "model-pvc", True, False),

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <random>
 
@@ -371,12 +372,27 @@ TEST_P(ContextParallelTrainer, RanksApplyTheOneProcessUpdate) {
   const int port = FreeLoopbackPort();
   std::vector<TensorMap> got(2);
   std::vector<std::vector<double>> losses(2);
+  std::vector<std::map<std::string, double>> metrics(2);
   RunRanks(2, [&](int rank) {
     auto trainer = make();
     trainer->set_context_parallel(Communicator::Create(testing::LoopbackRank(rank, 2, port)));
-    for (int i = 0; i < 3; ++i) losses[rank].push_back(trainer->train_step(seqs, *MakeObjective(p.objective)).forward.loss);
+    for (int i = 0; i < 3; ++i) {
+      const auto r = trainer->train_step(seqs, *MakeObjective(p.objective));
+      losses[rank].push_back(r.forward.loss);
+      metrics[rank] = r.forward.metrics;
+    }
     got[rank] = weights(*trainer);
   });
+  // The step's exchange is in its metrics: K/V bytes per layer (the same on both ranks, which
+  // contribute equal shares of the packed rows) and the time in the collectives.
+  const auto single_metrics = make()->train_step(seqs, *MakeObjective(p.objective)).forward.metrics;
+  EXPECT_EQ(single_metrics.count("context_parallel_kv_bytes_per_layer"), 0u);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(metrics[rank].count("context_parallel_kv_bytes_per_layer"), 1u) << rank;
+    EXPECT_GT(metrics[rank].at("context_parallel_kv_bytes_per_layer"), 0.0);
+    EXPECT_GE(metrics[rank].at("context_parallel_seconds"), 0.0);
+  }
+  EXPECT_EQ(metrics[0].at("context_parallel_kv_bytes_per_layer"), metrics[1].at("context_parallel_kv_bytes_per_layer"));
   for (int i = 0; i < 3; ++i) {
     EXPECT_NEAR(losses[0][i], single_losses[i], 1e-12 * std::max(1.0, std::abs(single_losses[i]))) << i;
     EXPECT_EQ(losses[0][i], losses[1][i]) << i;

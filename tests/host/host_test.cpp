@@ -130,6 +130,41 @@ TEST(Host, EmbeddedPresetInAnotherFamily) {
   EXPECT_EQ(round.model.family, "gpt2");
 }
 
+// parallel.context_parallel: parsed, written back, bounded; a layout the ranks cannot form is
+// refused at start with what to change (tests/cli/cp_serve_test.sh runs the real 2-rank server).
+TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
+  auto parsed = ServerConfig::FromJson(nlohmann::json{{"parallel", {{"context_parallel", 4}}}});
+  EXPECT_EQ(parsed.parallel.context_parallel, 4);
+  EXPECT_EQ(ServerConfig::FromJson(parsed.ToJson()).parallel.context_parallel, 4);
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(message([] { ServerConfig::FromJson(nlohmann::json{{"parallel", {{"context_parallel", 0}}}}); })
+                .find("parallel.context_parallel must be between 1 and 4096, got 0"),
+            std::string::npos);
+  EXPECT_NE(message([] { ServerConfig::FromJson(nlohmann::json{{"parallel", {{"context_paralel", 2}}}}); })
+                .find("context_paralel"),
+            std::string::npos);
+  auto config = HostConfig();
+  config.parallel.context_parallel = 2;  // one process: no WORLD_SIZE
+  EXPECT_NE(message([&] { TrainingHost::Create(config); }).find("parallel.context_parallel 2 needs 2 ranks"),
+            std::string::npos);
+  DistOptions two;
+  two.world_size = 2;
+  two.zero_stage = 1;
+  EXPECT_NE(message([&] { CheckParallelLayout(config, two); }).find("STREAMBP_ZERO_STAGE=0"), std::string::npos);
+  two.zero_stage = 0;
+  config.trainer.engine.kind = EngineKind::kCheckpoint;
+  EXPECT_NE(message([&] { CheckParallelLayout(config, two); }).find("runs the stream engine only"), std::string::npos);
+  config.trainer.engine.kind = EngineKind::kStream;
+  EXPECT_EQ(message([&] { CheckParallelLayout(config, two); }), "(accepted)");
+}
+
 TEST(Host, RequestIdReplaysTheFirstAnswerAndRefusesAnotherBody) {
   auto host = TrainingHost::Create(HostConfig());
   auto step = SftStep({{1, 2, 3, 4, 5}});

@@ -178,5 +178,48 @@ TEST(ChooseChunks, StartsFromTheDefaultsAndHalvesToFit) {
   EXPECT_EQ(hopeless.key_chunk, 16);
 }
 
+// Context parallel (streambp/context_parallel.h): one rank's estimate. The stored layer
+// inputs shrink with P, the gathered K/V and their gradients (4 x T x kv_dim) do not; the
+// weights, gradients and optimizer state are each rank's whole copy; the chunks are those of
+// T/P positions. The measured side of this is the bench's context_parallel section, whose
+// --check holds the estimate to 0.9x..2.5x of each rank's measured peak.
+TEST(EstimateStepMemory, ContextParallelIsOneRanksShare) {
+  const auto config = PresetConfig("small");
+  const int64_t T = 16384;
+  const EngineOptions stream{EngineKind::kStream};
+  const auto one = EstimateStepMemory(config, torch::kFloat32, 1, T, stream, "adamw");
+  const auto same = EstimateStepMemory(config, torch::kFloat32, 1, T, stream, "adamw", nullptr, 1);
+  EXPECT_EQ(same.activation_bytes, one.activation_bytes);
+  EXPECT_EQ(same.chunk, one.chunk);
+  const double kv_floor = 4.0 * T * config.kv_dim() * 4;  // K, V, dK, dV over the whole sequence
+  const double inputs = static_cast<double>(config.num_hidden_layers) * T * config.hidden_size * 4;
+  int64_t previous = one.activation_bytes;
+  for (int64_t P : {2, 4, 8}) {
+    const auto rank = EstimateStepMemory(config, torch::kFloat32, 1, T, stream, "adamw", nullptr, P);
+    SCOPED_TRACE("P=" + std::to_string(P));
+    EXPECT_EQ(rank.weights_bytes, one.weights_bytes);
+    EXPECT_EQ(rank.gradient_bytes, one.gradient_bytes);
+    EXPECT_EQ(rank.optimizer_bytes, one.optimizer_bytes);
+    EXPECT_LT(rank.activation_bytes, previous);
+    EXPECT_GE(static_cast<double>(rank.activation_bytes), kv_floor + inputs / P);
+    // Above the floor by no more than one process's estimate minus the inputs the others hold.
+    EXPECT_LE(static_cast<double>(rank.activation_bytes),
+              static_cast<double>(one.activation_bytes) - inputs * (1.0 - 1.0 / P) + 4.0 * T * config.kv_dim() * 4 / P);
+    const auto resolved = ResolveChunks(stream, T / P, config, torch::kFloat32);
+    EXPECT_EQ(rank.chunk, resolved.chunk);
+    EXPECT_EQ(rank.logits_chunk, resolved.logits_chunk);
+    previous = rank.activation_bytes;
+    // auto_chunks under context parallel starts from the defaults of the rank's positions.
+    const auto chosen = ChooseChunks(config, torch::kFloat32, 1, T, 0, "adamw", nullptr, stream, P);
+    EXPECT_EQ(chosen.chunk, DefaultChunks(config, torch::kFloat32, T / P).chunk);
+  }
+  // Only the stream engine runs context parallel; P must be positive.
+  for (auto kind : {EngineKind::kFull, EngineKind::kCheckpoint}) {
+    EXPECT_THROW(EstimateStepMemory(config, torch::kFloat32, 1, T, EngineOptions{kind}, "adamw", nullptr, 2),
+                 InvalidArgument);
+  }
+  EXPECT_THROW(EstimateStepMemory(config, torch::kFloat32, 1, T, stream, "adamw", nullptr, 0), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace streambp

@@ -173,6 +173,7 @@ class ServerInfo:
     tokenizer: TokenizerInfo
     offload_layer_inputs: bool
     objectives: List[ObjectiveInfo]
+    context_parallel: int  # ranks each sequence is split over (1: data parallel, if world_size > 1)
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,14 @@ double FeedForwardParameters(const ModelConfig& config, bool active);
 /// With `lora`, the base is frozen: weights are the base (at `dtype`) plus the adapter (at
 /// float32, float64 for a float64 base), and gradients and optimizer state are the
 /// adapter's only.
+/// `context_parallel` P > 1: one rank's peak when the positions are split over P ranks
+/// (streambp/context_parallel.h; the stream engine): the stored layer inputs, the head and
+/// the chunks shrink to the rank's T/P positions; the gathered K/V and their gradients
+/// (4 x T x kv_dim) and the batch's tensors stay whole-sequence.
 MemoryEstimate EstimateStepMemory(const ModelConfig& config, torch::Dtype dtype, int64_t rows,
                                   int64_t seq_len, const EngineOptions& engine,
-                                  const std::string& optimizer = "adamw", const LoraConfig* lora = nullptr);
+                                  const std::string& optimizer = "adamw", const LoraConfig* lora = nullptr,
+                                  int64_t context_parallel = 1);
 
 /// Peak of a no-grad forward with log-probs (ComputeLogprobs: TokenLogprobs over `rows` x
 /// `seq_len`): weights and activations only (no gradient or optimizer state is touched).
@@ -64,8 +69,10 @@ MemoryEstimate EstimateSampleMemory(const ModelConfig& config, torch::Dtype dtyp
 /// `like`: the engine whose chunks are chosen (its kind and other options are kept; its
 /// chunk sizes are replaced): the stream engine by default, or checkpoint with tiled
 /// attention (chunk = its attention's query block).
+/// `context_parallel`: the chunks of one rank's T/P positions, against its per-rank estimate.
 EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
                            int64_t budget_bytes, const std::string& optimizer = "adamw",
-                           const LoraConfig* lora = nullptr, const EngineOptions& like = EngineOptions{});
+                           const LoraConfig* lora = nullptr, const EngineOptions& like = EngineOptions{},
+                           int64_t context_parallel = 1);
 
 }  // namespace streambp

@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include "streambp/error.h"
+
 namespace streambp {
 namespace {
 
@@ -55,7 +57,9 @@ int64_t MemoryEstimate::total() const {
 }
 
 MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int64_t rows, int64_t seq_len,
-                                  const EngineOptions& engine, const std::string& optimizer, const LoraConfig* lora) {
+                                  const EngineOptions& engine, const std::string& optimizer, const LoraConfig* lora,
+                                  int64_t context_parallel) {
+  if (context_parallel < 1) throw InvalidArgument("context_parallel must be >= 1, got " + std::to_string(context_parallel));
   const double e = static_cast<double>(c10::elementSize(dtype));
   const double f = dtype == torch::kFloat64 ? 8 : 4;  // softmax, norms and logits precision
   const double B = std::max<int64_t>(rows, 1), T = std::max<int64_t>(seq_len, 1), d = c.hidden_size;
@@ -72,7 +76,11 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   m.optimizer_bytes = optimizer == "adamw" ? Bytes(2 * trained * std::max(te, 4.0))
                       : optimizer == "sgd" ? Bytes(trained * std::max(te, 4.0))
                                            : 0;
-  const auto chunks = ResolveChunks(engine, std::max<int64_t>(seq_len, 1), c, dtype);
+  // Context parallel: this rank's positions (the first ranks' share, rounded up); the engine
+  // resolves its chunks for them.
+  const double P = static_cast<double>(context_parallel);
+  const int64_t local_len = (std::max<int64_t>(seq_len, 1) + context_parallel - 1) / context_parallel;
+  const auto chunks = ResolveChunks(engine, local_len, c, dtype);
   m.chunk = chunks.chunk;
   m.logits_chunk = chunks.logits_chunk;
   const double lc = chunks.logits_chunk;
@@ -99,10 +107,18 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     const double adapter = lora ? B * q * (5 * d + qd + F + 7 * static_cast<double>(lora->r)) * te : 0.0;
     return attention + mlp + projections + adapter;
   };
-  const double Td = B * T * d * e, Tkv = B * T * kvd * e;
+  // Td: a layer's input over this rank's positions; Tkv: K or V over the whole sequence.
+  const double Tl = static_cast<double>(local_len);
+  const double Td = B * Tl * d * e, Tkv = B * T * kvd * e;
   // Alive through the whole step: the RoPE tables (cos, sin) and the batch's int64 tensors.
   const double per_step = B * T * (2 * c.head_dim * e + 6 * 8);
   const double tile = std::min<double>(chunks.key_chunk, T);
+  // Context parallel: the rank's own K/V (before the gather) and its share of dK/dV (after
+  // the reduce-scatter) beside the whole-sequence ones.
+  const double own_kv = context_parallel > 1 ? 4 * Tkv / P : 0.0;
+  if (context_parallel > 1 && engine.kind != EngineKind::kStream) {
+    throw InvalidArgument("context parallel runs the stream engine only (engine " + EngineName(engine.kind) + ")");
+  }
   if (engine.kind == EngineKind::kFull) {
     m.activation_bytes = Bytes(L * layer_graph(T, T, false, T, T, 4) + 2 * Td + 3 * B * T * V * f);
   } else if (engine.kind == EngineKind::kCheckpoint) {
@@ -116,16 +132,17 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     // with the inputs below it, g (dx takes its place chunk by chunk), K^, V^, dK^, dV^ (the
     // attention adds its K/V gradients there in place) and one chunk.
     const double head_phase = L * Td + head;
-    const double layer_phase = (L - 1) * Td + Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    const double layer_phase =
+        (L - 1) * Td + Td + 4 * Tkv + own_kv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max(head_phase, layer_phase) + per_step);
   } else {
     // Layer inputs and h_last in the second tier. On the device: the forward's x (being
     // copied out), y and K/V; the head's dL/dh_last; a layer's g/dx, K^, V^, dK^, dV^ and one
     // chunk; and two chunks of rows read back (the one in use, the one prefetched).
     const double rows = 2 * B * std::max<double>(chunks.chunk, lc) * d * e;
-    const double forward_phase = 2 * Td + 2 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    const double forward_phase = 2 * Td + 2 * Tkv + own_kv / 2 + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     const double head_phase = Td + head;
-    const double layer_phase = Td + 4 * Tkv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    const double layer_phase = Td + 4 * Tkv + own_kv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max({forward_phase, head_phase, layer_phase}) + rows + per_step);
     m.offloaded_bytes = Bytes(L * Td);  // the inputs of layers 1..L-1 and h_last
   }
@@ -177,10 +194,12 @@ MemoryEstimate EstimateSampleMemory(const ModelConfig& c, torch::Dtype dtype, in
 
 EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
                            int64_t budget_bytes, const std::string& optimizer, const LoraConfig* lora,
-                           const EngineOptions& like) {
-  // From the defaults for this length down: every size halves at each try (a logits chunk or
-  // key tile already at its smallest stays there).
-  const auto defaults = DefaultChunks(config, dtype, seq_len, like.device);
+                           const EngineOptions& like, int64_t context_parallel) {
+  // From the defaults for this length (a rank's positions under context parallel) down: every
+  // size halves at each try (a logits chunk or key tile already at its smallest stays there).
+  const int64_t local_len = (std::max<int64_t>(seq_len, 1) + std::max<int64_t>(context_parallel, 1) - 1) /
+                            std::max<int64_t>(context_parallel, 1);
+  const auto defaults = DefaultChunks(config, dtype, local_len, like.device);
   auto sizes = [&](int64_t halvings) {
     EngineOptions o = like;
     o.chunk = std::max<int64_t>(defaults.chunk >> halvings, 16);
@@ -192,7 +211,8 @@ EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_
     auto o = sizes(halvings);
     const bool smallest = o.chunk == 16 && o.logits_chunk == 16 && o.key_chunk == 16;
     if (budget_bytes <= 0 || smallest ||
-        EstimateStepMemory(config, dtype, rows, seq_len, o, optimizer, lora).total() <= budget_bytes) {
+        EstimateStepMemory(config, dtype, rows, seq_len, o, optimizer, lora, context_parallel).total() <=
+            budget_bytes) {
       return o;  // the smallest tiles when nothing fits
     }
   }

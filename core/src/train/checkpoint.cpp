@@ -179,7 +179,9 @@ void Trainer::save_checkpoint(const std::string& dir, bool with_side_files) cons
       }
     }
   }
-  if (comm_ && comm_->rank() != 0) return;  // rank 0 writes the (identical) checkpoint
+  // Rank 0 writes the (identical) checkpoint, of a data-parallel or a context-parallel group:
+  // the ranks may share the folder, and two writers of one checkpoint would race.
+  if ((comm_ && comm_->rank() != 0) || (cp_ && cp_->rank() != 0)) return;
   optimizer_state["rng_state"] = generator_.get_state().clone();
   tensors("optimizer.safetensors", std::move(optimizer_state), {{"optimizer", options_.optimizer.name}});
   if (reference_) tensors("reference.safetensors", ParameterViews(*reference_), {{"format", "pt"}});

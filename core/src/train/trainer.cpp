@@ -223,6 +223,7 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
         if (layer != -1) overlapped_in_backward_ += overlapped_->buckets_launched() - before;
       };
     }
+    ContextParallelStats cp_stats;  // summed over the micro-batches
     for (size_t m = 0; m < micro_batches.size(); ++m) {
       const auto& indices = micro_batches[m];
       Batch batch;
@@ -238,7 +239,7 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
       const bool last = m + 1 == micro_batches.size();
       const auto& opts = last ? last_options : engine_options;
       // Context parallel: the step's result on every rank; each rank's part of the gradients.
-      const auto r = cp_ ? ContextParallelForwardBackward(model_, batch, objective, opts, *cp_)
+      const auto r = cp_ ? ContextParallelForwardBackward(model_, batch, objective, opts, *cp_, &cp_stats)
                          : ForwardBackward(model_, batch, objective, opts);
       total.loss += r.loss;
       total.targets += r.targets;
@@ -264,6 +265,12 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
       total.routing_decisions = static_cast<int64_t>(sums[3]);
       total.routing_mismatches = static_cast<int64_t>(sums[4]);
       total.router_aux_loss = sums[5];
+    }
+    if (cp_) {  // what this rank exchanged (docs/architecture.md: Context parallel)
+      const double layers = static_cast<double>(std::max<int64_t>(1, cp_stats.layers));
+      total.metrics["context_parallel_kv_bytes_per_layer"] =
+          static_cast<double>(cp_stats.kv_bytes + cp_stats.grad_kv_bytes) / layers;
+      total.metrics["context_parallel_seconds"] = cp_stats.seconds;
     }
     // HF's aux_loss (before the coefficient; the loss includes coef x it).
     if (aux_coef > 0) total.metrics["router_aux_loss"] = total.router_aux_loss;

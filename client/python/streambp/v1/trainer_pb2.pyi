@@ -362,9 +362,10 @@ class GetInfoRequest(_message.Message):
     def __init__(self, session: _Optional[str] = ...) -> None: ...
 
 class GetInfoResponse(_message.Message):
-    __slots__ = ["architecture", "chunk", "device", "dtype", "engine", "head_dim", "hidden_size", "key_chunk", "learning_rate", "logits_chunk", "max_sequence_length", "max_tokens_per_request", "num_heads", "num_kv_heads", "num_layers", "num_parameters", "objectives", "offload_layer_inputs", "optimizer", "pending_micro_batches", "policy_version", "reference_model", "runtime", "server_version", "session", "sessions", "step", "tokenizer", "vocab_size", "world_size"]
+    __slots__ = ["architecture", "chunk", "context_parallel", "device", "dtype", "engine", "head_dim", "hidden_size", "key_chunk", "learning_rate", "logits_chunk", "max_sequence_length", "max_tokens_per_request", "num_heads", "num_kv_heads", "num_layers", "num_parameters", "objectives", "offload_layer_inputs", "optimizer", "pending_micro_batches", "policy_version", "reference_model", "runtime", "server_version", "session", "sessions", "step", "tokenizer", "vocab_size", "world_size"]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_PARALLEL_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -395,6 +396,7 @@ class GetInfoResponse(_message.Message):
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     architecture: str
     chunk: int
+    context_parallel: int
     device: str
     dtype: str
     engine: str
@@ -423,7 +425,7 @@ class GetInfoResponse(_message.Message):
     tokenizer: TokenizerInfo
     vocab_size: int
     world_size: int
-    def __init__(self, architecture: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., num_parameters: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., policy_version: _Optional[int] = ..., step: _Optional[int] = ..., world_size: _Optional[int] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., max_sequence_length: _Optional[int] = ..., max_tokens_per_request: _Optional[int] = ..., reference_model: bool = ..., server_version: _Optional[str] = ..., runtime: _Optional[str] = ..., pending_micro_batches: _Optional[int] = ..., key_chunk: _Optional[int] = ..., sessions: bool = ..., session: _Optional[_Union[SessionInfo, _Mapping]] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., offload_layer_inputs: bool = ..., objectives: _Optional[_Iterable[_Union[ObjectiveInfo, _Mapping]]] = ...) -> None: ...
+    def __init__(self, architecture: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., num_parameters: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., engine: _Optional[str] = ..., chunk: _Optional[int] = ..., logits_chunk: _Optional[int] = ..., policy_version: _Optional[int] = ..., step: _Optional[int] = ..., world_size: _Optional[int] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., max_sequence_length: _Optional[int] = ..., max_tokens_per_request: _Optional[int] = ..., reference_model: bool = ..., server_version: _Optional[str] = ..., runtime: _Optional[str] = ..., pending_micro_batches: _Optional[int] = ..., key_chunk: _Optional[int] = ..., sessions: bool = ..., session: _Optional[_Union[SessionInfo, _Mapping]] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., offload_layer_inputs: bool = ..., objectives: _Optional[_Iterable[_Union[ObjectiveInfo, _Mapping]]] = ..., context_parallel: _Optional[int] = ...) -> None: ...
 
 class GetRolloutStatsRequest(_message.Message):
     __slots__ = ["session"]

@@ -67,6 +67,11 @@ export interface GetInfoResponse {
    * the registered objectives (loss functions)
    */
   'objectives'?: (_streambp_v1_ObjectiveInfo)[];
+  /**
+   * Ranks every sequence's positions are split over (parallel.context_parallel; 1 = the
+   * world_size ranks, if several, are data parallel).
+   */
+  'context_parallel'?: (number);
 }
 
 export interface GetInfoResponse__Output {
@@ -131,4 +136,9 @@ export interface GetInfoResponse__Output {
    * the registered objectives (loss functions)
    */
   'objectives': (_streambp_v1_ObjectiveInfo__Output)[];
+  /**
+   * Ranks every sequence's positions are split over (parallel.context_parallel; 1 = the
+   * world_size ranks, if several, are data parallel).
+   */
+  'context_parallel': (number);
 }
