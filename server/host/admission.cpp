@@ -89,9 +89,22 @@ void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t token
   const int64_t longest = Longest(sequences);
   const int64_t rows = rows_of(sequences, tokens);
   const int64_t P = config_.parallel.context_parallel;
-  if (P > 1 && longest < P) {  // refused here rather than by every rank
-    throw InvalidArgument("context parallel over " + std::to_string(P) + " ranks needs sequences of at least " +
-                          std::to_string(P) + " tokens, the longest has " + std::to_string(longest));
+  if (P > 1) {
+    // Each micro-batch is split over the ranks and must have at least P positions: refused
+    // here rather than by every rank partway through the step (which would throw away the
+    // gradients accumulated before it). A micro-batch's length is at least its longest
+    // sequence's.
+    for (const auto& part : SplitMicroBatches(sequences, config_.trainer.layout, config_.trainer.micro_batch_tokens)) {
+      int64_t part_longest = 0;
+      for (size_t i : part) part_longest = std::max<int64_t>(part_longest, sequences[i].tokens.size());
+      if (part_longest < P) {
+        throw InvalidArgument("context parallel over " + std::to_string(P) + " ranks needs every micro-batch to have "
+                              "at least " + std::to_string(P) + " positions; sequence " + std::to_string(part.front()) +
+                              (part.size() > 1 ? " and the others of its micro-batch have " : " has ") +
+                              std::to_string(part_longest) + " tokens at most: send longer sequences or batch them with "
+                              "longer ones (trainer.micro_batch_tokens)");
+      }
+    }
   }
   if (config_.limits.auto_chunks && engine->kind == EngineKind::kStream && !chunks_given) {
     // The largest chunks whose estimated peak fits the memory budget.
@@ -101,8 +114,16 @@ void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t token
     engine->logits_chunk = chosen.logits_chunk;
     engine->key_chunk = chosen.key_chunk;
   }
-  check_budget(EstimateStepMemory(model_, dtype_, rows, longest, *engine, config_.trainer.optimizer.name, lora, P),
-               resident_bytes, P > 1 ? "the step (per rank, context parallel over " + std::to_string(P) + ")" : "the step",
+  auto estimate = EstimateStepMemory(model_, dtype_, rows, longest, *engine, config_.trainer.optimizer.name, lora, P);
+  if (P > 1 && config_.trainer.reference.use_reference_model) {
+    // The reference model's log-probs run whole on every rank (not split): its forward over
+    // all T positions may be the rank's larger peak.
+    const auto reference = EstimateForwardMemory(model_, dtype_, rows, longest, engine->logits_chunk,
+                                                 config_.trainer.engine.device);
+    estimate.activation_bytes = std::max(estimate.activation_bytes, reference.activation_bytes);
+  }
+  check_budget(estimate, resident_bytes,
+               P > 1 ? "the step (per rank, context parallel over " + std::to_string(P) + ")" : "the step",
                "use the stream engine, smaller chunks, smaller micro-batches (trainer.micro_batch_tokens) or shorter "
                "sequences");
 }
@@ -156,6 +177,11 @@ EstimateReply Admission::estimate(int64_t rows, int64_t seq_len, const EngineReq
   if (rows > l.max_tokens_per_request / seq_len) {
     throw InvalidArgument("batch x seq_len = " + std::to_string(rows) + " x " + std::to_string(seq_len) +
                           " exceeds limits.max_tokens_per_request " + std::to_string(l.max_tokens_per_request));
+  }
+  if (config_.parallel.context_parallel > 1 && seq_len < config_.parallel.context_parallel) {
+    throw InvalidArgument("seq_len " + std::to_string(seq_len) + " is shorter than the " +
+                          std::to_string(config_.parallel.context_parallel) +
+                          " ranks each sequence is split over (parallel.context_parallel)");
   }
   EstimateReply r;
   const auto options = resolve_engine(engine);

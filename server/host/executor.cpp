@@ -60,6 +60,22 @@ void CheckParallelLayout(const ServerConfig& config, const DistOptions& dist) {
     throw InvalidArgument(what + " runs the stream engine only; the configured engine is " +
                           EngineName(config.trainer.engine.kind) + " (trainer.engine.kind, --engine)");
   }
+  if (config.trainer.engine.recompute_kv_per_chunk) {
+    throw InvalidArgument(what + ": trainer.engine.recompute_kv_per_chunk (the ablation) does not run context parallel");
+  }
+}
+
+void CheckParallelAgreement(const ServerConfig& config, Communicator& comm) {
+  if (comm.world_size() <= 1) return;
+  // Collective: every rank learns the smallest and largest P, so all refuse alike.
+  const double mine = static_cast<double>(config.parallel.context_parallel);
+  const double largest = comm.all_reduce_scalar(mine, /*max=*/true);
+  const double smallest = -comm.all_reduce_scalar(-mine, /*max=*/true);
+  if (largest != smallest) {
+    throw InvalidArgument("the ranks disagree on parallel.context_parallel (from " + std::to_string(static_cast<int64_t>(smallest)) +
+                          " to " + std::to_string(static_cast<int64_t>(largest)) +
+                          "): start every rank with the same config and flags");
+  }
 }
 
 int RunFollower(const ServerConfig& config, const DistOptions& dist) {
@@ -69,6 +85,7 @@ int RunFollower(const ServerConfig& config, const DistOptions& dist) {
   const auto device = RankDevice(config.model.device, dist);
   if (options.backend.empty()) options.backend = device.is_cuda() ? "nccl" : "gloo";
   auto comm = Communicator::Create(options);
+  CheckParallelAgreement(config, *comm);
   auto replica = Replica::Create(config, device, comm);
   spdlog::info("rank {} of {} joined ({}); following rank 0", dist.rank, dist.world_size,
                config.parallel.context_parallel > 1 ? "context parallel" : "data parallel");

@@ -37,6 +37,10 @@ std::unique_ptr<Executor> MakeExecutor(std::unique_ptr<Replica> replica, std::sh
 /// context parallel needs WORLD_SIZE = P, ZeRO stage 0 and the stream engine.
 void CheckParallelLayout(const ServerConfig& config, const DistOptions& dist);
 
+/// Right after the group forms, on every rank (collective): InvalidArgument on every rank
+/// when they were started with different parallel.context_parallel.
+void CheckParallelAgreement(const ServerConfig& config, Communicator& comm);
+
 /// Ranks > 0: builds the same replica, joins the process group and applies rank 0's
 /// commands until it says stop (returns 0) or the group breaks (returns 1, the reason
 /// logged). (`serve` answers gRPC health for the rank meanwhile.) On stop, with a checkpoint_dir, the replica's

@@ -51,6 +51,7 @@ std::unique_ptr<TrainingHost> TrainingHost::Create(const ServerConfig& config, H
   if (dist.enabled()) {
     if (dist.backend.empty()) dist.backend = device.is_cuda() ? "nccl" : "gloo";
     comm = Communicator::Create(dist);  // the other ranks run RunFollower
+    CheckParallelAgreement(c, *comm);
     if (c.parallel.context_parallel > 1) {
       spdlog::info("rank 0 of {}: context parallel over {} (every sequence's positions split over the ranks)",
                    dist.world_size, dist.backend);

@@ -11,6 +11,7 @@
 #include "executor.h"
 #include "host.h"
 #include "host_session.h"
+#include "streambp/context_parallel.h"
 #include "streambp/error.h"
 #include "streambp/top_logprobs.h"
 #include "streambp/memory.h"
@@ -109,7 +110,10 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
       static_cast<int64_t>(SplitMicroBatches(command.sequences, topts.layout, topts.micro_batch_tokens).size());
   CommandResult r;
   {
-    memory::ScopedBudget budget(config_.limits.memory_budget_bytes);
+    // One process: the budget is also a hard limit on allocations. Several ranks: admission
+    // alone (an allocation refused on rank 0 mid-step would leave the other ranks waiting in
+    // a collective until the group times out and breaks).
+    memory::ScopedBudget budget(executor_->world_size() > 1 ? 0 : config_.limits.memory_budget_bytes);
     try {
       r = executor_->run(command, hooks_for(ctx, micro_batches));
     } catch (const c10::OutOfMemoryError&) {
@@ -124,10 +128,11 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
   int64_t longest = 0;
   for (const auto& q : command.sequences) longest = std::max<int64_t>(longest, q.tokens.size());
   st.engine = resolved.kind;
-  // Context parallel: each rank's engine chunks its T/P positions.
-  const int64_t P = std::max<int64_t>(1, config_.parallel.context_parallel);
-  st.chunks = ResolveChunks(resolved, executor_->world_size() > 1 ? (longest + P - 1) / P : longest,
-                            executor_->replica().model_config(), executor_->replica().dtype());
+  // Context parallel: each rank's engine chunks its own positions (rank 0's reported).
+  const int P = static_cast<int>(config_.parallel.context_parallel);
+  const auto [first, last] = executor_->world_size() > 1 && P > 1 ? ContextShardRange(longest, 0, P)
+                                                                  : std::pair<int64_t, int64_t>{0, longest};
+  st.chunks = ResolveChunks(resolved, last - first, executor_->replica().model_config(), executor_->replica().dtype());
   st.peak_memory_bytes = memory::PeakBytes() - live_before;
   st.seconds = Since(start);
   st.queue_seconds = std::chrono::duration<double>(start - ctx.received).count();

@@ -76,6 +76,20 @@ env MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" WORLD_SIZE=2 RANK=0 STREAMB
   && fail "context parallel with the checkpoint engine started"
 grep -q "runs the stream engine only; the configured engine is checkpoint" "$dir/bad4.out" \
   || fail "no engine message: $(cat "$dir/bad4.out")"
+# Ranks started with different P (rank 0 data parallel, rank 1 context parallel): both refuse
+# once the group forms, instead of training with mismatched layouts.
+config mixed 1
+master="$(free_port)"
+env MASTER_ADDR=127.0.0.1 MASTER_PORT="$master" WORLD_SIZE=2 RANK=1 STREAMBP_DIST_TIMEOUT=20 \
+  "$server" serve --config "$dir/mixed.json" --context-parallel 2 --listen 127.0.0.1:0 > "$dir/mixed1.out" 2>&1 &
+mixed1=$!; pids+=("$mixed1")
+env MASTER_ADDR=127.0.0.1 MASTER_PORT="$master" WORLD_SIZE=2 RANK=0 STREAMBP_DIST_TIMEOUT=20 \
+  "$server" serve --config "$dir/mixed.json" --listen 127.0.0.1:0 > "$dir/mixed0.out" 2>&1 && fail "rank 0 started with P=1 beside P=2"
+wait "$mixed1" && fail "rank 1 started with P=2 beside P=1"
+for r in 0 1; do
+  grep -q "the ranks disagree on parallel.context_parallel (from 1 to 2)" "$dir/mixed$r.out" \
+    || fail "rank $r: no disagreement message: $(cat "$dir/mixed$r.out")"
+done
 "$server" serve --config "$dir/bad.json" --context-parallel 3 --check-config > "$dir/check.out" 2> /dev/null \
   || fail "--check-config with --context-parallel 3"
 grep -q '"context_parallel": 3' "$dir/check.out" || fail "--check-config does not show parallel.context_parallel"

@@ -383,8 +383,8 @@ TEST_P(ContextParallelTrainer, RanksApplyTheOneProcessUpdate) {
     }
     got[rank] = weights(*trainer);
   });
-  // The step's exchange is in its metrics: K/V bytes per layer (the same on both ranks, which
-  // contribute equal shares of the packed rows) and the time in the collectives.
+  // The step's exchange is in its metrics: K/V bytes per layer and the time in the collectives
+  // (the bytes against the formula: the bench's --check and tests/cli/cp_serve_test.sh).
   const auto single_metrics = make()->train_step(seqs, *MakeObjective(p.objective)).forward.metrics;
   EXPECT_EQ(single_metrics.count("context_parallel_kv_bytes_per_layer"), 0u);
   for (int rank = 0; rank < 2; ++rank) {
@@ -392,7 +392,6 @@ TEST_P(ContextParallelTrainer, RanksApplyTheOneProcessUpdate) {
     EXPECT_GT(metrics[rank].at("context_parallel_kv_bytes_per_layer"), 0.0);
     EXPECT_GE(metrics[rank].at("context_parallel_seconds"), 0.0);
   }
-  EXPECT_EQ(metrics[0].at("context_parallel_kv_bytes_per_layer"), metrics[1].at("context_parallel_kv_bytes_per_layer"));
   for (int i = 0; i < 3; ++i) {
     EXPECT_NEAR(losses[0][i], single_losses[i], 1e-12 * std::max(1.0, std::abs(single_losses[i]))) << i;
     EXPECT_EQ(losses[0][i], losses[1][i]) << i;
@@ -446,6 +445,23 @@ TEST(ContextParallel, ARankThatDiesMidStepFailsThePeerWithinTheTimeoutAndNothing
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(no_grads[r]) << "rank " << r;
     EXPECT_TRUE(unchanged[r]) << "rank " << r;
+  }
+}
+
+// Joining a group makes every rank start from rank 0's weights (as joining a data-parallel
+// group does), so ranks built from different seeds still train one model.
+TEST(ContextParallel, EveryRankStartsFromRankZerosWeights) {
+  const auto config = testing::TinyConfig("qwen3");
+  const auto expected = testing::RandomModel(config, 5, torch::kFloat64)->hf_tensors();
+  const int port = FreeLoopbackPort();
+  std::vector<TensorMap> got(2);
+  RunRanks(2, [&](int rank) {
+    auto trainer = Trainer::Create(testing::RandomModel(config, 5 + 10 * rank, torch::kFloat64), TrainerOptions{});
+    trainer->set_context_parallel(Communicator::Create(testing::LoopbackRank(rank, 2, port)));
+    for (const auto& [name, t] : trainer->model()->hf_tensors()) got[rank][name] = t.clone();
+  });
+  for (const auto& [name, t] : expected) {
+    for (int r = 0; r < 2; ++r) EXPECT_TRUE(torch::equal(got[r].at(name), t)) << "rank " << r << ": " << name;
   }
 }
 

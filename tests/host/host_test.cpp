@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "admission.h"
 #include "command.h"
 #include "executor.h"
 #include "host.h"
@@ -163,6 +164,33 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
   EXPECT_NE(message([&] { CheckParallelLayout(config, two); }).find("runs the stream engine only"), std::string::npos);
   config.trainer.engine.kind = EngineKind::kStream;
   EXPECT_EQ(message([&] { CheckParallelLayout(config, two); }), "(accepted)");
+  config.trainer.engine.recompute_kv_per_chunk = true;
+  EXPECT_NE(message([&] { CheckParallelLayout(config, two); }).find("recompute_kv_per_chunk"), std::string::npos);
+  config.trainer.engine.recompute_kv_per_chunk = false;
+
+  // Admission of a context-parallel server (4 ranks): every micro-batch needs 4 positions
+  // (refused before any rank starts, not partway through the step); EstimateMemory too; only
+  // the stream engine.
+  config.parallel.context_parallel = 4;
+  config.trainer.micro_batch_tokens = 8;
+  config.trainer.layout = Layout::kRightPad;
+  Admission admission(config, PresetConfig("tiny"), torch::kFloat64);
+  auto engine = admission.resolve_engine(EngineRequest{});
+  // [10 tokens] alone, then [3, 2] together (2 rows x 3 = 6 padded tokens <= 8): 3 < 4.
+  const auto short_part = SftStep({std::vector<int64_t>(10, 5), {1, 2, 3}, {4, 5}});
+  EXPECT_NE(message([&] { admission.admit_step(short_part.sequences, short_part.tokens, false, &engine); })
+                .find("needs every micro-batch to have at least 4 positions; sequence 1 and the others of its "
+                      "micro-batch have 3 tokens at most"),
+            std::string::npos);
+  const auto fine = SftStep({std::vector<int64_t>(10, 5), {1, 2, 3, 4}, {4, 5}});  // [4, 2]: 4 positions
+  EXPECT_EQ(message([&] { admission.admit_step(fine.sequences, fine.tokens, false, &engine); }), "(accepted)");
+  EXPECT_NE(message([&] { admission.estimate(1, 3, EngineRequest{}); }).find("shorter than the 4 ranks"),
+            std::string::npos);
+  EXPECT_EQ(message([&] { admission.estimate(1, 4, EngineRequest{}); }), "(accepted)");
+  EngineRequest checkpoint;
+  checkpoint.engine = "checkpoint";
+  EXPECT_NE(message([&] { admission.resolve_engine(checkpoint); }).find("runs the stream engine only"),
+            std::string::npos);
 }
 
 TEST(Host, RequestIdReplaysTheFirstAnswerAndRefusesAnotherBody) {

@@ -110,12 +110,15 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   // Td: a layer's input over this rank's positions; Tkv: K or V over the whole sequence.
   const double Tl = static_cast<double>(local_len);
   const double Td = B * Tl * d * e, Tkv = B * T * kvd * e;
+  // K^, V^ (the model's dtype) and dK^, dV^ (the stream engine's grad sinks: float32, or
+  // float64 for a float64 model) over the whole sequence.
+  const double kv_and_grads = 2 * Tkv + 2 * B * T * kvd * std::max(e, 4.0);
   // Alive through the whole step: the RoPE tables (cos, sin) and the batch's int64 tensors.
   const double per_step = B * T * (2 * c.head_dim * e + 6 * 8);
   const double tile = std::min<double>(chunks.key_chunk, T);
   // Context parallel: the rank's own K/V (before the gather) and its share of dK/dV (after
   // the reduce-scatter) beside the whole-sequence ones.
-  const double own_kv = context_parallel > 1 ? 4 * Tkv / P : 0.0;
+  const double own_kv = context_parallel > 1 ? kv_and_grads / P : 0.0;
   if (context_parallel > 1 && engine.kind != EngineKind::kStream) {
     throw InvalidArgument("context parallel runs the stream engine only (engine " + EngineName(engine.kind) + ")");
   }
@@ -133,7 +136,7 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     // attention adds its K/V gradients there in place) and one chunk.
     const double head_phase = L * Td + head;
     const double layer_phase =
-        (L - 1) * Td + Td + 4 * Tkv + own_kv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+        (L - 1) * Td + Td + kv_and_grads + own_kv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max(head_phase, layer_phase) + per_step);
   } else {
     // Layer inputs and h_last in the second tier. On the device: the forward's x (being
@@ -142,7 +145,7 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     const double rows = 2 * B * std::max<double>(chunks.chunk, lc) * d * e;
     const double forward_phase = 2 * Td + 2 * Tkv + own_kv / 2 + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     const double head_phase = Td + head;
-    const double layer_phase = Td + 4 * Tkv + own_kv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    const double layer_phase = Td + kv_and_grads + own_kv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max({forward_phase, head_phase, layer_phase}) + rows + per_step);
     m.offloaded_bytes = Bytes(L * Td);  // the inputs of layers 1..L-1 and h_last
   }

@@ -411,6 +411,11 @@ void Trainer::set_context_parallel(std::shared_ptr<Communicator> group) {
     throw InvalidArgument("context parallel is not combined with data parallel yet: run one or the other");
   }
   cp_ = std::move(group);
+  if (!cp_ || cp_->world_size() <= 1) return;
+  // Every rank starts from rank 0's trainable weights (collective: all ranks call this).
+  std::vector<torch::Tensor> all;
+  for (auto& [name, p] : trainable()) all.push_back(p.detach());
+  cp_->broadcast(all, 0);
 }
 
 void Trainer::set_communicator(std::shared_ptr<Communicator> communicator) {
