@@ -384,7 +384,7 @@ TEST_P(ContextParallelTrainer, RanksApplyTheOneProcessUpdate) {
     got[rank] = weights(*trainer);
   });
   // The step's exchange is in its metrics: K/V bytes per layer and the time in the collectives
-  // (the bytes against the formula: the bench's --check and tests/cli/cp_serve_test.sh).
+  // (the bytes against the formula: the bench's --check).
   const auto single_metrics = make()->train_step(seqs, *MakeObjective(p.objective)).forward.metrics;
   EXPECT_EQ(single_metrics.count("context_parallel_kv_bytes_per_layer"), 0u);
   for (int rank = 0; rank < 2; ++rank) {

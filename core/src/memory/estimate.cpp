@@ -76,7 +76,7 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   m.optimizer_bytes = optimizer == "adamw" ? Bytes(2 * trained * std::max(te, 4.0))
                       : optimizer == "sgd" ? Bytes(trained * std::max(te, 4.0))
                                            : 0;
-  // Context parallel: this rank's positions (the first ranks' share, rounded up); the engine
+  // Context parallel: a rank's positions (the largest share, T/P rounded up); the engine
   // resolves its chunks for them.
   const double P = static_cast<double>(context_parallel);
   const int64_t local_len = (std::max<int64_t>(seq_len, 1) + context_parallel - 1) / context_parallel;
