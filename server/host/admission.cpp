@@ -21,6 +21,15 @@ int64_t Longest(const std::vector<Sequence>& sequences) {
   return longest;
 }
 
+// Context parallel with a reference model: its log-probs run whole on every rank (not
+// split), so its forward over all T positions may be a rank's larger peak.
+void AddReferenceForward(MemoryEstimate& estimate, const ServerConfig& config, const ModelConfig& model,
+                         torch::Dtype dtype, int64_t rows, int64_t seq_len, int64_t logits_chunk) {
+  if (config.parallel.context_parallel <= 1 || !config.trainer.reference.use_reference_model) return;
+  const auto reference = EstimateForwardMemory(model, dtype, rows, seq_len, logits_chunk, config.trainer.engine.device);
+  estimate.activation_bytes = std::max(estimate.activation_bytes, reference.activation_bytes);
+}
+
 }  // namespace
 
 Admission::Admission(const ServerConfig& config, const ModelConfig& model, torch::Dtype dtype)
@@ -115,13 +124,7 @@ void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t token
     engine->key_chunk = chosen.key_chunk;
   }
   auto estimate = EstimateStepMemory(model_, dtype_, rows, longest, *engine, config_.trainer.optimizer.name, lora, P);
-  if (P > 1 && config_.trainer.reference.use_reference_model) {
-    // The reference model's log-probs run whole on every rank (not split): its forward over
-    // all T positions may be the rank's larger peak.
-    const auto reference = EstimateForwardMemory(model_, dtype_, rows, longest, engine->logits_chunk,
-                                                 config_.trainer.engine.device);
-    estimate.activation_bytes = std::max(estimate.activation_bytes, reference.activation_bytes);
-  }
+  AddReferenceForward(estimate, config_, model_, dtype_, rows, longest, engine->logits_chunk);
   check_budget(estimate, resident_bytes,
                P > 1 ? "the step (per rank, context parallel over " + std::to_string(P) + ")" : "the step",
                "use the stream engine, smaller chunks, smaller micro-batches (trainer.micro_batch_tokens) or shorter "
@@ -189,6 +192,7 @@ EstimateReply Admission::estimate(int64_t rows, int64_t seq_len, const EngineReq
   // Context parallel: one rank's peak (each rank holds the weights, gradients and state).
   r.estimate = EstimateStepMemory(model_, dtype_, rows, seq_len, options, config_.trainer.optimizer.name, lora,
                                   config_.parallel.context_parallel);
+  AddReferenceForward(r.estimate, config_, model_, dtype_, rows, seq_len, options.logits_chunk);
   r.estimate.weights_bytes += resident_bytes;  // the other resident sessions are held too
   r.budget_bytes = l.memory_budget_bytes;
   r.fits = l.memory_budget_bytes <= 0 || r.estimate.total() <= l.memory_budget_bytes;

@@ -1,11 +1,60 @@
 #include "replica.h"
 
+#include <functional>
+
 #include <torch/torch.h>
 
 #include "streambp/error.h"
 #include "streambp/model.h"
 
 namespace streambp::server {
+namespace {
+
+// The ranks agree on the outcome of a command that reads this rank's own storage (a
+// checkpoint, an evicted session's state) before any of them changes anything: a rank that
+// could not read makes every rank fail with its error, instead of the others entering the
+// weight broadcast it skips (the group would wait there until its timeout and break).
+// Rethrows this rank's error, or throws the first failed rank's.
+void AgreeOnRead(Communicator* group, std::exception_ptr error, const std::string& what) {
+  if (group == nullptr || group->world_size() <= 1) {
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  std::vector<double> failed(static_cast<size_t>(group->world_size()), 0.0);
+  failed[static_cast<size_t>(group->rank())] = error ? 1.0 : 0.0;
+  const auto all = group->all_reduce_scalars(failed);
+  int first = -1;
+  for (int r = 0; r < group->world_size() && first < 0; ++r) {
+    if (all[static_cast<size_t>(r)] > 0) first = r;
+  }
+  if (first < 0) return;
+  std::string message;
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+      message = "unknown error";
+    }
+  }
+  message = group->broadcast_bytes(message, first);
+  if (error) std::rethrow_exception(error);
+  throw FailedPrecondition("rank " + std::to_string(first) + " could not " + what + ": " + message +
+                           " (every rank reads it from its own storage: give the ranks a shared checkpoint_dir, or "
+                           "the same files on each)");
+}
+
+std::exception_ptr Attempt(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 std::unique_ptr<Replica> Replica::Create(const ServerConfig& config, const torch::Device& device,
                                          std::shared_ptr<Communicator> comm) {
@@ -105,12 +154,10 @@ void Replica::restore_session(const SessionSpec& spec, const std::string& dir) {
   if (trainers_.count(spec.name)) return;  // resident already
   auto options = options_of(spec);
   std::unique_ptr<Trainer> trainer;
-  if (spec.full) {
-    trainer = Trainer::LoadCheckpoint(dir, &options, base_);  // a full checkpoint takes only its device
-  } else {
-    options.reference.dir.clear();
-    trainer = Trainer::LoadCheckpoint(dir, &options, base_);
-  }
+  if (!spec.full) options.reference.dir.clear();  // an adapter's reference is the base with it off
+  // A full checkpoint takes only base_'s device.
+  AgreeOnRead(comm_.get(), Attempt([&] { trainer = Trainer::LoadCheckpoint(dir, &options, base_); }),
+              "read session '" + spec.name + "' from " + dir);
   adopt(*trainer);
   trainers_[spec.name] = std::move(trainer);
 }
@@ -123,6 +170,14 @@ void Replica::drop_session(const std::string& name) {
 }
 
 void Replica::load(const std::string& session, const std::string& dir) {
+  std::unique_ptr<Trainer> loaded;
+  AgreeOnRead(comm_.get(), Attempt([&] { loaded = read_checkpoint(session, dir); }), "load the checkpoint " + dir);
+  adopt(*loaded);
+  if (!sessions_) base_ = loaded->model();  // the old weights go
+  trainers_[session] = std::move(loaded);
+}
+
+std::unique_ptr<Trainer> Replica::read_checkpoint(const std::string& session, const std::string& dir) {
   auto& current = trainer(session);
   TrainerOptions options = current.options();
   const bool adapter = static_cast<bool>(current.adapter());
@@ -145,9 +200,7 @@ void Replica::load(const std::string& session, const std::string& dir) {
                              ") is not configured as this session's (r " +
                              std::to_string(current.adapter()->config().r) + ")");
   }
-  adopt(*loaded);
-  if (!sessions_) base_ = loaded->model();  // the old weights go
-  trainers_[session] = std::move(loaded);
+  return loaded;
 }
 
 int64_t Replica::session_bytes(const std::string& session) {

@@ -40,7 +40,10 @@ class Replica {
   void drop_session(const std::string& name);
   /// Replaces the session's trainer by the checkpoint in `dir`: it must hold a model of the
   /// same shape (and for an adapter session, an adapter of the same configuration on this
-  /// base): FailedPrecondition otherwise, nothing changed.
+  /// base): FailedPrecondition otherwise, nothing changed. With several ranks, every rank
+  /// reads `dir` from its own storage and they agree before any changes: a rank that cannot
+  /// read it makes every rank fail with its error (FailedPrecondition naming the rank), the
+  /// group intact. restore_session agrees the same way.
   void load(const std::string& session, const std::string& dir);
 
   /// Device bytes a resident session holds (its adapter or model copy, gradients, optimizer).
@@ -60,6 +63,8 @@ class Replica {
   TrainerOptions options_of(const SessionSpec& spec) const;
   torch::Dtype adapter_dtype() const { return dtype_ == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32; }
   CausalLM base_copy() const;
+  /// load()'s trainer from `dir`, checked against the session's (nothing changes here).
+  std::unique_ptr<Trainer> read_checkpoint(const std::string& session, const std::string& dir);
 
   ModelConfig model_config_;
   TrainerOptions trainer_options_;

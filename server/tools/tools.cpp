@@ -250,7 +250,7 @@ int Grad(const GradArgs& args) {
     result = ForwardBackward(m.model, batch, *objective, options);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.metrics = objective->finish();
+  result.metrics = group ? objective->finish_merged(MergeMetricsOver(*group)) : objective->finish();
   if (!writer) return 0;
   auto grads = m.gradients();
   char loss[64];
@@ -343,7 +343,7 @@ int Verify(const VerifyArgs& args) {
       }
       secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    result.metrics = objective->finish();
+    result.metrics = split ? objective->finish_merged(MergeMetricsOver(*group)) : objective->finish();
     const double peak_mib = (memory::PeakBytes() - live_before) / (1024.0 * 1024.0);
     auto grads = m.gradients();
     GradientDiff diff;

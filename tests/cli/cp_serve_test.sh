@@ -29,10 +29,10 @@ wait_port() {  # FILE WHAT
   for _ in $(seq 1 600); do [ -s "$1" ] && break; sleep 0.1; done
   [ -s "$1" ] || fail "$2 did not start"
 }
-launch_cp() {  # NAME TIMEOUT: rank 1 (the layout by flag) then rank 0 (by its config); sets port pid0 pid1
-  local name="$1" timeout="$2" master; master="$(free_port)"
+launch_cp() {  # NAME TIMEOUT [RANK1_CONFIG]: rank 1 (the layout by flag) then rank 0 (by its config); sets port pid0 pid1
+  local name="$1" timeout="$2" rank1="${3:-$1}" master; master="$(free_port)"
   local common=(MASTER_ADDR=127.0.0.1 MASTER_PORT="$master" WORLD_SIZE=2 STREAMBP_DIST_TIMEOUT="$timeout")
-  env "${common[@]}" RANK=1 "$server" serve --config "$dir/$name.json" --context-parallel 2 --listen 127.0.0.1:0 \
+  env "${common[@]}" RANK=1 "$server" serve --config "$dir/$rank1.json" --context-parallel 2 --listen 127.0.0.1:0 \
     > "$dir/$name-rank1.log" 2>&1 &
   pid1=$!; pids+=("$pid1")
   env "${common[@]}" RANK=0 "$server" serve --config "$dir/$name.json" --listen 127.0.0.1:0 \
@@ -107,9 +107,11 @@ sport="$(cat "$dir/single.port")"
 "$cli" estimate --server "127.0.0.1:$sport" --seq-len 16384 > "$dir/single-half.out" || fail "estimate, one process, T/2"
 kill -TERM "$single_pid"; wait "$single_pid" || fail "the single-process server did not exit 0"
 
-# --- Context parallel over 2 ranks: the same 3 steps.
+# --- Context parallel over 2 ranks: the same 3 steps. Rank 1 has a checkpoint folder of its
+# own: only rank 0 of the group writes checkpoints and the history (rank 1 its replica file).
 config cp 2
-launch_cp cp 30
+config cp1 2
+launch_cp cp 30 cp1
 "$cli" train --server "127.0.0.1:$port" --objective sft --data "$dir/sft.jsonl" --steps 3 --batch-size 4 \
   > "$dir/cp-train.log" 2>&1 || fail "training through rank 0 of a context-parallel server"
 # EstimateMemory: one rank's peak, below one process's at the same length (for this tiny model
@@ -134,14 +136,24 @@ wait "$pid0" || fail "rank 0 did not exit 0"
 wait "$pid1" || fail "rank 1 did not exit 0 after rank 0 stopped"
 compare "$dir/cp-ckpt/shutdown-3/model.safetensors" "$dir/single-ckpt/shutdown-3/model.safetensors" \
   "context parallel 2 vs one process, 3 AdamW steps" 1e-10
-compare "$dir/cp-ckpt/shutdown-3/model.safetensors" "$dir/cp-ckpt/replica-1.safetensors" "rank 0 vs rank 1" exact
-# The history records each step's exchange (K/V bytes per layer: 2 gathers + 1 reduce-scatter).
-/usr/bin/python3 - "$dir/cp-ckpt/metrics.jsonl" <<'PY' || fail "the history lacks the context-parallel metrics: $(head -c 600 "$dir/cp-ckpt/metrics.jsonl")"
+compare "$dir/cp-ckpt/shutdown-3/model.safetensors" "$dir/cp1-ckpt/replica-1.safetensors" "rank 0 vs rank 1" exact
+[ "$(ls -A "$dir/cp1-ckpt")" = "replica-1.safetensors" ] \
+  || fail "rank 1 wrote checkpoints or history: $(ls -A "$dir/cp1-ckpt" | tr '\n' ' ')"
+# The history records each step's exchange (K/V bytes per layer: 2 gathers + 1 reduce-scatter),
+# and the objective's metrics of the whole step (both ranks' positions), as one process's.
+/usr/bin/python3 - "$dir/cp-ckpt/metrics.jsonl" "$dir/single-ckpt/metrics.jsonl" <<'PY' \
+  || fail "the history lacks the context-parallel metrics: $(head -c 600 "$dir/cp-ckpt/metrics.jsonl")"
 import json, sys
 records = [json.loads(line) for line in open(sys.argv[1])]
+single = [json.loads(line) for line in open(sys.argv[2])]
 values = [r["context_parallel_kv_bytes_per_layer"] for r in records]
 assert len(values) == 3 and all(v > 0 for v in values), values
 print(f"history: context_parallel_kv_bytes_per_layer {values}")
+assert len(single) == 3, single
+for i, (r, s) in enumerate(zip(records, single)):
+    for name in ("token_accuracy", "loss"):
+        assert abs(r[name] - s[name]) <= 1e-10 * max(1.0, abs(s[name])), (i, name, r[name], s[name])
+print("history: token_accuracy " + str([round(r["token_accuracy"], 4) for r in records]) + " as one process's")
 PY
 [ -z "$(ls -A "$dir/cp-ckpt/.staging" 2>/dev/null)" ] || fail "a save left staging folders: $(ls -A "$dir/cp-ckpt/.staging")"
 

@@ -367,30 +367,39 @@ TEST_P(ContextParallelTrainer, RanksApplyTheOneProcessUpdate) {
   auto weights = [&](Trainer& t) { return p.lora ? t.adapter()->peft_tensors() : t.model()->hf_tensors(); };
   auto single = make();
   std::vector<double> single_losses;
-  for (int i = 0; i < 3; ++i) single_losses.push_back(single->train_step(seqs, *MakeObjective(p.objective)).forward.loss);
+  std::vector<std::map<std::string, double>> single_metrics;
+  for (int i = 0; i < 3; ++i) {
+    const auto r = single->train_step(seqs, *MakeObjective(p.objective));
+    single_losses.push_back(r.forward.loss);
+    single_metrics.push_back(r.forward.metrics);
+  }
   const auto expected = weights(*single);
   const int port = FreeLoopbackPort();
   std::vector<TensorMap> got(2);
   std::vector<std::vector<double>> losses(2);
-  std::vector<std::map<std::string, double>> metrics(2);
+  std::vector<std::vector<std::map<std::string, double>>> metrics(2);
   RunRanks(2, [&](int rank) {
     auto trainer = make();
     trainer->set_context_parallel(Communicator::Create(testing::LoopbackRank(rank, 2, port)));
     for (int i = 0; i < 3; ++i) {
       const auto r = trainer->train_step(seqs, *MakeObjective(p.objective));
       losses[rank].push_back(r.forward.loss);
-      metrics[rank] = r.forward.metrics;
+      metrics[rank].push_back(r.forward.metrics);
     }
     got[rank] = weights(*trainer);
   });
   // The step's exchange is in its metrics: K/V bytes per layer and the time in the collectives
-  // (the bytes against the formula: the bench's --check).
-  const auto single_metrics = make()->train_step(seqs, *MakeObjective(p.objective)).forward.metrics;
-  EXPECT_EQ(single_metrics.count("context_parallel_kv_bytes_per_layer"), 0u);
+  // (the bytes against the formula: the bench's --check). The objective's metrics are the
+  // whole step's on every rank (each rank's parts added up), not its own positions'.
+  EXPECT_EQ(single_metrics[0].count("context_parallel_kv_bytes_per_layer"), 0u);
   for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_EQ(metrics[rank].count("context_parallel_kv_bytes_per_layer"), 1u) << rank;
-    EXPECT_GT(metrics[rank].at("context_parallel_kv_bytes_per_layer"), 0.0);
-    EXPECT_GE(metrics[rank].at("context_parallel_seconds"), 0.0);
+    ASSERT_EQ(metrics[rank].back().count("context_parallel_kv_bytes_per_layer"), 1u) << rank;
+    EXPECT_GT(metrics[rank].back().at("context_parallel_kv_bytes_per_layer"), 0.0);
+    EXPECT_GE(metrics[rank].back().at("context_parallel_seconds"), 0.0);
+    for (int i = 0; i < 3; ++i) {
+      testing::ExpectWholeStepMetrics(single_metrics[i], metrics[rank][i],
+                                      "rank " + std::to_string(rank) + " step " + std::to_string(i));
+    }
   }
   for (int i = 0; i < 3; ++i) {
     EXPECT_NEAR(losses[0][i], single_losses[i], 1e-12 * std::max(1.0, std::abs(single_losses[i]))) << i;
@@ -516,6 +525,42 @@ TEST(ContextParallel, ObjectivesItCannotRunExactlyAreRefusedOnEveryRank) {
         << errors[r][0];
     EXPECT_NE(errors[r][1].find("'own_loss' reports a loss other than the sum of its chunk terms"), std::string::npos)
         << errors[r][1];
+  }
+}
+
+// The ranks' metric parts are added up over the union of their names: a rank whose share
+// had no target for a metric (no name) takes part with nothing; maxima are the largest.
+TEST(ContextParallel, MetricPartsAreAddedUpOverTheUnionOfTheRanksNames) {
+  const int port = FreeLoopbackPort();
+  std::vector<MetricParts> got(2);
+  RunRanks(2, [&](int rank) {
+    auto group = Communicator::Create(testing::LoopbackRank(rank, 2, port));
+    MetricParts parts;
+    if (rank == 0) {
+      parts.means["a"] = {1.0, 2.0};
+      parts.means["both"] = {3.0, 4.0};
+      parts.maxima["m"] = -2.0;
+    } else {
+      parts.means["both"] = {5.0, 6.0};
+      parts.means["b"] = {4.0, 1.0};
+      parts.totals["t"] = 5.0;
+      parts.maxima["m"] = -7.0;
+      parts.maxima["only1"] = 9.0;
+    }
+    MergeMetricsOver(*group)(parts);
+    got[rank] = parts;
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto& p = got[r];
+    EXPECT_EQ(p.means.size(), 3u) << r;
+    EXPECT_EQ(p.means.at("a"), std::make_pair(1.0, 2.0)) << r;
+    EXPECT_EQ(p.means.at("b"), std::make_pair(4.0, 1.0)) << r;
+    EXPECT_EQ(p.means.at("both"), std::make_pair(8.0, 10.0)) << r;
+    EXPECT_EQ(p.totals.size(), 1u) << r;
+    EXPECT_EQ(p.totals.at("t"), 5.0) << r;
+    EXPECT_EQ(p.maxima.size(), 2u) << r;
+    EXPECT_EQ(p.maxima.at("m"), -2.0) << r;
+    EXPECT_EQ(p.maxima.at("only1"), 9.0) << r;
   }
 }
 

@@ -71,15 +71,19 @@ TEST_P(DataParallel, TwoRanksEqualOneProcessOnTheWholeBatch) {
 
   auto single = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), Options(kind));
   std::vector<double> single_losses;
+  std::vector<std::map<std::string, double>> single_metrics;
   for (int i = 0; i < kSteps; ++i) {
     auto obj = CreateObjective(kind, ObjectiveOptions(kind));
-    single_losses.push_back(single->train_step(step, *obj).forward.loss);
+    const auto r = single->train_step(step, *obj);
+    single_losses.push_back(r.forward.loss);
+    single_metrics.push_back(r.forward.metrics);
   }
   const auto expected = single->model()->hf_tensors();
 
   const int port = FreeLoopbackPort();
   std::vector<TensorMap> weights(2);
   std::vector<std::vector<double>> losses(2);
+  std::vector<std::vector<std::map<std::string, double>>> metrics(2);
   std::vector<int64_t> state_bytes(2);
   const std::string ckpt = testing::TempDir("dp-ckpt-" + kind + std::to_string(zero)) + "/ckpt";
   RunRanks(2, [&](int rank) {
@@ -87,7 +91,9 @@ TEST_P(DataParallel, TwoRanksEqualOneProcessOnTheWholeBatch) {
     trainer->set_communicator(Communicator::Create(testing::LoopbackRank(rank, 2, port, zero)));
     for (int i = 0; i < kSteps; ++i) {
       auto obj = CreateObjective(kind, ObjectiveOptions(kind));
-      losses[rank].push_back(trainer->train_step(step, *obj).forward.loss);
+      const auto r = trainer->train_step(step, *obj);
+      losses[rank].push_back(r.forward.loss);
+      metrics[rank].push_back(r.forward.metrics);
     }
     weights[rank] = trainer->model()->hf_tensors();
     state_bytes[rank] = trainer->optimizer_state_bytes();
@@ -96,6 +102,12 @@ TEST_P(DataParallel, TwoRanksEqualOneProcessOnTheWholeBatch) {
   for (int i = 0; i < kSteps; ++i) {
     EXPECT_NEAR(losses[0][i], single_losses[i], 1e-12 * std::max(1.0, std::abs(single_losses[i]))) << i;
     EXPECT_EQ(losses[0][i], losses[1][i]);
+    // The objective's metrics are the whole batch's on every rank (each rank's shard's parts
+    // added up), not rank 0's shard's.
+    for (int r = 0; r < 2; ++r) {
+      testing::ExpectWholeStepMetrics(single_metrics[i], metrics[r][i],
+                                      "rank " + std::to_string(r) + " step " + std::to_string(i));
+    }
   }
   for (const auto& [name, t] : expected) {
     EXPECT_TRUE(torch::equal(weights[0].at(name), weights[1].at(name))) << "ranks differ on " << name;
@@ -264,19 +276,22 @@ TEST(OverlapEdge, ARankWithAnEmptyShardStillMatchesTheCollectives) {
   options.grad_bucket_bytes = 16 << 10;
   auto single = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), options);
   auto obj = CreateObjective("sft", nlohmann::json::object());
-  single->train_step(step, *obj);
+  const auto single_metrics = single->train_step(step, *obj).forward.metrics;
   const auto expected = single->model()->hf_tensors();
   std::vector<TensorMap> weights(2);
   std::vector<GradReduceInfo> reduces(2);
+  std::vector<std::map<std::string, double>> metrics(2);
   const int port = FreeLoopbackPort();
   RunRanks(2, [&](int rank) {
     auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), options);
     trainer->set_communicator(Communicator::Create(testing::LoopbackRank(rank, 2, port)));
     auto o = CreateObjective("sft", nlohmann::json::object());
-    trainer->train_step(step, *o);
+    metrics[rank] = trainer->train_step(step, *o).forward.metrics;
     weights[rank] = trainer->model()->hf_tensors();
     reduces[rank] = trainer->last_grad_reduce();
   });
+  // The empty shard's rank reports the sequence's token accuracy too.
+  for (int r = 0; r < 2; ++r) testing::ExpectWholeStepMetrics(single_metrics, metrics[r], "rank " + std::to_string(r));
   EXPECT_EQ(reduces[0].buckets, reduces[1].buckets);
   EXPECT_EQ(reduces[0].bytes, reduces[1].bytes);
   // Only the rank with the sequence runs a backward to launch buckets from.

@@ -1,10 +1,16 @@
 #pragma once
 // Helpers of the distributed tests: ranks as threads of this process, each with its own
 // process group on loopback.
+#include <algorithm>
+#include <cmath>
 #include <exception>
 #include <functional>
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "streambp/dist.h"
 
@@ -37,6 +43,28 @@ inline void RunRanks(int n, const std::function<void(int)>& f) {
   for (auto& t : threads) t.join();
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
+  }
+}
+
+/// A split step's objective metrics (`got`, one rank's) equal one process's (`single`,
+/// not empty) to `tol` relative: the same names (but `ignore_prefix`, the split's own) and
+/// values.
+inline void ExpectWholeStepMetrics(const std::map<std::string, double>& single, const std::map<std::string, double>& got,
+                                   const std::string& where, const std::string& ignore_prefix = "context_parallel_",
+                                   double tol = 1e-10) {
+  EXPECT_FALSE(single.empty()) << where;
+  for (const auto& [name, v] : single) {
+    const auto it = got.find(name);
+    if (it == got.end()) {
+      ADD_FAILURE() << where << ": no metric " << name;
+      continue;
+    }
+    EXPECT_NEAR(it->second, v, tol * std::max(1.0, std::abs(v))) << where << ": metric " << name;
+  }
+  for (const auto& [name, v] : got) {
+    if (name.rfind(ignore_prefix, 0) != 0) {
+      EXPECT_EQ(single.count(name), 1u) << where << ": extra metric " << name;
+    }
   }
 }
 

@@ -16,7 +16,9 @@
 #include "executor.h"
 #include "host.h"
 #include "replica.h"
+#include "streambp/dist.h"
 #include "streambp/error.h"
+#include "streambp/estimate.h"
 #include "streambp/objective.h"
 #include "streambp/safetensors.h"
 #include "test_util/fixtures.h"
@@ -191,6 +193,39 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
   checkpoint.engine = "checkpoint";
   EXPECT_NE(message([&] { admission.resolve_engine(checkpoint); }).find("runs the stream engine only"),
             std::string::npos);
+
+  // With a reference model its log-probs run whole on every rank: the forward over all 4096
+  // positions is a rank's larger peak here (4 ranks), and both EstimateMemory and admission
+  // count it.
+  const int64_t T = 4096;
+  auto without = config;
+  without.trainer.reference.use_reference_model = false;
+  const auto split = Admission(without, PresetConfig("tiny"), torch::kFloat64).estimate(1, T, EngineRequest{}).estimate;
+  const auto whole = EstimateForwardMemory(PresetConfig("tiny"), torch::kFloat64, 1, T, -1).activation_bytes;
+  ASSERT_GT(whole, split.activation_bytes);
+  auto with_reference = without;
+  with_reference.trainer.reference.use_reference_model = true;
+  const auto counted = Admission(with_reference, PresetConfig("tiny"), torch::kFloat64).estimate(1, T, EngineRequest{});
+  EXPECT_EQ(counted.estimate.activation_bytes, whole);
+  // A budget the split step fits in but not the reference forward: refused with a reference
+  // model only.
+  with_reference.limits.memory_budget_bytes = counted.estimate.total() - 1;
+  without.limits.memory_budget_bytes = with_reference.limits.memory_budget_bytes;
+  const auto long_step = SftStep({std::vector<int64_t>(T, 5)});
+  auto refusal = [&](const ServerConfig& c) {
+    Admission a(c, PresetConfig("tiny"), torch::kFloat64);
+    auto e = a.resolve_engine(EngineRequest{});
+    try {
+      a.admit_step(long_step.sequences, long_step.tokens, false, &e);
+    } catch (const ResourceExhausted& error) {
+      return std::string(error.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(refusal(without), "(accepted)");
+  EXPECT_NE(refusal(with_reference).find("the step (per rank, context parallel over 4) is estimated at"),
+            std::string::npos)
+      << refusal(with_reference);
 }
 
 TEST(Host, RequestIdReplaysTheFirstAnswerAndRefusesAnotherBody) {
@@ -347,6 +382,78 @@ TEST(Host, AFollowerFedTheRecordedCommandsEndsBitIdentical) {
   ExpectSame(replica->trainer().model()->hf_tensors(), expected);
   EXPECT_EQ(replica->trainer().policy_version(), 4);
   EXPECT_THROW(DecodeCommand("not cbor"), InvalidArgument);
+}
+
+// The ranks of a data- or context-parallel server each load a checkpoint from their own
+// storage. One that cannot read it makes every rank fail, with its error (rank 0: naming the
+// rank and what to change); nothing changes on any rank and the group still works: the
+// same load then succeeds on both and they hold the checkpoint's weights.
+TEST(Replica, ARankThatCannotReadACheckpointFailsEveryRankAndTheGroupHolds) {
+  RegisterBuiltinObjectives();
+  for (const int context_parallel : {1, 2}) {
+    auto config = HostConfig();
+    config.parallel.context_parallel = context_parallel;
+    const std::string root = testing::TempDir("replica-agree-" + std::to_string(context_parallel));
+    const std::string ckpt = root + "/ckpt";
+    {
+      auto solo = Replica::Create(config, torch::kCPU, nullptr);
+      auto sft = CreateObjective("sft", nlohmann::json::object());
+      solo->trainer().train_step(SftStep({{1, 5, 9, 13, 17}}).sequences, *sft);
+      solo->trainer().save_checkpoint(ckpt);
+    }
+    const auto saved = Trainer::LoadCheckpoint(ckpt)->model()->hf_tensors();
+    const int port = FreeLoopbackPort();
+    std::vector<std::string> errors(2);
+    std::vector<ErrorCode> codes(2, ErrorCode::kInternal);
+    std::vector<char> threw(2, 0);
+    std::vector<char> unchanged(2, 0);
+    std::vector<TensorMap> loaded(2);
+    std::vector<std::exception_ptr> failures(2);
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+       try {
+        DistOptions d;
+        d.rank = rank;
+        d.world_size = 2;
+        d.master_port = port;
+        d.timeout_seconds = 60;
+        auto replica = Replica::Create(config, torch::kCPU, Communicator::Create(d));
+        const auto before = replica->trainer().model()->hf_tensors();
+        try {
+          replica->load("", rank == 0 ? ckpt : root + "/not-on-this-rank");
+        } catch (const std::exception& e) {
+          threw[rank] = true;
+          errors[rank] = e.what();
+          if (const auto* error = dynamic_cast<const Error*>(&e)) codes[rank] = error->code();
+        }
+        bool same = true;
+        for (const auto& [name, t] : replica->trainer().model()->hf_tensors()) same = same && torch::equal(t, before.at(name));
+        unchanged[rank] = same;
+        replica->load("", ckpt);  // the group is intact
+        loaded[rank] = replica->trainer().model()->hf_tensors();
+       } catch (...) {
+        failures[rank] = std::current_exception();  // the test fails below, not the binary
+       }
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (auto& f : failures) {
+      if (f) std::rethrow_exception(f);
+    }
+    const std::string where = "context_parallel " + std::to_string(context_parallel);
+    EXPECT_EQ(codes[0], ErrorCode::kFailedPrecondition) << where;
+    EXPECT_TRUE(threw[1]) << where;
+    // (rank 0 names the folder it was asked for; the message after it is rank 1's own)
+    EXPECT_NE(errors[0].find("rank 1 could not load the checkpoint " + ckpt + ": "), std::string::npos)
+        << where << ": " << errors[0];
+    EXPECT_NE(errors[0].find("not-on-this-rank"), std::string::npos) << where << ": " << errors[0];
+    EXPECT_NE(errors[0].find("give the ranks a shared checkpoint_dir"), std::string::npos) << errors[0];
+    EXPECT_NE(errors[1].find("not-on-this-rank"), std::string::npos) << where << ": " << errors[1];
+    EXPECT_TRUE(unchanged[0]) << where;
+    EXPECT_TRUE(unchanged[1]) << where;
+    for (int rank = 0; rank < 2; ++rank) ExpectSame(loaded[rank], saved);
+  }
 }
 
 }  // namespace

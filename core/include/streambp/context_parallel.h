@@ -58,6 +58,12 @@ StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, O
                                           const EngineOptions& options, Communicator& group,
                                           ContextParallelStats* stats = nullptr);
 
+/// Objective::finish_merged's merge over the ranks of `group` (a data- or context-parallel
+/// step): every rank's metric parts added up (maxima: the largest) over the union of their
+/// names, so every rank reports the whole step's metrics. Every rank of the group runs the
+/// merge it returns (it runs collectives).
+MetricMerge MergeMetricsOver(Communicator& group);
+
 /// Sums the gradients of `params` (those that require grad) over the ranks of `group`, in
 /// place; a parameter without a gradient on this rank takes part with zeros, and one without
 /// a gradient on any rank keeps none.

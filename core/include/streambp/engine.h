@@ -140,7 +140,7 @@ struct StepResult {
   /// The load-balancing loss (HF's aux_loss, before the coefficient; weighted by the batch's
   /// share of the step's tokens), when the step has one: `loss` includes coef x this.
   double router_aux_loss = 0.0;
-  Metrics metrics;          ///< the objective's metrics (filled by callers from finish())
+  Metrics metrics;          ///< the objective's metrics (filled by callers: finish() or finish_merged())
 };
 
 /// Runs forward and backward of `batch` under `objective` and accumulates gradients into

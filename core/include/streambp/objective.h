@@ -4,6 +4,7 @@
 /// positions at a time, so it never sees all logits at once (except the `full` engine,
 /// which hands it one chunk covering everything). Normalizers are computed in begin() from
 /// the masks, before any chunk, so every term is already normalized.
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -18,6 +19,17 @@
 namespace streambp {
 
 using Metrics = std::map<std::string, double>;
+
+/// A step's metrics before they are divided out, so that the ranks of a data- or
+/// context-parallel step can add theirs up: `means` are (sum, count) pairs read as
+/// sum / count (0 when the count is 0), `totals` plain sums, `maxima` maxima.
+struct MetricParts {
+  std::map<std::string, std::pair<double, double>> means;
+  std::map<std::string, double> totals;
+  std::map<std::string, double> maxima;
+};
+/// Combines one rank's parts with the other ranks' in place (every rank gets the group's).
+using MetricMerge = std::function<void(MetricParts&)>;
 
 /// The logits of positions [start, end) of every row, with what the objective needs to
 /// score them. logits are at least float32 and require grad in the gradient pass.
@@ -90,6 +102,11 @@ class Objective {
 
   /// Metrics of the step (loss excluded) and the end of the step.
   virtual Metrics finish() = 0;
+  /// finish() for a step whose sequences (data parallel) or positions (context parallel)
+  /// are split over ranks: every rank calls it, and `merge` combines the ranks' parts, so
+  /// each reports the metrics of the whole step. The built-in objectives override it; the
+  /// default reports this rank's finish().
+  virtual Metrics finish_merged(const MetricMerge& merge) { return finish(); }
 };
 
 /// Token cross-entropy on the selected targets, divided by `normalizer` when it is > 0

@@ -90,8 +90,8 @@ class Trainer {
   /// Validates `sequences` (token ids, mask lengths, max length), fills reference log-probs
   /// when the objective needs them (reference model, chunk by chunk), then runs
   /// objective.prepare(sequences) and every micro-batch through the engine, adding to the
-  /// pending gradients. Returns the summed loss, token counts and objective.finish()'s
-  /// metrics. Throws InvalidArgument for bad input (nothing changed), and InvalidArgument
+  /// pending gradients. Returns the summed loss, token counts and the objective's metrics
+  /// (with data or context parallel, finish_merged's: the whole step's on every rank). Throws InvalidArgument for bad input (nothing changed), and InvalidArgument
   /// "... needs reference log-probs ..." when the objective needs reference log-probs that
   /// neither the input nor a reference model gives.
   /// `engine` overrides options().engine for this call (null: the trainer's).

@@ -2,7 +2,10 @@
 // shard's exchanges as c10d collectives, and the step's sums.
 #include "streambp/context_parallel.h"
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
+#include <set>
 #include <string>
 
 #include "engine_common.h"
@@ -126,6 +129,85 @@ StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, O
   result.routing_decisions = static_cast<int64_t>(sums[3]);
   result.routing_mismatches = static_cast<int64_t>(sums[4]);
   return result;
+}
+
+MetricMerge MergeMetricsOver(Communicator& group) {
+  // Three collectives whatever the group's size: the longest list of names, every rank's list
+  // (an all-gather written as a sum: each rank fills its own row of zeros), and the sums,
+  // counts and every rank's maxima (gathered the same way) in one all-reduce.
+  return [&group](MetricParts& parts) {
+    const int P = group.world_size();
+    if (P <= 1) return;
+    std::string mine;
+    auto list = [&mine](char kind, const std::string& name) {
+      mine += kind;
+      mine += name;
+      mine += '\n';
+    };
+    for (const auto& [name, v] : parts.means) list('m', name);
+    for (const auto& [name, v] : parts.totals) list('t', name);
+    for (const auto& [name, v] : parts.maxima) list('x', name);
+    const auto longest = static_cast<size_t>(group.all_reduce_scalar(static_cast<double>(mine.size()), /*max=*/true));
+    // The union of the names: a rank whose share had no target for a metric has none of it.
+    std::set<std::string> names;
+    if (longest > 0) {
+      std::vector<double> rows(static_cast<size_t>(P) * longest, 0.0);
+      for (size_t i = 0; i < mine.size(); ++i) {
+        rows[static_cast<size_t>(group.rank()) * longest + i] = static_cast<unsigned char>(mine[i]);
+      }
+      rows = group.all_reduce_scalars(rows);
+      for (int r = 0; r < P; ++r) {
+        std::string theirs;
+        for (size_t i = 0; i < longest; ++i) {
+          const double c = rows[static_cast<size_t>(r) * longest + i];
+          if (c == 0) break;
+          theirs += static_cast<char>(static_cast<unsigned char>(c));
+        }
+        size_t at = 0;
+        for (size_t end = theirs.find('\n'); end != std::string::npos; at = end + 1, end = theirs.find('\n', at)) {
+          names.insert(theirs.substr(at, end - at));
+        }
+      }
+    }
+    // In the names' order (the same on every rank): means as (sum, count), totals, then for
+    // each maximum P slots of (present, value), this rank's in its own.
+    std::vector<double> values;
+    for (const auto& key : names) {
+      const std::string name = key.substr(1);
+      if (key[0] == 'm') {
+        const auto it = parts.means.find(name);
+        values.push_back(it == parts.means.end() ? 0.0 : it->second.first);
+        values.push_back(it == parts.means.end() ? 0.0 : it->second.second);
+      } else if (key[0] == 't') {
+        const auto it = parts.totals.find(name);
+        values.push_back(it == parts.totals.end() ? 0.0 : it->second);
+      } else {
+        const auto it = parts.maxima.find(name);
+        for (int r = 0; r < P; ++r) {
+          const bool own = r == group.rank() && it != parts.maxima.end();
+          values.push_back(own ? 1.0 : 0.0);
+          values.push_back(own ? it->second : 0.0);
+        }
+      }
+    }
+    const auto sums = group.all_reduce_scalars(values);
+    size_t i = 0;
+    for (const auto& key : names) {
+      const std::string name = key.substr(1);
+      if (key[0] == 'm') {
+        parts.means[name] = {sums[i], sums[i + 1]};
+        i += 2;
+      } else if (key[0] == 't') {
+        parts.totals[name] = sums[i++];
+      } else {
+        double best = -std::numeric_limits<double>::infinity();
+        for (int r = 0; r < P; ++r, i += 2) {
+          if (sums[i] > 0) best = std::max(best, sums[i + 1]);
+        }
+        parts.maxima[name] = best;  // some rank has it: the name came from one
+      }
+    }
+  };
 }
 
 void SumGradients(const std::vector<torch::Tensor>& params, Communicator& group) {

@@ -33,6 +33,12 @@ double ParameterCount(const ModelConfig& c) {
   return params;
 }
 
+// A rank's positions under context parallel: the largest share, T/P rounded up.
+int64_t RankLength(int64_t seq_len, int64_t context_parallel) {
+  const int64_t P = std::max<int64_t>(context_parallel, 1);
+  return (std::max<int64_t>(seq_len, 1) + P - 1) / P;
+}
+
 }  // namespace
 
 double FeedForwardParameters(const ModelConfig& c, bool active) {
@@ -60,6 +66,9 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
                                   const EngineOptions& engine, const std::string& optimizer, const LoraConfig* lora,
                                   int64_t context_parallel) {
   if (context_parallel < 1) throw InvalidArgument("context_parallel must be >= 1, got " + std::to_string(context_parallel));
+  if (context_parallel > 1 && engine.kind != EngineKind::kStream) {
+    throw InvalidArgument("context parallel runs the stream engine only (engine " + EngineName(engine.kind) + ")");
+  }
   const double e = static_cast<double>(c10::elementSize(dtype));
   const double f = dtype == torch::kFloat64 ? 8 : 4;  // softmax, norms and logits precision
   const double B = std::max<int64_t>(rows, 1), T = std::max<int64_t>(seq_len, 1), d = c.hidden_size;
@@ -76,17 +85,19 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   m.optimizer_bytes = optimizer == "adamw" ? Bytes(2 * trained * std::max(te, 4.0))
                       : optimizer == "sgd" ? Bytes(trained * std::max(te, 4.0))
                                            : 0;
-  // Context parallel: a rank's positions (the largest share, T/P rounded up); the engine
-  // resolves its chunks for them.
+  // Context parallel: the engine resolves its chunks for a rank's positions.
   const double P = static_cast<double>(context_parallel);
-  const int64_t local_len = (std::max<int64_t>(seq_len, 1) + context_parallel - 1) / context_parallel;
+  const int64_t local_len = RankLength(seq_len, context_parallel);
   const auto chunks = ResolveChunks(engine, local_len, c, dtype);
   m.chunk = chunks.chunk;
   m.logits_chunk = chunks.logits_chunk;
   const double lc = chunks.logits_chunk;
   // lm_head + loss of one logits chunk: logits, log-softmax, their gradients, at f bytes
-  // (streambp-bench measured ~4 B x lc x V tensors alive at the head's peak).
-  const double head = 4 * B * lc * V * f + 2 * B * lc * d * e;
+  // (streambp-bench measured ~4 B x lc x V tensors alive at the head's peak); below float32
+  // the head's product in the model's dtype too, before its upcast (bfloat16 measured: the
+  // estimate was 0.90x without it).
+  const double logits_bytes = 4 * f + (e < f ? e : 0.0);
+  const double head = logits_bytes * B * lc * V + 2 * B * lc * d * e;
   // One layer's graph for q positions against k keys: the attention's working set, Q, the
   // attention output, MLP activations, and `kv_copies` B x k x d_kv buffers of keys.
   // Materialized attention: scores, masked scores, probabilities and a gradient (4, as
@@ -119,9 +130,6 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   // Context parallel: the rank's own K/V (before the gather) and its share of dK/dV (after
   // the reduce-scatter) beside the whole-sequence ones.
   const double own_kv = context_parallel > 1 ? kv_and_grads / P : 0.0;
-  if (context_parallel > 1 && engine.kind != EngineKind::kStream) {
-    throw InvalidArgument("context parallel runs the stream engine only (engine " + EngineName(engine.kind) + ")");
-  }
   if (engine.kind == EngineKind::kFull) {
     m.activation_bytes = Bytes(L * layer_graph(T, T, false, T, T, 4) + 2 * Td + 3 * B * T * V * f);
   } else if (engine.kind == EngineKind::kCheckpoint) {
@@ -166,7 +174,7 @@ MemoryEstimate EstimateForwardMemory(const ModelConfig& c, torch::Dtype dtype, i
   MemoryEstimate m;
   m.weights_bytes = Bytes(ParameterCount(c) * e);
   const double layer = 3 * B * T * d * e + 2 * B * T * kvd * e + 3 * B * H * q * tile * f + B * q * FeedForwardBytesPerRow(c, e, f);
-  const double head = 3 * B * lc * V * f + B * T * d * e;
+  const double head = (3 * f + (e < f ? e : 0.0)) * B * lc * V + B * T * d * e;  // as the step's head
   m.activation_bytes = Bytes(std::max(layer, head) + 2 * B * T * 8);
   m.chunk = static_cast<int64_t>(q);
   m.logits_chunk = static_cast<int64_t>(lc);
@@ -200,8 +208,7 @@ EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_
                            const EngineOptions& like, int64_t context_parallel) {
   // From the defaults for this length (a rank's positions under context parallel) down: every
   // size halves at each try (a logits chunk or key tile already at its smallest stays there).
-  const int64_t local_len = (std::max<int64_t>(seq_len, 1) + std::max<int64_t>(context_parallel, 1) - 1) /
-                            std::max<int64_t>(context_parallel, 1);
+  const int64_t local_len = RankLength(seq_len, context_parallel);
   const auto defaults = DefaultChunks(config, dtype, local_len, like.device);
   auto sizes = [&](int64_t halvings) {
     EngineOptions o = like;

@@ -80,15 +80,28 @@ class MetricSums {
   void max(const std::string& name, const torch::Tensor& value, const torch::Tensor& present) {
     push(name, Kind::kMax, value, present);
   }
-  Metrics means() {
+  /// A plain sum (reported as it is, added up over the ranks of a split step).
+  void total(const std::string& name, double value) { totals_[name] += value; }
+  /// The metrics; with `merge`, the sums over the ranks of a split step first
+  /// (Objective::finish_merged).
+  Metrics means(const MetricMerge* merge = nullptr) {
     flush();
+    if (merge != nullptr && *merge) {
+      MetricParts parts{std::move(sums_), std::move(totals_), std::move(maxima_)};
+      (*merge)(parts);
+      sums_ = std::move(parts.means);
+      totals_ = std::move(parts.totals);
+      maxima_ = std::move(parts.maxima);
+    }
     Metrics m;
     for (const auto& [k, v] : sums_) m[k] = v.second > 0 ? v.first / v.second : 0.0;
+    for (const auto& [k, v] : totals_) m[k] = v;
     for (const auto& [k, v] : maxima_) m[k] = v;
     return m;
   }
   void clear() {
     sums_.clear();
+    totals_.clear();
     maxima_.clear();
     pending_.clear();
   }
@@ -125,6 +138,7 @@ class MetricSums {
   }
 
   std::map<std::string, std::pair<double, double>> sums_;
+  std::map<std::string, double> totals_;
   std::map<std::string, double> maxima_;
   std::vector<Pending> pending_;  // in the order they were added
 };

@@ -128,6 +128,10 @@ class DpoObjective final : public Objective {
     prepared_ = false;
     return metrics_.means();
   }
+  Metrics finish_merged(const MetricMerge& merge) override {
+    prepared_ = false;
+    return metrics_.means(&merge);
+  }
 
  private:
   torch::Tensor Losses(const torch::Tensor& z) const {

@@ -276,6 +276,10 @@ class GrpoObjective final : public Objective {
     prepared_ = false;
     return metrics_.means();
   }
+  Metrics finish_merged(const MetricMerge& merge) override {
+    prepared_ = false;
+    return metrics_.means(&merge);
+  }
 
  private:
   torch::Tensor Scaled(const torch::Tensor& logits) const {

@@ -125,6 +125,10 @@ class PolicyLossObjective final : public Objective {
     prepared_ = false;
     return metrics_.means();
   }
+  Metrics finish_merged(const MetricMerge& merge) override {
+    prepared_ = false;
+    return metrics_.means(&merge);
+  }
 
  private:
   bool clipped() const { return loss_ == Loss::kPpo || loss_ == Loss::kCispo; }

@@ -1,8 +1,8 @@
 // sft: token cross-entropy on the selected targets, normalized over the whole step.
 #include <torch/torch.h>
 
+#include "common.h"
 #include "streambp/error.h"
-#include "streambp/objective.h"
 
 namespace streambp {
 namespace {
@@ -49,12 +49,16 @@ class SftObjective final : public Objective {
     return -(token_logp * mask).sum() / normalizer_;
   }
 
-  Metrics finish() override {
+  Metrics finish() override { return finish_merged(nullptr); }
+  Metrics finish_merged(const MetricMerge& merge) override {
     prepared_ = false;
     const int64_t correct = correct_.defined() ? correct_.item<int64_t>() : 0;
     const int64_t counted = counted_.defined() ? counted_.item<int64_t>() : 0;
     correct_ = counted_ = torch::Tensor();
-    return {{"token_accuracy", counted ? static_cast<double>(correct) / counted : 0.0}, {"normalizer", normalizer_}};
+    objectives::MetricSums metrics;
+    metrics.add("token_accuracy", static_cast<double>(correct), static_cast<double>(counted));
+    metrics.max("normalizer", normalizer_);  // the whole step's, the same on every rank
+    return metrics.means(&merge);
   }
 
  private:

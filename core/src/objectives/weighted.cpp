@@ -48,9 +48,12 @@ class WeightedLogprobsObjective final : public Objective {
     return (w * logp).sum();
   }
 
-  Metrics finish() override {
+  Metrics finish() override { return finish_merged(nullptr); }
+  Metrics finish_merged(const MetricMerge& merge) override {
     prepared_ = false;
-    return {{"weight_abs_sum", weight_sum_}};
+    objectives::MetricSums metrics;
+    metrics.total("weight_abs_sum", weight_sum_);
+    return metrics.means(&merge);
   }
 
  private:

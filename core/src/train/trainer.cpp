@@ -253,7 +253,17 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
     // An engine that did not call the hook for everything (or an empty shard): the rest
     // now, in the same order as the hook, so that every rank launches the same buckets.
     if (overlap) add_to_overlapped(-1);
-    total.metrics = objective.finish();
+    // The objective's metrics of the whole step: added up over the ranks that split it.
+    std::vector<MetricMerge> merges;
+    if (cp_ && cp_->world_size() > 1) merges.push_back(MergeMetricsOver(*cp_));
+    if (comm_ && comm_->world_size() > 1) merges.push_back(MergeMetricsOver(*comm_));
+    if (merges.empty()) {
+      total.metrics = objective.finish();
+    } else {
+      total.metrics = objective.finish_merged([&merges](MetricParts& parts) {
+        for (const auto& merge : merges) merge(parts);
+      });
+    }
     if (comm_ && comm_->world_size() > 1) {
       const auto sums = comm_->all_reduce_scalars(
           {total.loss, static_cast<double>(total.targets), static_cast<double>(total.tokens),
