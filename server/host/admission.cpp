@@ -21,12 +21,13 @@ int64_t Longest(const std::vector<Sequence>& sequences) {
   return longest;
 }
 
-// Context parallel with a reference model: its log-probs run whole on every rank (not
-// split), so its forward over all T positions may be a rank's larger peak.
+// Context parallel with a reference model: its log-probs run before the step, split over the
+// ranks too (ContextParallelTokenLogprobs); that forward may be a rank's larger peak.
 void AddReferenceForward(MemoryEstimate& estimate, const ServerConfig& config, const ModelConfig& model,
                          torch::Dtype dtype, int64_t rows, int64_t seq_len, int64_t logits_chunk) {
   if (config.parallel.context_parallel <= 1 || !config.trainer.reference.use_reference_model) return;
-  const auto reference = EstimateForwardMemory(model, dtype, rows, seq_len, logits_chunk, config.trainer.engine.device);
+  const auto reference = EstimateForwardMemory(model, dtype, rows, seq_len, logits_chunk, config.trainer.engine.device,
+                                               config.parallel.context_parallel);
   estimate.activation_bytes = std::max(estimate.activation_bytes, reference.activation_bytes);
 }
 

@@ -160,11 +160,15 @@ std::vector<Sequence> SyntheticSequences(const std::string& objective, int64_t c
 // Objectives that compare with a reference (DPO; GRPO with beta > 0) get reference
 // log-probs from the model itself, as it is before any training step.
 // With an adapter the reference is the base with the adapter off.
-void FillReferenceFromModel(CausalLM& model, Objective& objective, std::vector<Sequence>& sequences) {
+// With a context-parallel `group`, split over its ranks as a step's reference pass is.
+void FillReferenceFromModel(CausalLM& model, Objective& objective, std::vector<Sequence>& sequences,
+                            Communicator* group = nullptr) {
   if (!objective.needs_reference(sequences)) return;
   auto batch = MakeBatch(sequences, Layout::kRightPad);
   ScopedAdapter base(*model, nullptr);
-  auto logp = TokenLogprobs(model, batch, 0, objective.reference_temperature());
+  const double temperature = objective.reference_temperature();
+  auto logp = group ? ContextParallelTokenLogprobs(model, batch, 0, temperature, *group)
+                    : TokenLogprobs(model, batch, 0, temperature);
   for (size_t i = 0; i < sequences.size(); ++i) {
     auto where = (batch.sequence_ids == static_cast<int64_t>(i)).nonzero();
     const int64_t row = where[0][0].item<int64_t>(), start = where[0][1].item<int64_t>();
@@ -234,7 +238,7 @@ int Grad(const GradArgs& args) {
   auto objective = MakeObjective(args.objective, args.objective_options);
   auto sequences = ReadExamples(args.data, args.objective);
   ValidateSequences(sequences, m.model->config().vocab_size);
-  FillReferenceFromModel(m.model, *objective, sequences);
+  FillReferenceFromModel(m.model, *objective, sequences, group.get());
   auto batch = MakeBatch(sequences, ParseLayout(args.layout));
   EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false,
                         args.flags.key_chunk};

@@ -200,6 +200,43 @@ INSTANTIATE_TEST_SUITE_P(FamiliesLayoutsRanks, ContextParallelFamilies, ::testin
                                   std::to_string(info.param.ranks);
                          });
 
+// The reference log-probs of a context-parallel step, split over the ranks as the step is:
+// every rank's result equals one process's TokenLogprobs (float64, 1e-12), for every family
+// and layout, at temperature 0.7, a mixture of experts replaying recorded routes included.
+TEST(ContextParallel, TokenLogprobsSplitOverTheRanksEqualOneProcess) {
+  std::vector<FamilyCase> cases;
+  for (const auto& f : testing::TinyFamilies()) cases.push_back({f, Layout::kRightPad, 2});
+  cases.push_back({"gemma3", Layout::kPacked, 3});
+  cases.push_back({"qwen3_moe", Layout::kPacked, 3});
+  cases.push_back({"llama_bias", Layout::kLeftPad, 4});
+  for (const auto& c : cases) {
+    const auto config = testing::TinyConfig(c.family);
+    auto make = [&] { return testing::RandomModel(config, 31, torch::kFloat64); };
+    auto model = make();
+    auto seqs = Sequences(config);
+    const int64_t row = c.layout == Layout::kPacked ? 24 : 0;
+    if (config.num_experts > 0) {  // replay the routes the router takes
+      const auto routes = RecordRouting(model, MakeBatch(seqs, c.layout, row));
+      for (size_t i = 0; i < seqs.size(); ++i) seqs[i].routed_experts = routes[i];
+    }
+    const auto batch = MakeBatch(seqs, c.layout, row);
+    const auto expected = TokenLogprobs(model, batch, 5, 0.7);
+    const int port = FreeLoopbackPort();
+    std::vector<torch::Tensor> got(static_cast<size_t>(c.ranks));
+    RunRanks(c.ranks, [&](int rank) {
+      auto local = make();
+      auto group = Communicator::Create(testing::LoopbackRank(rank, c.ranks, port));
+      got[static_cast<size_t>(rank)] = ContextParallelTokenLogprobs(local, batch, 5, 0.7, *group);
+    });
+    for (int r = 0; r < c.ranks; ++r) {
+      const auto& g = got[static_cast<size_t>(r)];
+      ASSERT_EQ(g.sizes(), expected.sizes()) << c.family;
+      EXPECT_LE((g - expected).abs().max().item<double>(), 1e-12) << c.family << " rank " << r;
+    }
+    EXPECT_GT(expected.abs().max().item<double>(), 0.1) << c.family;  // not all zeros
+  }
+}
+
 class ContextParallelObjectives : public ::testing::TestWithParam<std::string> {};
 
 // Every objective: DPO and GSPO (whose sequence pass sums each rank's chunks over the
@@ -328,8 +365,9 @@ TEST(ContextParallel, RefusedRequestsNameTheReasonAndLeaveNoGradient) {
 }
 
 // The Trainer with a context-parallel group: AdamW with clipping over three steps of two
-// micro-batches each, SFT on the whole model and DPO on a LoRA adapter with the reference
-// model: every rank ends with the same weights, equal to one process's (1e-10).
+// micro-batches each, SFT on the whole model, and DPO with the reference model's log-probs
+// (split over the ranks too) on a LoRA adapter (the base with it off) and on the whole model
+// (a frozen copy): every rank ends with the same weights, equal to one process's (1e-10).
 struct TrainerCase {
   std::string objective;
   bool lora;
@@ -415,7 +453,7 @@ TEST_P(ContextParallelTrainer, RanksApplyTheOneProcessUpdate) {
 
 INSTANTIATE_TEST_SUITE_P(Objectives, ContextParallelTrainer,
                          ::testing::Values(TrainerCase{"sft", false}, TrainerCase{"dpo", true},
-                                           TrainerCase{"gspo", false}),
+                                           TrainerCase{"dpo", false}, TrainerCase{"gspo", false}),
                          [](const auto& info) { return info.param.objective + (info.param.lora ? "_lora" : ""); });
 
 // A rank that dies mid-step (here: its step is abandoned in the backward of the top layer,

@@ -194,23 +194,23 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
   EXPECT_NE(message([&] { admission.resolve_engine(checkpoint); }).find("runs the stream engine only"),
             std::string::npos);
 
-  // With a reference model its log-probs run whole on every rank: the forward over all 4096
-  // positions is a rank's larger peak here (4 ranks), and both EstimateMemory and admission
-  // count it.
+  // With a reference model its log-probs run before the step, split over the ranks as well:
+  // a rank's forward over its 1024 of the 4096 positions, below one process's forward (which,
+  // unsplit, would have been a rank's peak). EstimateMemory and admission count the larger
+  // of the two passes, and agree.
   const int64_t T = 4096;
   auto without = config;
   without.trainer.reference.use_reference_model = false;
   const auto split = Admission(without, PresetConfig("tiny"), torch::kFloat64).estimate(1, T, EngineRequest{}).estimate;
   const auto whole = EstimateForwardMemory(PresetConfig("tiny"), torch::kFloat64, 1, T, -1).activation_bytes;
-  ASSERT_GT(whole, split.activation_bytes);
+  const auto per_rank =
+      EstimateForwardMemory(PresetConfig("tiny"), torch::kFloat64, 1, T, -1, c10::DeviceType::CPU, 4).activation_bytes;
+  EXPECT_LT(per_rank, whole);
+  EXPECT_GT(whole, split.activation_bytes);
   auto with_reference = without;
   with_reference.trainer.reference.use_reference_model = true;
   const auto counted = Admission(with_reference, PresetConfig("tiny"), torch::kFloat64).estimate(1, T, EngineRequest{});
-  EXPECT_EQ(counted.estimate.activation_bytes, whole);
-  // A budget the split step fits in but not the reference forward: refused with a reference
-  // model only.
-  with_reference.limits.memory_budget_bytes = counted.estimate.total() - 1;
-  without.limits.memory_budget_bytes = with_reference.limits.memory_budget_bytes;
+  EXPECT_EQ(counted.estimate.activation_bytes, std::max(per_rank, split.activation_bytes));
   const auto long_step = SftStep({std::vector<int64_t>(T, 5)});
   auto refusal = [&](const ServerConfig& c) {
     Admission a(c, PresetConfig("tiny"), torch::kFloat64);
@@ -222,7 +222,9 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
     }
     return std::string("(accepted)");
   };
-  EXPECT_EQ(refusal(without), "(accepted)");
+  with_reference.limits.memory_budget_bytes = counted.estimate.total();
+  EXPECT_EQ(refusal(with_reference), "(accepted)");
+  with_reference.limits.memory_budget_bytes = counted.estimate.total() - 1;
   EXPECT_NE(refusal(with_reference).find("the step (per rank, context parallel over 4) is estimated at"),
             std::string::npos)
       << refusal(with_reference);

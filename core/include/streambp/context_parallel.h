@@ -58,6 +58,16 @@ StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, O
                                           const EngineOptions& options, Communicator& group,
                                           ContextParallelStats* stats = nullptr);
 
+/// TokenLogprobs (no gradients) of the whole batch with its positions split over the ranks of
+/// `group` as in ContextParallelForwardBackward: each rank runs its positions' layers (K/V
+/// gathered per layer) and head, then the ranks' columns are summed, so every rank returns
+/// the [B, T] float64 CPU result of one process. The reference log-probs of a
+/// context-parallel step. Every rank calls it with the same batch; InvalidArgument on every
+/// rank alike for a batch shorter than the group.
+torch::Tensor ContextParallelTokenLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk,
+                                           double temperature, Communicator& group,
+                                           ContextParallelStats* stats = nullptr);
+
 /// Objective::finish_merged's merge over the ranks of `group` (a data- or context-parallel
 /// step): every rank's metric parts added up (maxima: the largest) over the union of their
 /// names, so every rank reports the whole step's metrics. Every rank of the group runs the

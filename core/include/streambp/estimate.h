@@ -56,8 +56,11 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& config, torch::Dtype dtype,
 
 /// Peak of a no-grad forward with log-probs (ComputeLogprobs: TokenLogprobs over `rows` x
 /// `seq_len`): weights and activations only (no gradient or optimizer state is touched).
+/// `context_parallel` P > 1: one rank's peak in ContextParallelTokenLogprobs (its T/P
+/// positions' activations beside the whole sequence's K/V of one layer).
 MemoryEstimate EstimateForwardMemory(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
-                                     int64_t logits_chunk = 0, c10::DeviceType device = c10::DeviceType::CPU);
+                                     int64_t logits_chunk = 0, c10::DeviceType device = c10::DeviceType::CPU,
+                                     int64_t context_parallel = 1);
 
 /// Peak of Sample: `prompts` prompts left-padded to `longest_prompt`, `n` completions each,
 /// up to `max_tokens` new tokens (the prefill, the K/V cache of every row, the logits).

@@ -131,6 +131,28 @@ StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, O
   return result;
 }
 
+torch::Tensor ContextParallelTokenLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk,
+                                           double temperature, Communicator& group, ContextParallelStats* stats) {
+  const int P = group.world_size();
+  if (batch.length() < P) {
+    throw InvalidArgument("context parallel over " + std::to_string(P) + " ranks needs batches of at least " +
+                          std::to_string(P) + " positions, got " + std::to_string(batch.length()));
+  }
+  const auto [begin, end] = ContextShardRange(batch.length(), group.rank(), P);
+  engine::SequenceShard shard;
+  shard.begin = begin;
+  shard.end = end;
+  const int64_t T = batch.length();
+  shard.gather_kv = [&group, stats, T](const KeysValues& local) { return GatherKeysValues(local, group, T, stats); };
+  auto mine = engine::ShardTokenLogprobs(model, batch, logits_chunk, temperature, shard);
+  // Every other rank's columns are 0 here: the sum is the whole batch's (exactly).
+  Timed timed(stats, 1);
+  auto staged = mine.to(group.device());
+  if (stats) stats->other_bytes += Bytes(staged);
+  group.all_reduce_sum({staged});
+  return staged.cpu();
+}
+
 MetricMerge MergeMetricsOver(Communicator& group) {
   // Three collectives whatever the group's size: the longest list of names, every rank's list
   // (an all-gather written as a sum: each rank fills its own row of zeros), and the sums,

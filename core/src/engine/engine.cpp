@@ -349,6 +349,36 @@ TopLogprobs TopKLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t k, int
 
 namespace engine {
 
+torch::Tensor ShardTokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t logits_chunk, double temperature,
+                                 const SequenceShard& shard) {
+  if (!(temperature > 0)) throw InvalidArgument("temperature must be > 0");
+  ValidateBatch(*model, cpu_batch);
+  const Batch batch = OnModelDevice(*model, cpu_batch);
+  RoutingReplay replay{batch.routed_experts};  // read at the rows' own positions (the layers know them)
+  ScopedRoutingReplay routing(*model, &replay);
+  torch::NoGradGuard no_grad;
+  const int64_t begin = shard.begin, T = shard.length();
+  const auto chunks = DefaultChunks(model->config(), Dtype(*model), T, DeviceOf(*model));
+  const auto ids = batch.input_ids.slice(1, begin, begin + T);
+  auto x = model->embed(ids);
+  const auto rope = model->rope_tables(batch.position_ids.slice(1, begin, begin + T), x);
+  for (size_t i = 0; i < model->layer_list.size(); ++i) {
+    x = StreamLayerForward(*model->layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk,
+                           model->config().window(static_cast<int64_t>(i)), &shard);
+  }
+  auto out = torch::zeros({batch.rows(), batch.length()}, torch::kFloat64);
+  const int64_t chunk = std::clamp<int64_t>(logits_chunk > 0 ? logits_chunk : chunks.logits_chunk, 1, T);
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    auto logits = model->logits(x.slice(1, s, e));
+    if (temperature != 1.0) logits = logits / temperature;
+    auto target = batch.targets.slice(1, begin + s, begin + e).unsqueeze(-1);
+    auto logp = logits.gather(-1, target).squeeze(-1) - logits.logsumexp(-1);
+    out.slice(1, begin + s, begin + e).copy_(logp.to(torch::kFloat64).cpu());
+  }
+  return out.masked_fill_(HasNextToken(batch).logical_not(), 0.0);
+}
+
 void ValidateBatch(const CausalLMImpl& model, const Batch& batch) {
   if (!batch.input_ids.defined() || batch.input_ids.dim() != 2 || batch.input_ids.numel() == 0) {
     throw InvalidArgument("batch is empty: input_ids must be a non-empty [rows, length] tensor");

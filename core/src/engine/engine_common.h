@@ -91,4 +91,11 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
                                  const Batch& batch, int64_t chunk, int64_t key_chunk,
                                  int64_t sliding_window, const SequenceShard* shard = nullptr);
 
+/// TokenLogprobs of a shard's positions [begin, end) only (its layers' K/V gathered from every
+/// rank): [B, T] float64 CPU with this rank's columns filled and every other column 0, so the
+/// ranks' results summed are TokenLogprobs of the whole batch. Every rank of the shard's
+/// group calls it with the same batch.
+torch::Tensor ShardTokenLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk, double temperature,
+                                 const SequenceShard& shard);
+
 }  // namespace streambp::engine

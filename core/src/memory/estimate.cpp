@@ -162,19 +162,26 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
 }
 
 MemoryEstimate EstimateForwardMemory(const ModelConfig& c, torch::Dtype dtype, int64_t rows, int64_t seq_len,
-                                     int64_t logits_chunk, c10::DeviceType device) {
+                                     int64_t logits_chunk, c10::DeviceType device, int64_t context_parallel) {
   // TokenLogprobs: the no-grad StreamBP forward (x, y, K, V of the whole batch and one query
   // chunk's working set), then the head chunk by chunk, and the float64 [rows, T] result.
+  // Context parallel: x, y and the chunks of a rank's positions; K, V of the whole sequence
+  // (gathered) beside the rank's own.
+  if (context_parallel < 1) throw InvalidArgument("context_parallel must be >= 1, got " + std::to_string(context_parallel));
   const double e = static_cast<double>(c10::elementSize(dtype)), f = dtype == torch::kFloat64 ? 8 : 4;
   const double B = std::max<int64_t>(rows, 1), T = std::max<int64_t>(seq_len, 1), d = c.hidden_size;
   const double H = c.num_attention_heads, kvd = c.kv_dim(), V = c.vocab_size;
-  const auto defaults = DefaultChunks(c, dtype, seq_len, device);
-  const double q = std::min<double>(defaults.chunk, T), tile = std::min<double>(defaults.key_chunk, T);
-  const double lc = std::min<double>(logits_chunk > 0 ? logits_chunk : defaults.logits_chunk, T);
+  const int64_t local_len = RankLength(seq_len, context_parallel);
+  const double Tl = static_cast<double>(local_len);
+  const auto defaults = DefaultChunks(c, dtype, local_len, device);
+  const double q = std::min<double>(defaults.chunk, Tl), tile = std::min<double>(defaults.key_chunk, T);
+  const double lc = std::min<double>(logits_chunk > 0 ? logits_chunk : defaults.logits_chunk, Tl);
   MemoryEstimate m;
   m.weights_bytes = Bytes(ParameterCount(c) * e);
-  const double layer = 3 * B * T * d * e + 2 * B * T * kvd * e + 3 * B * H * q * tile * f + B * q * FeedForwardBytesPerRow(c, e, f);
-  const double head = (3 * f + (e < f ? e : 0.0)) * B * lc * V + B * T * d * e;  // as the step's head
+  const double own_kv = context_parallel > 1 ? 2 * B * Tl * kvd * e : 0.0;
+  const double layer = 3 * B * Tl * d * e + 2 * B * T * kvd * e + own_kv + 3 * B * H * q * tile * f +
+                       B * q * FeedForwardBytesPerRow(c, e, f);
+  const double head = (3 * f + (e < f ? e : 0.0)) * B * lc * V + B * Tl * d * e;  // as the step's head
   m.activation_bytes = Bytes(std::max(layer, head) + 2 * B * T * 8);
   m.chunk = static_cast<int64_t>(q);
   m.logits_chunk = static_cast<int64_t>(lc);

@@ -133,12 +133,24 @@ std::vector<SampledCompletion> Trainer::sample(const std::vector<std::vector<int
 std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequence>& sequences,
                                                        int64_t logits_chunk, double temperature) {
   std::vector<Sequence> out = sequences;
+  // Context parallel: the reference's pass split over the ranks as the step is (each rank
+  // holds its positions' activations, not the whole sequence's); docs/architecture.md.
+  auto cp_reference = [&](const Batch& batch) {
+    if (reference_) return ContextParallelTokenLogprobs(reference_, batch, logits_chunk, temperature, *cp_);
+    if (!reference_from_base_) {
+      throw FailedPrecondition("there is no reference model (trainer.reference.use_reference_model is false)");
+    }
+    ScopedAdapter base(*model_, nullptr);
+    return ContextParallelTokenLogprobs(model_, batch, logits_chunk, temperature, *cp_);
+  };
   for (const auto& indices : SplitMicroBatches(sequences, options_.layout, options_.micro_batch_tokens)) {
     std::vector<Sequence> part;
     part.reserve(indices.size());
     for (size_t i : indices) part.push_back(sequences[i]);
     const auto batch = MakeBatch(part, options_.layout);
-    const auto logprobs = token_logprobs(batch, /*reference=*/true, logits_chunk, temperature).cpu().contiguous();
+    const auto logprobs = (cp_ ? cp_reference(batch) : token_logprobs(batch, /*reference=*/true, logits_chunk, temperature))
+                              .cpu()
+                              .contiguous();
     const auto seq_ids = batch.sequence_ids.cpu().contiguous();
     const auto positions = batch.position_ids.cpu().contiguous();
     for (size_t k = 0; k < indices.size(); ++k) {
