@@ -138,6 +138,7 @@ torch::Tensor ContextParallelTokenLogprobs(CausalLM& model, const Batch& batch, 
     throw InvalidArgument("context parallel over " + std::to_string(P) + " ranks needs batches of at least " +
                           std::to_string(P) + " positions, got " + std::to_string(batch.length()));
   }
+  if (stats) stats->layers = static_cast<int64_t>(model->layer_list.size());
   const auto [begin, end] = ContextShardRange(batch.length(), group.rank(), P);
   engine::SequenceShard shard;
   shard.begin = begin;

@@ -211,7 +211,16 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
   }
   std::vector<Sequence> filled;
   if (needs_reference) {
-    filled = with_reference_logprobs(*step, engine_options.logits_chunk, objective.reference_temperature());
+    try {
+      filled = with_reference_logprobs(*step, engine_options.logits_chunk, objective.reference_temperature());
+    } catch (...) {
+      // Nothing ran yet (the pending gradients stay); the objective is left ready for the next step.
+      try {
+        objective.finish();
+      } catch (...) {
+      }
+      throw;
+    }
     step = &filled;
   }
 
