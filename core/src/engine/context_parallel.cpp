@@ -7,6 +7,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "engine_common.h"
 #include "streambp/error.h"
@@ -84,28 +85,19 @@ KeysValues ReduceGradKeysValues(const KeysValues& whole, Communicator& group, Co
   return mine;
 }
 
-}  // namespace
-
-StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
-                                          const EngineOptions& options, Communicator& group,
-                                          ContextParallelStats* stats) {
+// This rank's shard of `batch` and its exchanges through `group` (InvalidArgument, on every
+// rank alike, for a batch shorter than the group).
+engine::SequenceShard RankShard(CausalLM& model, const Batch& batch, Communicator& group,
+                                ContextParallelStats* stats) {
   const int P = group.world_size();
-  if (options.kind != EngineKind::kStream) {
-    throw InvalidArgument("context parallel runs the stream engine only (engine " + EngineName(options.kind) + ")");
-  }
-  if (options.recompute_kv_per_chunk) {
-    throw InvalidArgument("recompute_kv_per_chunk (the ablation) does not run context parallel");
-  }
-  if (batch.length() < P) {
+  const int64_t T = batch.length();
+  if (T < P) {
     throw InvalidArgument("context parallel over " + std::to_string(P) + " ranks needs batches of at least " +
-                          std::to_string(P) + " positions, got " + std::to_string(batch.length()));
+                          std::to_string(P) + " positions, got " + std::to_string(T));
   }
   if (stats) stats->layers = static_cast<int64_t>(model->layer_list.size());
-  const auto [begin, end] = ContextShardRange(batch.length(), group.rank(), P);
   engine::SequenceShard shard;
-  shard.begin = begin;
-  shard.end = end;
-  const int64_t T = batch.length();
+  std::tie(shard.begin, shard.end) = ContextShardRange(T, group.rank(), P);
   shard.gather_kv = [&group, stats, T](const KeysValues& local) { return GatherKeysValues(local, group, T, stats); };
   shard.reduce_grad_kv = [&group, stats](const KeysValues& whole) { return ReduceGradKeysValues(whole, group, stats); };
   shard.all_reduce = [&group, stats](const std::vector<torch::Tensor>& tensors) {
@@ -115,6 +107,21 @@ StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, O
     }
     group.all_reduce_sum(tensors);
   };
+  return shard;
+}
+
+}  // namespace
+
+StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
+                                          const EngineOptions& options, Communicator& group,
+                                          ContextParallelStats* stats) {
+  if (options.kind != EngineKind::kStream) {
+    throw InvalidArgument("context parallel runs the stream engine only (engine " + EngineName(options.kind) + ")");
+  }
+  if (options.recompute_kv_per_chunk) {
+    throw InvalidArgument("recompute_kv_per_chunk (the ablation) does not run context parallel");
+  }
+  const auto shard = RankShard(model, batch, group, stats);
   auto result = engine::ForwardBackwardShard(model, batch, objective, options, &shard);
   // The step's sums (the load-balancing loss is in the first shard's loss only).
   Timed timed(stats, 1);
@@ -133,18 +140,7 @@ StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, O
 
 torch::Tensor ContextParallelTokenLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk,
                                            double temperature, Communicator& group, ContextParallelStats* stats) {
-  const int P = group.world_size();
-  if (batch.length() < P) {
-    throw InvalidArgument("context parallel over " + std::to_string(P) + " ranks needs batches of at least " +
-                          std::to_string(P) + " positions, got " + std::to_string(batch.length()));
-  }
-  if (stats) stats->layers = static_cast<int64_t>(model->layer_list.size());
-  const auto [begin, end] = ContextShardRange(batch.length(), group.rank(), P);
-  engine::SequenceShard shard;
-  shard.begin = begin;
-  shard.end = end;
-  const int64_t T = batch.length();
-  shard.gather_kv = [&group, stats, T](const KeysValues& local) { return GatherKeysValues(local, group, T, stats); };
+  const auto shard = RankShard(model, batch, group, stats);
   auto mine = engine::ShardTokenLogprobs(model, batch, logits_chunk, temperature, shard);
   // Every other rank's columns are 0 here: the sum is the whole batch's (exactly).
   Timed timed(stats, 1);
