@@ -11,6 +11,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
+
+#include "streambp/error.h"
 #include <torch/torch.h>
 
 #include "bench.h"
@@ -332,6 +334,12 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
       if (!IsOutOfMemory(e)) throw;
       r.oom = true;
       r.oom_message = e.what_without_backtrace();
+      ctx.memory.release_cached();
+      break;
+    } catch (const ResourceExhausted& e) {
+      // The second tier's memory (pinned host buffers, the scratch folder): too long as well.
+      r.oom = true;
+      r.oom_message = e.what();
       ctx.memory.release_cached();
       break;
     } catch (const std::bad_alloc&) {

@@ -143,7 +143,7 @@ print("\n".join(json.dumps({"tokens": [r.randrange(256) for _ in range(n)]}) for
     "$SERVER" init-model --preset tiny --family $fam --dtype float64 --out $M >> "$OUT/grad.log" 2>&1 || { fail=1; log "init-model $fam FAILED"; continue; }
     python3 -c 'import json, sys; p = sys.argv[1] + "/config.json"; c = json.load(open(p)); c["sliding_window"] = int(sys.argv[2])
 json.dump(c, open(p, "w"), indent=1)' $M ${EXACT_WINDOW:-96}
-    local win="window ${EXACT_WINDOW:-96}"; [ $fam = qwen3 ] && win="no window"  # Qwen3: use_sliding_window is off
+    local win="window ${EXACT_WINDOW:-96}"; case $fam in qwen3|qwen3_moe) win="no window";; esac  # use_sliding_window is off
     log "$fam ($win) $DEV vs cpu"
     timeout "$(cap 60)" "$SERVER" grad --model $M --dtype float64 --device cpu --engine full --data /tmp/tiny.jsonl \
       --out $G/${fam}_cpu64.safetensors >> "$OUT/grad.log" 2>&1 || { fail=1; log "grad $fam cpu FAILED"; continue; }

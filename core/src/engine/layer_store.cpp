@@ -6,14 +6,16 @@
 //    thread in submission order: layer l is written while layer l+1 computes, and the next
 //    chunk is read while the current one is in use. Its pages live in the page cache (the
 //    kernel may write them out), not in the process's resident memory.
-//  - PinnedHost (CUDA builds, CUDA tensors): page-locked host buffers, copies on a side
-//    stream ordered with the compute stream by events.
+//  - PinnedHost (CUDA builds, CUDA tensors): page-locked host buffers of exactly one layer
+//    input each, pinned as the forward reaches them and released with the store, copies on
+//    a side stream ordered with the compute stream by events.
 #include "layer_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +33,9 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include <fstream>
 #endif
 
 #include "streambp/error.h"
@@ -226,23 +231,69 @@ class ScratchFileStore final : public LayerStore {
 };
 
 #if defined(STREAMBP_WITH_CUDA)
+// What the kernel could give this process now (MemAvailable in /proc/meminfo), -1 if unknown.
+int64_t HostAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
+std::string GiB(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
 // Pinned host buffers; device -> host copies on a side stream after the compute stream
 // has produced the tensor, host -> device copies there too, and the compute stream waits
-// for a read's event only when it uses the rows.
+// for a read's event only when it uses the rows. Each slot is pinned with cudaHostAlloc at
+// its size when the forward first puts it (the pinning overlaps the GPU's work on the layers
+// already queued) and freed with the store: LibTorch's pinned allocator would round each
+// buffer up to a power of two (a 2.1 GiB layer input takes 4 GiB) and keep it cached for the
+// process after the step, so a longer step later could not pin its own.
 class PinnedHostStore final : public LayerStore {
  public:
   PinnedHostStore(int64_t slots, const torch::Tensor& like)
       : side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, like.device().index())),
         host_(static_cast<size_t>(slots)),
+        pinned_(static_cast<size_t>(slots), nullptr),
         written_(static_cast<size_t>(slots)),
         shape_(like.sizes().vec()),
-        options_(like.options()) {
-    for (auto& h : host_) h = torch::empty(shape_, options_.device(torch::kCPU).pinned_memory(true));
-    bytes_ = slots * like.numel() * static_cast<int64_t>(like.element_size());
+        options_(like.options()),
+        slot_bytes_(like.numel() * static_cast<int64_t>(like.element_size())) {
+    bytes_ = slots * slot_bytes_;
+    // The whole step's pinned memory must be there before the forward starts: fail now, with
+    // the numbers, rather than halfway or in the kernel's OOM killer.
+    const int64_t available = HostAvailableBytes();
+    if (available >= 0 && bytes_ > available - kHostReserve) {
+      throw ResourceExhausted("offloaded layer inputs: " + std::to_string(slots) + " layer inputs of " + GiB(slot_bytes_) +
+                              " need " + GiB(bytes_) + " of pinned host memory and the host has " + GiB(available) +
+                              " available (" + GiB(kHostReserve) +
+                              " kept for the process); use shorter sequences, fewer rows per "
+                              "step, or a host with more memory");
+    }
+  }
+
+  ~PinnedHostStore() override {
+    // No copy may still read or write a buffer when it is freed.
+    try {
+      side_.synchronize();
+    } catch (...) {
+    }
+    host_.clear();
+    for (void* p : pinned_) {
+      if (p != nullptr) (void)cudaFreeHost(p);
+    }
   }
 
   void put(int64_t i, torch::Tensor x) override {
     auto& slot = host_.at(static_cast<size_t>(i));
+    if (!slot.defined()) slot = Pin(i);
     const auto compute = c10::cuda::getCurrentCUDAStream(x.device().index());
     at::cuda::CUDAEvent produced;
     produced.record(compute);
@@ -293,11 +344,29 @@ class PinnedHostStore final : public LayerStore {
     torch::Tensor out;
     std::shared_ptr<at::cuda::CUDAEvent> done;
   };
+  // Host memory the pinned buffers leave to the rest of the process.
+  static constexpr int64_t kHostReserve = int64_t{2} << 30;
+
+  torch::Tensor Pin(int64_t i) {
+    void* p = nullptr;
+    const cudaError_t err = cudaHostAlloc(&p, static_cast<size_t>(slot_bytes_), cudaHostAllocDefault);
+    if (err != cudaSuccess || p == nullptr) {
+      (void)cudaGetLastError();  // not a sticky error: clear it for the next CUDA call
+      throw ResourceExhausted("offloaded layer inputs: pinning " + GiB(slot_bytes_) + " of host memory for layer input " +
+                              std::to_string(i) + " failed (" + cudaGetErrorString(err) +
+                              "); use shorter sequences or a host with more memory");
+    }
+    pinned_.at(static_cast<size_t>(i)) = p;
+    return torch::from_blob(p, shape_, options_.device(torch::kCPU));
+  }
+
   c10::cuda::CUDAStream side_;
   std::vector<torch::Tensor> host_;
+  std::vector<void*> pinned_;
   std::vector<at::cuda::CUDAEvent> written_;
   std::vector<int64_t> shape_;
   torch::TensorOptions options_;
+  int64_t slot_bytes_ = 0;
   int64_t bytes_ = 0;
   std::optional<Pending> pending_;
 };
