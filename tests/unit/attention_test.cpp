@@ -112,5 +112,58 @@ TEST(Attention, BackendsAgreeWithTheMaterializedSoftmax) {
   EXPECT_EQ(compared, 18);
 }
 
+// On the CPU the tiled kernel plans a causal pattern's key tiles from the sequence ids (no
+// mask for the tiles that need none); where it cannot read the ids directly (here: ids that
+// are not contiguous, the same values) it plans from every tile's mask, as it always did.
+// Both give the same output and gradients bit for bit, through a sink too, for padding on
+// either side, packing and a window, with key tiles and query blocks of several sizes; the
+// pattern given as a mask tensor (keys up to L, not the causal limit, so other tile widths)
+// agrees to rounding.
+TEST(Attention, TilesPlannedFromSequenceIdsEqualTilesPlannedFromMasks) {
+  const auto seqs = testing::RandomSequences({40, 17, 29, 8}, 50, 31);
+  int compared = 0;
+  for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
+    const auto batch = MakeBatch(seqs, layout, layout == Layout::kPacked ? 48 : 0);
+    const int64_t T = batch.length(), G = 2;
+    for (int64_t start : {int64_t{0}, T / 3}) {
+      for (int64_t window : {int64_t{0}, int64_t{6}}) {
+        const auto causal = AttentionPattern::Causal(batch, start, T, T, window);
+        auto strided = causal;
+        strided.sequence_ids = causal.sequence_ids.t().contiguous().t();
+        ASSERT_FALSE(strided.sequence_ids.is_contiguous());
+        const AttentionPattern given(causal.dense());
+        auto in = RandomInputs(batch.rows(), 2, G, T - start, T, 8, 41 + window + start);
+        auto weight = torch::linspace(-1, 1, in.q.numel(), in.q.options()).view(in.q.sizes());
+        for (const auto& [key_tile, query_tile] : {std::pair<int64_t, int64_t>{4, 0}, {7, 5}, {16, 3}}) {
+          auto run = [&](const AttentionPattern& pattern, bool sink) {
+            KeysValues kv{torch::zeros(in.k.sizes(), in.k.options()), torch::zeros(in.v.sizes(), in.v.options())};
+            const AttentionTiling tiling{key_tile, query_tile, sink ? &kv : nullptr};
+            auto out = Backend("tiled").attend(AttentionCall{in.q, in.k, in.v, pattern, G, 0.4, tiling});
+            auto grads = torch::autograd::grad({(out * weight).sum()}, {in.q, in.k, in.v}, {}, false, false, true);
+            if (sink) grads = {grads[0], kv.k, kv.v};
+            grads.insert(grads.begin(), out.detach());
+            return grads;
+          };
+          for (bool sink : {false, true}) {
+            const auto from_ids = run(causal, sink), from_masks = run(strided, sink), given_mask = run(given, sink);
+            const std::string where = std::string(LayoutName(layout)) + " start " + std::to_string(start) + " window " +
+                                      std::to_string(window) + " tiles " + std::to_string(key_tile) + "/" +
+                                      std::to_string(query_tile) + (sink ? " sink" : "");
+            for (size_t i = 0; i < from_ids.size(); ++i) {
+              ASSERT_TRUE(from_ids[i].defined() && from_masks[i].defined()) << where << " tensor " << i;
+              EXPECT_TRUE(torch::equal(from_ids[i], from_masks[i])) << where << " tensor " << i;
+              EXPECT_LE((from_ids[i] - given_mask[i]).abs().max().item<double>(),
+                        1e-12 * given_mask[i].abs().max().item<double>())
+                  << where << " tensor " << i;
+            }
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 72);
+}
+
 }  // namespace
 }  // namespace streambp
