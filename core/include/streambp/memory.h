@@ -26,7 +26,9 @@ int64_t Budget();
 /// closes they are freed. Cached blocks hold no tensor: LiveBytes, PeakBytes and budgets
 /// do not count them (the process's RSS does, by at most the limit).
 /// The default limit is kDefaultCacheBytes; the environment variable
-/// STREAMBP_CPU_CACHE_BYTES sets another (0 turns the cache off).
+/// STREAMBP_CPU_CACHE_BYTES sets another (0 turns the cache off). A scope may bound what it
+/// keeps (a step: its estimated activation, which is all it can reuse); open scopes' bounds
+/// add up, and an unbounded open scope leaves the limit alone.
 inline constexpr int64_t kDefaultCacheBytes = int64_t{256} << 20;
 int64_t CachedBytes();  ///< bytes of freed blocks kept now
 int64_t CacheReuses();  ///< allocations served from the cache since the start
@@ -35,10 +37,14 @@ void SetCacheLimit(int64_t bytes);
 
 class ScopedCache {
  public:
-  ScopedCache();
+  /// bound < 0: no bound of its own (CacheLimit() holds).
+  explicit ScopedCache(int64_t bound = -1);
   ~ScopedCache();
   ScopedCache(const ScopedCache&) = delete;
   ScopedCache& operator=(const ScopedCache&) = delete;
+
+ private:
+  int64_t bound_;
 };
 
 /// Sets a budget for a scope and restores the previous one on exit.

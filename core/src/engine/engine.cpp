@@ -151,6 +151,23 @@ double RouterAuxCoefficient(const EngineOptions& options, const ModelConfig& c) 
   return coef >= 0 ? coef : c.output_router_logits ? c.router_aux_loss_coef : 0.0;
 }
 
+namespace {
+
+// What a step's block cache may keep: its estimated activation (docs/architecture.md:
+// Measuring; the whole batch's, an upper bound for a context-parallel shard); unbounded (the
+// cache's limit) where no estimate is made for the options.
+int64_t CacheBound(const CausalLMImpl& model, const Batch& batch, const EngineOptions& options) {
+  if (DeviceOf(model) != c10::DeviceType::CPU) return -1;  // the cache is the CPU allocator's
+  try {
+    return EstimateStepMemory(model.config(), Dtype(model), batch.rows(), batch.length(), options, "none")
+        .activation_bytes;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+}  // namespace
+
 StepResult ForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
                            const EngineOptions& options) {
   return engine::ForwardBackwardShard(model, batch, objective, options, nullptr);
@@ -175,7 +192,10 @@ StepResult engine::ForwardBackwardShard(CausalLM& model, const Batch& batch, Obj
                           ") must be 0 or at least the batch's " + std::to_string(tokens) + " tokens");
   }
   try {
-    memory::ScopedCache cache;  // the step's freed blocks are reused within it, then freed
+    // The step's freed blocks are reused within it, then freed; it keeps no more than its
+    // estimated activation (all a step can reuse; blocks of sizes that do not come back, e.g.
+    // a growing key prefix's, would otherwise stay until the limit).
+    memory::ScopedCache cache(CacheBound(*model, batch, on_device));
     const Batch on_model = OnModelDevice(*model, batch);
     RoutingReplay replay{on_model.routed_experts};
     // The load-balancing loss: its statistics come from the engine's first forward, which

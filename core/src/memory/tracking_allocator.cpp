@@ -42,8 +42,11 @@ constexpr int64_t kCacheMinBytes = 64 * 1024;
 struct Cache {
   std::mutex mu;
   int scopes = 0;
+  int unbounded = 0;     // open scopes without a bound of their own
+  int64_t bounds = 0;    // the sum of the open scopes' bounds
   int64_t limit = 0;
   std::unordered_map<int64_t, std::vector<char*>> free;
+  int64_t keep_at_most() const { return unbounded > 0 ? limit : std::min(limit, bounds); }
 };
 
 Cache& TheCache() {
@@ -73,7 +76,7 @@ bool KeepCached(char* base, int64_t bytes) {
   if (bytes < kCacheMinBytes) return false;
   auto& c = TheCache();
   std::lock_guard<std::mutex> lock(c.mu);
-  if (c.scopes == 0 || g_cached.load(std::memory_order_relaxed) + bytes > c.limit) return false;
+  if (c.scopes == 0 || g_cached.load(std::memory_order_relaxed) + bytes > c.keep_at_most()) return false;
   c.free[bytes].push_back(base);
   g_cached.fetch_add(bytes, std::memory_order_relaxed);
   return true;
@@ -173,10 +176,15 @@ void SetCacheLimit(int64_t bytes) {
   c.limit = std::max<int64_t>(0, bytes);
 }
 
-ScopedCache::ScopedCache() {
+ScopedCache::ScopedCache(int64_t bound) : bound_(bound) {
   auto& c = TheCache();
   std::lock_guard<std::mutex> lock(c.mu);
   ++c.scopes;
+  if (bound_ < 0) {
+    ++c.unbounded;
+  } else {
+    c.bounds += bound_;
+  }
 }
 
 ScopedCache::~ScopedCache() {
@@ -184,6 +192,11 @@ ScopedCache::~ScopedCache() {
   {
     auto& c = TheCache();
     std::lock_guard<std::mutex> lock(c.mu);
+    if (bound_ < 0) {
+      --c.unbounded;
+    } else {
+      c.bounds -= bound_;
+    }
     if (--c.scopes > 0) return;
     for (auto& [bytes, list] : c.free) {
       blocks.insert(blocks.end(), list.begin(), list.end());
