@@ -174,6 +174,11 @@ void PrepareStatics(Context& ctx);
 Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup, int64_t repeat,
                  int64_t activation_budget);
 
+/// Adds one more round of the same point (MeasurePoint with repeat 1) to `into`: its step
+/// time joins the samples (the median and rates recomputed), peaks are the larger, a
+/// profile is kept, and an out-of-memory round makes the point out of memory.
+void MergeRound(Run& into, const Run& round);
+
 /// Max sequence length under an activation budget: doubling from `start`, then bisection
 /// until (hi - lo) <= tol * lo. Every probe is one step under the budgeted allocator.
 struct SearchResult {

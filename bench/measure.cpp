@@ -380,6 +380,26 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
   return r;
 }
 
+void MergeRound(Run& into, const Run& round) {
+  if (round.oom) {
+    const auto samples = into.samples;
+    into = round;
+    into.samples = samples;
+    return;
+  }
+  into.samples.insert(into.samples.end(), round.samples.begin(), round.samples.end());
+  into.peak_bytes = std::max(into.peak_bytes, round.peak_bytes);
+  into.activation_bytes = std::max(into.activation_bytes, round.activation_bytes);
+  into.rss_peak_bytes = std::max(into.rss_peak_bytes, round.rss_peak_bytes);
+  into.offloaded_bytes = std::max(into.offloaded_bytes, round.offloaded_bytes);
+  if (!round.breakdown.seconds.empty()) into.breakdown = round.breakdown;
+  into.step_seconds = Median(into.samples);
+  if (into.step_seconds > 0) {
+    into.tokens_per_second = static_cast<double>(into.batch * into.seq_len) / into.step_seconds;
+    into.gflops = into.flops / into.step_seconds / 1e9;
+  }
+}
+
 SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int64_t start, int64_t max_len,
                              double tol, bool auto_chunks, int64_t align, bool probe) {
   SearchResult s;

@@ -64,17 +64,30 @@ ResolvedChunks DefaultChunks(const ModelConfig& c, torch::Dtype dtype, int64_t s
   // and dQ) and its score tile: as the memory estimate counts them (core/src/memory/estimate.cpp).
   const double per_position = FeedForwardBytesPerRow(c, e, f) +
                               (7 * d + 4 * qd + 2 * kvd + (c.qk_norm ? 3 * qd + 3 * kvd : 0)) * e + 2 * qd * f;
-  auto key_tile = [](int64_t chunk) { return std::min<int64_t>(2 * chunk, kDefaultKeyChunk); };
-  auto chunk_fits = [&](int64_t chunk) {
-    const double q = static_cast<double>(chunk), k = static_cast<double>(key_tile(chunk));
-    return q * per_position + 3 * H * q * k * f + q * k <= slack;
+  // On the CPU a stream step's time falls with the query chunk (each chunk runs the layer's
+  // position-wise parts, the weight-gradient GEMMs over c rows and their accumulation, and a
+  // few hundred small ops once), while a key tile only sizes the score tiles: the chunk grows
+  // first, with key tiles as long as itself, into twice the room, then its key tiles grow. On
+  // CUDA (fused attention) the chunk grows with key tiles of twice its length.
+  const bool cuda = device == c10::DeviceType::CUDA;
+  const double chunk_room = cuda ? slack : 2 * slack;
+  auto fits = [&](int64_t chunk, int64_t tile) {
+    const double q = static_cast<double>(chunk), k = static_cast<double>(tile);
+    return q * per_position + 3 * H * q * k * f + q * k <= chunk_room;
   };
+  auto longest_tile = [](int64_t chunk) { return std::min<int64_t>(2 * chunk, kDefaultKeyChunk); };
+  int64_t chunk = 0, key = 0;
+  if (cuda) {
+    chunk = LargestFitting(kMinDefaultChunk, kDefaultCudaChunk, [&](int64_t q) { return fits(q, longest_tile(q)); });
+    key = longest_tile(chunk);
+  } else {
+    chunk = LargestFitting(kMinDefaultChunk, kDefaultChunk, [&](int64_t q) { return fits(q, q); });
+    key = LargestFitting(chunk, longest_tile(chunk), [&](int64_t k) { return fits(chunk, k); });
+  }
   auto logits_fit = [&](int64_t lc) { return 4.0 * static_cast<double>(lc) * c.vocab_size * f <= slack; };
-  const int64_t largest = device == c10::DeviceType::CUDA ? kDefaultCudaChunk : kDefaultChunk;
-  const int64_t chunk = LargestFitting(kMinDefaultChunk, largest, chunk_fits);
   const int64_t logits = LargestFitting(kMinDefaultLogitsChunk, kDefaultLogitsChunk, logits_fit);
   const int64_t limit = std::max<int64_t>(seq_len, 1);
-  return {std::min(chunk, limit), std::min(logits, limit), std::min(key_tile(chunk), limit)};
+  return {std::min(chunk, limit), std::min(logits, limit), std::min(key, limit)};
 }
 
 ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len, const ModelConfig& config,
@@ -155,13 +168,14 @@ namespace {
 
 // What a step's block cache may keep: its estimated activation (docs/architecture.md:
 // Measuring; the whole batch's, an upper bound for a context-parallel shard); unbounded (the
-// cache's limit) where no estimate is made for the options.
+// cache's limit) where the estimate refuses the options (it models the engines' own options
+// only; the step itself says what is wrong with options it cannot run).
 int64_t CacheBound(const CausalLMImpl& model, const Batch& batch, const EngineOptions& options) {
   if (DeviceOf(model) != c10::DeviceType::CPU) return -1;  // the cache is the CPU allocator's
   try {
     return EstimateStepMemory(model.config(), Dtype(model), batch.rows(), batch.length(), options, "none")
         .activation_bytes;
-  } catch (const std::exception&) {
+  } catch (const InvalidArgument&) {
     return -1;
   }
 }

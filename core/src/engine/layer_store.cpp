@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <condition_variable>
@@ -231,16 +232,46 @@ class ScratchFileStore final : public LayerStore {
 };
 
 #if defined(STREAMBP_WITH_CUDA)
-// What the kernel could give this process now (MemAvailable in /proc/meminfo), -1 if unknown.
+// The room left under this process's cgroup (v2) memory limit, memory.max - memory.current
+// (a container's limit, which MemAvailable does not show); -1 without a limit or cgroup v2.
+int64_t CgroupHeadroomBytes() {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(self, line)) {
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+  }
+  if (path.empty()) return -1;
+  const std::string dir = "/sys/fs/cgroup" + (path == "/" ? std::string() : path);
+  auto read = [&](const char* name) -> int64_t {
+    std::ifstream f(dir + "/" + name);
+    std::string value;
+    if (!(f >> value) || value == "max") return -1;
+    char* end = nullptr;
+    const long long n = std::strtoll(value.c_str(), &end, 10);
+    return end != nullptr && *end == '\0' && n >= 0 ? static_cast<int64_t>(n) : -1;
+  };
+  const int64_t limit = read("memory.max"), used = read("memory.current");
+  if (limit < 0 || used < 0) return -1;
+  return std::max<int64_t>(0, limit - used);
+}
+
+// What the kernel could give this process now: MemAvailable in /proc/meminfo, less where the
+// cgroup's limit leaves less; -1 if neither is known.
 int64_t HostAvailableBytes() {
+  int64_t available = -1;
   std::ifstream in("/proc/meminfo");
   std::string key, unit;
   int64_t kib = 0;
   while (in >> key >> kib) {
     std::getline(in, unit);
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key == "MemAvailable:") {
+      available = kib * 1024;
+      break;
+    }
   }
-  return -1;
+  const int64_t headroom = CgroupHeadroomBytes();
+  if (headroom >= 0 && (available < 0 || headroom < available)) available = headroom;
+  return available;
 }
 
 std::string GiB(int64_t bytes) {
@@ -272,8 +303,8 @@ class PinnedHostStore final : public LayerStore {
     const int64_t available = HostAvailableBytes();
     if (available >= 0 && bytes_ > available - kHostReserve) {
       throw ResourceExhausted("offloaded layer inputs: " + std::to_string(slots) + " layer inputs of " + GiB(slot_bytes_) +
-                              " need " + GiB(bytes_) + " of pinned host memory and the host has " + GiB(available) +
-                              " available (" + GiB(kHostReserve) +
+                              " need " + GiB(bytes_) + " of pinned host memory and the host (under its cgroup limit) has " +
+                              GiB(available) + " available (" + GiB(kHostReserve) +
                               " kept for the process); use shorter sequences, fewer rows per "
                               "step, or a host with more memory");
     }

@@ -57,13 +57,13 @@ struct Tile {
 };
 
 // PlanTiles for the causal rule over sequence ids held on the CPU, without a mask for the
-// tiles that need none (building every tile's mask to ask any() and all() of it took ~9% of
-// a CPU step at T = 4096): a tile inside the causal band (and window) whose batch rows' keys
-// and queries each belong to one sequence is allowed entirely; a tile the band does not reach
-// is skipped; the others (the diagonal, a window's edge, a document or padding boundary) get
-// their mask, kept for the scores, and are skipped where it allows nothing. The same tiles
-// and flags as the masks give: the same output and gradients, bit for bit. nullopt: not such
-// a rule.
+// tiles that need none (building every tile's mask to ask any() and all() of it took 1.3 s
+// of a 32.8 s CPU step at T = 4096, ~4%): a tile inside the causal band (and window) whose
+// batch rows' keys and queries each belong to one sequence is allowed entirely; a tile the
+// band does not reach is skipped; the others (the diagonal, a window's edge, a document or
+// padding boundary) get their mask, kept for the scores, and are skipped where it allows
+// nothing. The same tiles and flags as the masks give: the same output and gradients, bit
+// for bit. nullopt: not such a rule.
 std::optional<std::vector<Tile>> PlanTilesOnHost(const AttentionPattern& pattern, int64_t q0, int64_t q1,
                                                  int64_t tile) {
   const auto& ids = pattern.sequence_ids;
@@ -74,15 +74,23 @@ std::optional<std::vector<Tile>> PlanTilesOnHost(const AttentionPattern& pattern
   const int64_t qa = pattern.q_start + q0, qb = pattern.q_start + q1, w = pattern.window;
   const int64_t limit = pattern.key_limit(q0, q1), B = ids.size(0), T = ids.size(1);
   const int64_t* id = ids.data_ptr<int64_t>();
+  // Whether each batch row's queries belong to one sequence (asked once for the block).
+  bool queries_one = true;
+  for (int64_t b = 0; b < B && queries_one; ++b) {
+    const int64_t* row = id + b * T;
+    for (int64_t j = qa; j < qb; ++j) {
+      if (row[j] != row[qa]) {
+        queries_one = false;
+        break;
+      }
+    }
+  }
   auto one_sequence = [&](int64_t k0, int64_t k1) {
+    if (!queries_one) return false;
     for (int64_t b = 0; b < B; ++b) {
       const int64_t* row = id + b * T;
-      const int64_t first = row[k0];
       for (int64_t j = k0; j < k1; ++j) {
-        if (row[j] != first) return false;
-      }
-      for (int64_t j = qa; j < qb; ++j) {
-        if (row[j] != first) return false;
+        if (row[j] != row[qa]) return false;
       }
     }
     return true;
