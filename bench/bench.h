@@ -174,10 +174,13 @@ void PrepareStatics(Context& ctx);
 Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup, int64_t repeat,
                  int64_t activation_budget);
 
-/// Adds one more round of the same point (MeasurePoint with repeat 1) to `into`: its step
-/// time joins the samples (the median and rates recomputed), peaks are the larger, a
-/// profile is kept, and an out-of-memory round makes the point out of memory.
-void MergeRound(Run& into, const Run& round);
+/// One point per variant at length T, its `repeat` timed steps in rounds: every variant's
+/// step i runs before any variant's step i + 1 (after `warmup` steps in the first round), so
+/// a slow minute of a shared machine falls on all of them. Each Run has every round's sample
+/// (median and rates from them), the largest peaks, and the profile of one step after the
+/// last round (Context::profile); a round out of memory makes the point out of memory.
+std::vector<Run> MeasureInRounds(Context& ctx, const std::vector<Variant>& variants, int64_t seq_len,
+                                 int64_t warmup, int64_t repeat);
 
 /// Max sequence length under an activation budget: doubling from `start`, then bisection
 /// until (hi - lo) <= tol * lo. Every probe is one step under the budgeted allocator.

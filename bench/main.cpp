@@ -162,6 +162,7 @@ int main(int argc, char** argv) {
                        {"dtype", a.dtype}};
     report["objective"] = a.objective;
     report["batch"] = a.batch;
+    report["repeat"] = a.repeat;
     report["command"] = [&] {
       std::string s;
       for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
@@ -331,23 +332,8 @@ int main(int argc, char** argv) {
                   (long long)a.warmup, (long long)a.repeat, size(a.chunk).c_str(), size(a.logits_chunk).c_str(),
                   size(a.key_chunk).c_str());
       PrintRunHeader();
-      const bool profile = ctx.profile;
       for (int64_t T : a.seq_lens) {
-        std::vector<Run> point(variants.size());
-        for (int64_t round = 0; round < a.repeat; ++round) {
-          ctx.profile = profile && round == a.repeat - 1;  // one profiled step per point, after the last round
-          for (size_t k = 0; k < variants.size(); ++k) {
-            if (round > 0 && point[k].oom) continue;
-            const auto r = MeasurePoint(ctx, variants[k], T, round == 0 ? a.warmup : 0, 1, 0);
-            if (round == 0) {
-              point[k] = r;
-            } else {
-              MergeRound(point[k], r);
-            }
-          }
-        }
-        ctx.profile = profile;
-        for (auto& r : point) {
+        for (auto& r : MeasureInRounds(ctx, variants, T, a.warmup, a.repeat)) {
           runs.push_back(std::move(r));
           PrintRun(runs.back(), gemm);
         }

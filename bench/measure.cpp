@@ -380,6 +380,9 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
   return r;
 }
 
+namespace {
+
+// Adds one more round of the same point (MeasurePoint with repeat 1) to `into`.
 void MergeRound(Run& into, const Run& round) {
   if (round.oom) {
     const auto samples = into.samples;
@@ -398,6 +401,28 @@ void MergeRound(Run& into, const Run& round) {
     into.tokens_per_second = static_cast<double>(into.batch * into.seq_len) / into.step_seconds;
     into.gflops = into.flops / into.step_seconds / 1e9;
   }
+}
+
+}  // namespace
+
+std::vector<Run> MeasureInRounds(Context& ctx, const std::vector<Variant>& variants, int64_t seq_len,
+                                 int64_t warmup, int64_t repeat) {
+  const bool profile = ctx.profile;
+  std::vector<Run> point(variants.size());
+  for (int64_t round = 0; round < repeat; ++round) {
+    ctx.profile = profile && round == repeat - 1;
+    for (size_t k = 0; k < variants.size(); ++k) {
+      if (round > 0 && point[k].oom) continue;
+      const auto r = MeasurePoint(ctx, variants[k], seq_len, round == 0 ? warmup : 0, 1, 0);
+      if (round == 0) {
+        point[k] = r;
+      } else {
+        MergeRound(point[k], r);
+      }
+    }
+  }
+  ctx.profile = profile;
+  return point;
 }
 
 SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int64_t start, int64_t max_len,

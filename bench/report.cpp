@@ -185,6 +185,14 @@ std::vector<std::string> CheckReport(const nlohmann::json& report) {
       if (!r.contains(k)) problems.push_back("run: missing '" + std::string(k) + "'");
     }
     if (r.value("oom", false)) continue;
+    // A sweep point has one timed step per round (a search probe has one).
+    const int64_t repeat = report.value("repeat", int64_t{0});
+    if (repeat > 0 && !r.value("to_peak", false) && r.contains("step_seconds_samples") &&
+        static_cast<int64_t>(r["step_seconds_samples"].size()) != repeat) {
+      problems.push_back("run " + r.value("label", std::string("?")) + " T=" + std::to_string(r.value("seq_len", 0)) +
+                         ": " + std::to_string(r["step_seconds_samples"].size()) + " timed steps, not --repeat " +
+                         std::to_string(repeat));
+    }
     for (const char* k : {"peak_bytes", "activation_bytes", "weights_bytes", "grad_bytes", "step_seconds",
                           "tokens_per_second", "gflops"}) {
       if (!r.contains(k) || !r[k].is_number() || !(r[k].get<double>() > 0)) {
