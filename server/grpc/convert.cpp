@@ -41,7 +41,7 @@ class Converter {
                             std::to_string(limits_.max_sequence_length));
     }
     tokens_ += n;
-    if (tokens_ > limits_.max_tokens_per_request) {
+    if (tokens_ + candidates_ > limits_.max_tokens_per_request) {
       throw ResourceExhausted("the request has more than " + std::to_string(limits_.max_tokens_per_request) +
                               " tokens (limits.max_tokens_per_request); split it into several calls (steps: with a "
                               "step-wide normalizer)");
@@ -58,11 +58,21 @@ class Converter {
   }
 
   int64_t tokens() const { return tokens_; }
+  /// Charges `entries` more against limits.max_tokens_per_request (2-D targets' candidates).
+  void Charge(int64_t entries, const std::string& field) {
+    candidates_ += entries;
+    if (tokens_ + candidates_ > limits_.max_tokens_per_request) {
+      throw ResourceExhausted(field + ": the request has more than " + std::to_string(limits_.max_tokens_per_request) +
+                              " tokens and top-k candidates (limits.max_tokens_per_request); split it into several "
+                              "calls or give fewer candidates");
+    }
+  }
   int64_t vocab_size() const { return limits_.vocab_size; }
 
  private:
   const InputLimits& limits_;
   int64_t tokens_ = 0;
+  int64_t candidates_ = 0;  // 2-D targets' candidates, charged as tokens
 };
 
 std::vector<double> Values(const google::protobuf::RepeatedField<float>& v, size_t prompt_len, size_t expected,
@@ -118,6 +128,80 @@ void CheckShape(const v1::TensorData& t, int64_t size, int64_t n, const std::str
   }
 }
 
+// A datum with 2-D target_tokens [N, K]: K candidate tokens per position (a teacher's top-k,
+// for distillation) with [N, K] weights, for a loss whose weights input declares top_k. The
+// sequence is the input plus one more token (the last position's first candidate: it is read
+// by no position that predicts), so that each of the N positions predicts.
+void ConvertTopK(const v1::Datum& datum, const std::vector<ObjectiveInput>& declared, const std::string& objective,
+                 const std::string& f, Converter& c, Sequence& s) {
+  const std::string ft = f + ".loss_fn_inputs[target_tokens]";
+  const auto& targets = datum.loss_fn_inputs().at("target_tokens");
+  const int64_t n = s.tokens.size();
+  const ObjectiveInput* weights = nullptr;
+  for (const auto& d : declared) {
+    if (d.top_k) weights = &d;
+  }
+  if (weights == nullptr) {
+    throw InvalidArgument(ft + ".shape has 2 dimensions, but objective '" + objective + "' takes one target per "
+                          "position (shape [" + std::to_string(n) + "]); 2-D targets (a teacher's top-k) are for "
+                          "cross_entropy");
+  }
+  const int64_t rows = targets.shape(0), k = targets.shape(1);
+  if (rows != n || k < 1) {
+    throw InvalidArgument(ft + ".shape [" + std::to_string(rows) + ", " + std::to_string(k) + "] needs " +
+                          std::to_string(n) + " rows (one per input token) of K >= 1 candidates");
+  }
+  if (k > c.vocab_size()) {
+    throw InvalidArgument(ft + ".shape: K = " + std::to_string(k) + " candidates exceed the vocabulary of " +
+                          std::to_string(c.vocab_size()));
+  }
+  if (targets.int_data_size() != n * k) {
+    throw InvalidArgument(ft + " has " + std::to_string(targets.int_data_size()) + " values for shape [" +
+                          std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
+  // Every candidate is counted as a token against limits.max_tokens_per_request (it costs as
+  // much to carry and to score).
+  c.Charge(n * k, ft);
+  for (const auto& d : declared) {
+    if (&d != weights && d.required) {
+      throw InvalidArgument(ft + " is 2-D, but objective '" + objective + "' also needs '" + d.name +
+                            "', which has no 2-D form");
+    }
+  }
+  const std::string fw = f + ".loss_fn_inputs[" + weights->name + "]";
+  const auto it = datum.loss_fn_inputs().find(weights->name);
+  if (it == datum.loss_fn_inputs().end()) {
+    throw InvalidArgument(fw + " is missing (shape [" + std::to_string(n) + ", " + std::to_string(k) +
+                          "], the weight of each candidate)");
+  }
+  const auto& w = it->second;
+  if (w.int_data_size() > 0) throw InvalidArgument(fw + " holds numbers: give them as float_data");
+  if (w.shape_size() != 2 || w.shape(0) != n || w.shape(1) != k || w.float_data_size() != n * k) {
+    std::string shape;
+    for (int d = 0; d < w.shape_size(); ++d) shape += (d ? ", " : "") + std::to_string(w.shape(d));
+    throw InvalidArgument(fw + " has shape [" + shape + "] and " + std::to_string(w.float_data_size()) +
+                          " values; with 2-D target_tokens it needs shape [" + std::to_string(n) + ", " +
+                          std::to_string(k) + "] (the weight of each candidate)");
+  }
+  s.top_k = k;
+  s.top_k_targets.assign(k, 0);  // token 0's: unused
+  s.top_k_weights.assign(k, 0.0);
+  for (int64_t e = 0; e < n * k; ++e) {
+    std::string at = "[";  // built up: GCC 12 warns on "literal" + to_string() at -O3
+    at += std::to_string(e / k) + "][" + std::to_string(e % k) + "]";
+    const int64_t id = targets.int_data(e);
+    if (id < 0 || id >= c.vocab_size()) {
+      throw InvalidArgument(ft + at + " = " + std::to_string(id) + " is outside the vocabulary [0, " +
+                            std::to_string(c.vocab_size()) + ")");
+    }
+    const double v = w.float_data(e);
+    if (!std::isfinite(v)) throw InvalidArgument(fw + at + " is not finite");
+    s.top_k_targets.push_back(id);
+    s.top_k_weights.push_back(v);
+  }
+  s.tokens.push_back(targets.int_data((n - 1) * k));
+}
+
 // A data batch (Tinker's Datum): the sequence is the input plus the last target, every
 // per-token input lands in the Sequence field its objective declared, aligned as the typed
 // batches align them (entry t + 1 = the value of target_tokens[t]; entry 0 unused).
@@ -146,9 +230,15 @@ void ConvertData(const v1::DatumBatch& batch, const std::string& objective, Conv
     if (target_it == datum.loss_fn_inputs().end()) throw InvalidArgument(ft + " is missing (int_data, one per token)");
     const auto& targets = target_it->second;
     if (targets.float_data_size() > 0) throw InvalidArgument(ft + " holds token ids: give them as int_data");
-    CheckShape(targets, targets.int_data_size(), n, ft);
     Sequence s;
     s.tokens = c.Tokens(datum.model_input().tokens(), f + ".model_input.tokens");
+    if (targets.shape_size() == 2) {
+      ConvertTopK(datum, declared, objective, f, c, s);
+      c.Count(s, f);
+      in->sequences.push_back(std::move(s));
+      continue;
+    }
+    CheckShape(targets, targets.int_data_size(), n, ft);
     for (int64_t t = 0; t + 1 < n; ++t) {
       if (targets.int_data(t) != s.tokens[t + 1]) {
         throw InvalidArgument(ft + "[" + std::to_string(t) + "] = " + std::to_string(targets.int_data(t)) +

@@ -20,6 +20,7 @@ json SequencesToJson(const std::vector<Sequence>& sequences) {
     if (!s.token_weights.empty()) j["token_weights"] = s.token_weights;
     if (!s.routed_experts.empty()) j["routed_experts"] = s.routed_experts;
     if (!s.inputs.empty()) j["inputs"] = s.inputs;
+    if (s.top_k > 0) j["top_k"] = {{"k", s.top_k}, {"targets", s.top_k_targets}, {"weights", s.top_k_weights}};
     out.push_back(std::move(j));
   }
   return out;
@@ -41,6 +42,12 @@ std::vector<Sequence> SequencesFromJson(const json& j) {
     if (e.contains("token_weights")) s.token_weights = e["token_weights"].get<std::vector<double>>();
     if (e.contains("routed_experts")) s.routed_experts = e["routed_experts"].get<std::vector<int32_t>>();
     if (e.contains("inputs")) s.inputs = e["inputs"].get<std::map<std::string, std::vector<double>>>();
+    if (e.contains("top_k")) {
+      const auto& k = e["top_k"];
+      s.top_k = k.at("k").get<int64_t>();
+      s.top_k_targets = k.at("targets").get<std::vector<int64_t>>();
+      s.top_k_weights = k.at("weights").get<std::vector<double>>();
+    }
     out.push_back(std::move(s));
   }
   return out;

@@ -63,6 +63,27 @@ std::vector<std::vector<double>> PerSequence(const Batch& batch, const torch::Te
   return out;
 }
 
+// A sequence with 2-D targets (cross_entropy's top-k) gets the log-probs of its candidates
+// instead of its next tokens': top_k values per position but its last, row-major.
+void CandidateLogprobs(const Batch& batch, const torch::Tensor& values, const std::vector<Sequence>& sequences,
+                       std::vector<std::vector<double>>& out) {
+  const auto v = values.contiguous();
+  const auto lp = v.accessor<double, 3>();
+  const auto ids = batch.sequence_ids.cpu().contiguous();
+  const auto sid = ids.accessor<int64_t, 2>();
+  std::vector<size_t> seen(sequences.size(), 0);
+  for (size_t q = 0; q < sequences.size(); ++q) {
+    if (sequences[q].top_k > 0) out[q].clear();
+  }
+  for (int64_t r = 0; r < batch.rows(); ++r) {
+    for (int64_t t = 0; t < batch.length(); ++t) {
+      const int64_t q = sid[r][t];
+      if (q < 0 || sequences[q].top_k == 0 || ++seen[q] >= sequences[q].tokens.size()) continue;
+      for (int64_t j = 0; j < sequences[q].top_k; ++j) out[q].push_back(lp[r][t][j]);
+    }
+  }
+}
+
 }  // namespace
 
 // --- Steps -----------------------------------------------------------------------------------
@@ -188,7 +209,9 @@ void TrainingHost::forward_backward(CallContext ctx, StepRequest request, Done<S
   const auto weights_version = request.weights_policy_version;
   const bool return_logprobs = request.return_logprobs;
   // A cached answer is kept by its size: the log-probs are 8 bytes a token.
-  const size_t answer_bytes = 256 + (return_logprobs ? static_cast<size_t>(request.tokens) * 8 : 0);
+  size_t candidates = 0;  // 2-D targets: their log-probs come back too
+  for (const auto& q : command->sequences) candidates += q.top_k_targets.size();
+  const size_t answer_bytes = 256 + (return_logprobs ? (static_cast<size_t>(request.tokens) + candidates) * 8 : 0);
   submit<StepStats>(
       ctx, s, true,
       [this, ctx, s, command, resolved, weights_version, return_logprobs] {
@@ -202,6 +225,9 @@ void TrainingHost::forward_backward(CallContext ctx, StepRequest request, Done<S
           auto batch = MakeBatch(command->sequences, Layout::kPacked);
           const int64_t chunk = std::max<int64_t>(config_.trainer.engine.logits_chunk, 0);
           logprobs = PerSequence(batch, trainer.token_logprobs(batch, false, chunk, 1.0), command->sequences);
+          if (batch.top_k_targets.defined()) {  // after token_logprobs: the session's weights are active
+            CandidateLogprobs(batch, TopKTargetLogprobs(trainer.model(), batch, chunk, 1.0), command->sequences, logprobs);
+          }
         }
         auto stats = run_forward_backward(ctx, *s, *command, *resolved);
         stats.policy_version = executor_->replica().trainer(s->spec.name).policy_version();

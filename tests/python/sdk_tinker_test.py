@@ -8,11 +8,14 @@ Tinker-shaped calls only, as the Tinker cookbook writes its loops:
 - RL: save_weights_and_get_sampling_client -> sample(prompt, num_samples, SamplingParams) ->
   reward (share of even token ids) -> advantages (reward - group mean) -> importance_sampling
   datums with the sampler's log-probs -> forward_backward + optim_step; the mean reward rises.
+- distillation: a snapshot's top-k prompt log-probs as 2-D cross_entropy targets; the loss is
+  the sum over the candidates and loss_fn_outputs are the candidates' log-probs, [N, K].
 - a sampler snapshot samples the same tokens and log-probs (fixed seed) before and after its
   training session trains on, and its compute_logprobs stays the same.
 
     sdk_tinker_test.py <streambp-server>
 """
+import math
 import os
 import sys
 import time
@@ -139,6 +142,32 @@ def snapshot(training):
         check(all(close(v, moved[i + 1], 1e-12) for t, v in pairs if t == actual), f"position {i}: same log-prob")
 
 
+def distillation(training):
+    """2-D targets: a teacher's top-k prompt log-probs (a sampler snapshot's, as the cookbook's
+    distillation asks its teacher) become cross_entropy's [N, K] target_tokens and weights; the
+    loss is -sum p_teacher * log p_student over the candidates, and loss_fn_outputs hold the
+    candidates' log-probs, [N, K]."""
+    teacher = training.save_weights_and_get_sampling_client("teacher")
+    inputs, k = [12, 40, 7, 99, 3], 3
+    scored = teacher.sample(types.ModelInput.from_ints(inputs + [0]), 1, types.SamplingParams(max_tokens=1),
+                            topk_prompt_logprobs=k).result()
+    top = scored.topk_prompt_logprobs[1:]  # entry t: the candidates after inputs[..t]
+    check(len(top) == len(inputs) and all(len(row) == k for row in top), f"teacher top-{k}: {top}")
+    ids = [[i for i, _ in row] for row in top]
+    probs = [[math.exp(lp) for _, lp in row] for row in top]
+    datum = types.Datum(model_input=types.ModelInput.from_ints(inputs),
+                        loss_fn_inputs={"target_tokens": ids, "weights": probs})
+    fb = training.forward_backward([datum], "cross_entropy").result()
+    want = -sum(p * lp for row, prow in zip(top, probs) for (_, lp), p in zip(row, prow))
+    check(close(fb.metrics["loss:sum"], want, 1e-10), f"top-k cross_entropy loss:sum {fb.metrics['loss:sum']} = {want}")
+    out = fb.loss_fn_outputs[0]["logprobs"]
+    check(out.shape == [len(inputs), k] and all(close(a, lp, 1e-12) for a, (_, lp) in
+                                                 zip(out.data, [pair for row in top for pair in row])),
+          f"loss_fn_outputs: the candidates' log-probs [N, K]: {out.shape}")
+    training.optim_step(types.AdamParams(learning_rate=0.01)).result()
+    print(f"distillation (top-{k} cross_entropy): loss:sum {want:.4f}")
+
+
 def main() -> int:
     t0 = time.time()
     config = {"log": {"level": "warn"}, "checkpoint_dir": os.path.join(TMP, "tinker-checkpoints"),
@@ -152,6 +181,8 @@ def main() -> int:
                                                        target_modules=TARGETS)
         supervised(training)
         snapshot(training)
+        distillation(service.create_lora_training_client(base_model="tiny", rank=4, seed=3, alpha=8,
+                                                         target_modules=TARGETS))
         rl(service.create_lora_training_client(base_model="tiny", rank=8, seed=2, alpha=16, target_modules=TARGETS))
     print(f"OK ({time.time() - t0:.1f} s)")
     return 0

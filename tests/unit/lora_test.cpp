@@ -17,6 +17,7 @@
 #include "streambp/lora.h"
 #include "streambp/trainer.h"
 #include "test_util/fixtures.h"
+#include "test_util/top_k.h"
 
 namespace streambp {
 namespace {
@@ -87,7 +88,8 @@ std::vector<Sequence> GrpoSequences(int64_t vocab, uint64_t seed) {
 }
 
 bool IsTinkerLoss(const std::string& kind) {
-  return kind == "importance_sampling" || kind == "ppo" || kind == "cispo" || kind == "dro" || kind == "cross_entropy";
+  return kind == "importance_sampling" || kind == "ppo" || kind == "cispo" || kind == "dro" ||
+         kind.rfind("cross_entropy", 0) == 0;
 }
 
 std::unique_ptr<Objective> MakeObjective(const std::string& kind) {
@@ -96,6 +98,7 @@ std::unique_ptr<Objective> MakeObjective(const std::string& kind) {
     if (kind == "ppo" || kind == "cispo") {
       return CreateObjective(kind, {{"clip_low_threshold", 0.8}, {"clip_high_threshold", 1.1}});
     }
+    if (kind == "cross_entropy_top_k") return CreateObjective("cross_entropy", nlohmann::json::object());
     return CreateObjective(kind, kind == "dro" ? nlohmann::json{{"beta", 0.3}} : nlohmann::json::object());
   }
   if (kind == "sft") return MakeSftObjective({});
@@ -124,6 +127,7 @@ std::vector<Sequence> Sequences(const std::string& kind, int64_t vocab, uint64_t
         s.token_weights[t] = 0.4 * std::sin(static_cast<double>(t) + 0.5);
       }
     }
+    if (kind == "cross_entropy_top_k") testing::AddTopK(seqs, vocab, 3);
     return seqs;
   }
   if (kind == "weighted") {  // client weights of both signs, some zero
@@ -233,7 +237,7 @@ std::vector<LoraCase> Cases() {
   }
   // Tinker's losses (their exactness against the loss written out per token is
   // policy_losses_test's): one family, one rank, every layout.
-  for (const char* objective : {"importance_sampling", "ppo", "cispo", "dro", "cross_entropy"}) {
+  for (const char* objective : {"importance_sampling", "ppo", "cispo", "dro", "cross_entropy", "cross_entropy_top_k"}) {
     for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
       out.push_back({"qwen3", 4, true, objective, layout});
     }

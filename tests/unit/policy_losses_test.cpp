@@ -15,6 +15,7 @@
 #include "streambp/gradients.h"
 #include "test_util/direct.h"
 #include "test_util/fixtures.h"
+#include "test_util/top_k.h"
 
 namespace streambp {
 namespace {
@@ -45,14 +46,9 @@ std::vector<Sequence> RlSequences(int64_t vocab, uint64_t seed) {
   return seqs;
 }
 
-// The loss per Tinker's definitions, token by token from full logits.
-torch::Tensor DirectLoss(const std::string& loss, const nlohmann::json& config, const torch::Tensor& logits,
-                         const Batch& batch) {
-  auto logp = DirectTokenLogprobs(logits, batch).to(torch::kFloat64);
-  torch::Tensor total = torch::zeros({}, torch::kFloat64);
-  const double lo = config.value("clip_low_threshold", loss == "ppo" ? 0.8 : 0.0);
-  const double hi = config.value("clip_high_threshold", loss == "ppo" ? 1.2 : 4.0);
-  const double beta = config.value("beta", 0.05);
+// Calls fn(row, position, token, sequence) for every target token: `position` predicts token
+// `token` of `sequence` (its loss mask selects it).
+void ForEachTarget(const Batch& batch, const std::function<void(int64_t, int64_t, int64_t, const Sequence&)>& fn) {
   auto seq = batch.sequence_ids;
   for (int64_t r = 0; r < batch.rows(); ++r) {
     for (int64_t t = 0; t + 1 < batch.length(); ++t) {
@@ -61,24 +57,53 @@ torch::Tensor DirectLoss(const std::string& loss, const nlohmann::json& config, 
       const int64_t pos = batch.position_ids[r][t + 1].item<int64_t>();
       const auto& s = batch.sequences[i];
       if (!s.loss_mask.empty() && s.loss_mask[pos] == 0) continue;
-      const auto lp = logp[r][t];
-      const double q = s.sampler_logprobs[pos], a = s.advantages[pos];
-      const auto ratio = torch::exp(lp - q);
-      torch::Tensor term;
-      if (loss == "importance_sampling") {
-        term = ratio * a;
-      } else if (loss == "ppo") {
-        term = torch::min(ratio * a, torch::clamp(ratio, lo, hi) * a);
-      } else if (loss == "cispo") {
-        term = torch::clamp(ratio, lo, hi).detach() * lp * a;
-      } else if (loss == "dro") {
-        term = lp * a - 0.5 * beta * (lp - q) * (lp - q);
-      } else {
-        term = s.token_weights[pos] * lp;
-      }
-      total = total - term;
+      fn(r, t, pos, s);
     }
   }
+}
+
+// The loss per Tinker's definitions, token by token from full logits.
+torch::Tensor DirectLoss(const std::string& loss, const nlohmann::json& config, const torch::Tensor& logits,
+                         const Batch& batch) {
+  auto logp = DirectTokenLogprobs(logits, batch).to(torch::kFloat64);
+  torch::Tensor total = torch::zeros({}, torch::kFloat64);
+  const double lo = config.value("clip_low_threshold", loss == "ppo" ? 0.8 : 0.0);
+  const double hi = config.value("clip_high_threshold", loss == "ppo" ? 1.2 : 4.0);
+  const double beta = config.value("beta", 0.05);
+  ForEachTarget(batch, [&](int64_t r, int64_t t, int64_t pos, const Sequence& s) {
+    const auto lp = logp[r][t];
+    const double q = s.sampler_logprobs[pos], a = s.advantages[pos];
+    const auto ratio = torch::exp(lp - q);
+    torch::Tensor term;
+    if (loss == "importance_sampling") {
+      term = ratio * a;
+    } else if (loss == "ppo") {
+      term = torch::min(ratio * a, torch::clamp(ratio, lo, hi) * a);
+    } else if (loss == "cispo") {
+      term = torch::clamp(ratio, lo, hi).detach() * lp * a;
+    } else if (loss == "dro") {
+      term = lp * a - 0.5 * beta * (lp - q) * (lp - q);
+    } else {
+      term = s.token_weights[pos] * lp;
+    }
+    total = total - term;
+  });
+  return total;
+}
+
+// cross_entropy with 2-D targets, written out from full logits: per target position,
+// -sum_j w_j log_softmax(logits)[candidate_j] for a sequence with top-k candidates, -w lp of
+// the next token for one with 1-D weights.
+torch::Tensor DirectTopKLoss(const torch::Tensor& logits, const Batch& batch) {
+  auto logsm = torch::log_softmax(logits.to(torch::kFloat64), -1);
+  torch::Tensor total = torch::zeros({}, torch::kFloat64);
+  ForEachTarget(batch, [&](int64_t r, int64_t t, int64_t pos, const Sequence& s) {
+    for (int64_t j = 0; j < s.top_k; ++j) {
+      const size_t e = pos * s.top_k + j;
+      total = total - s.top_k_weights[e] * logsm[r][t][s.top_k_targets[e]];
+    }
+    if (!s.token_weights.empty()) total = total - s.token_weights[pos] * logsm[r][t][s.tokens[pos]];
+  });
   return total;
 }
 
@@ -126,7 +151,100 @@ TEST_P(PolicyLossExactness, EveryEngineMatchesTinkersDefinitionOnFullLogits) {
       }
     }
   }
+  // 2-D targets (a teacher's top-k): half the sequences with 3 candidates per token, the
+  // others with 1-D weights, in one batch.
+  auto top_k_seqs = RlSequences(config.vocab_size, 12);
+  testing::AddTopK(top_k_seqs, config.vocab_size, 3);
+  auto top_k_batch = MakeBatch(top_k_seqs, layout, layout == Layout::kPacked ? 16 : 0);
+  ASSERT_EQ(top_k_batch.top_k_targets.size(2), 3);
+  auto direct = DirectLossAndGrads(model, top_k_batch, [&](const torch::Tensor& l) { return DirectTopKLoss(l, top_k_batch); });
+  EXPECT_GT(std::abs(direct.loss), 1.0);
+  for (auto kind : {EngineKind::kStream, EngineKind::kCheckpoint, EngineKind::kFull}) {
+    auto objective = CreateObjective("cross_entropy", nlohmann::json::object());
+    ZeroGradients(*model);
+    auto r = ForwardBackward(model, top_k_batch, *objective, {kind, 3, 4, false, 2});
+    objective->finish();
+    EXPECT_NEAR(r.loss, direct.loss, 1e-12 * std::max(1.0, std::abs(direct.loss))) << "top-k " << EngineName(kind);
+    auto diff = CompareGradients(direct.grads, CollectGradients(*model));
+    EXPECT_LE(diff.max_relative, 1e-10) << "top-k " << EngineName(kind) << " " << diff.worst;
+  }
   ZeroGradients(*model);
+}
+
+// One candidate per token, the next token itself, is the 1-D loss: the same loss and gradient.
+TEST(PolicyLoss, TopKOfTheNextTokenIsTheOneDimensionalCrossEntropy) {
+  RegisterBuiltinObjectives();
+  auto config = testing::TinyConfig("llama");
+  auto model = testing::RandomModel(config, 8, torch::kFloat64);
+  auto one_d = RlSequences(config.vocab_size, 9);
+  auto two_d = one_d;
+  for (auto& s : two_d) {
+    s.top_k = 1;
+    s.top_k_targets = s.tokens;
+    s.top_k_weights = s.token_weights;
+    s.token_weights.clear();
+  }
+  auto run = [&](const std::vector<Sequence>& seqs) {
+    auto objective = CreateObjective("cross_entropy", nlohmann::json::object());
+    ZeroGradients(*model);
+    auto r = ForwardBackward(model, MakeBatch(seqs, Layout::kPacked, 16), *objective, {EngineKind::kStream, 2, 3, false, 2});
+    return std::make_pair(r.loss, CollectGradients(*model));
+  };
+  const auto [loss_1d, grads_1d] = run(one_d);
+  const auto [loss_2d, grads_2d] = run(two_d);
+  EXPECT_NEAR(loss_2d, loss_1d, 1e-12 * std::abs(loss_1d));
+  EXPECT_LE(CompareGradients(grads_1d, grads_2d).max_relative, 1e-12);
+  ZeroGradients(*model);
+}
+
+TEST(PolicyLoss, BadTopKTargetsAreClearErrors) {
+  auto seqs = testing::RandomSequences({4, 6}, 50, 3);
+  testing::AddTopK(seqs, 50, 2);
+  EXPECT_NO_THROW(ValidateSequences(seqs, 50));
+  auto expect = [](const std::function<void()>& f, const std::string& words) {
+    try {
+      f();
+      ADD_FAILURE() << "accepted; expected: " << words;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  auto outside = seqs;
+  outside[0].top_k_targets[5] = 50;
+  expect([&] { ValidateSequences(outside, 50); }, "sequence 0: top_k_targets[2][1] = 50 is outside the vocabulary");
+  auto nan = seqs;
+  nan[0].top_k_weights[3] = std::nan("");
+  expect([&] { ValidateSequences(nan, 50); }, "top_k_weights[1][1] is not finite");
+  auto short_weights = seqs;
+  short_weights[0].top_k_weights.pop_back();
+  expect([&] { ValidateSequences(short_weights, 50); }, "need tokens x top_k = 8 entries each, got 8 and 7");
+  expect([&] { MakeBatch(short_weights, Layout::kRightPad); }, "top_k_targets and top_k_weights need tokens x top_k");
+  // weighted_logprobs takes one target per token.
+  RegisterBuiltinObjectives();
+  expect([&] { CreateObjective("weighted_logprobs", nlohmann::json::object())->prepare(seqs); },
+         "weighted_logprobs: sequence 0 has 2-D targets");
+  // MakeBatch puts token t's candidates at position t - 1 (packed after another sequence too).
+  auto batch = MakeBatch(seqs, Layout::kPacked, 10);
+  ASSERT_EQ(batch.rows(), 1);
+  EXPECT_EQ(batch.top_k_targets[0][2][1].item<int64_t>(), seqs[0].top_k_targets[3 * 2 + 1]);
+  EXPECT_EQ(batch.top_k_weights[0][0][0].item<double>(), seqs[0].top_k_weights[2]);
+  EXPECT_EQ(batch.top_k_weights[0][3].abs().sum().item<double>(), 0.0);  // the sequence's last token predicts nothing
+  EXPECT_EQ(batch.top_k_weights[0].slice(0, 4).abs().sum().item<double>(), 0.0);  // sequence 1: 1-D
+
+  // JSONL rows: a row of K candidates and K weights per token after the first.
+  auto row = ParseWeightedExample(
+      nlohmann::json{{"tokens", {1, 2, 3}}, {"target_tokens", {{2, 5}, {3, 4}}}, {"weights", {{1.0, 0.5}, {0.25, -1.0}}}},
+      "ce:1");
+  EXPECT_EQ(row.top_k, 2);
+  EXPECT_EQ(row.top_k_targets, (std::vector<int64_t>{0, 0, 2, 5, 3, 4}));
+  EXPECT_EQ(row.top_k_weights, (std::vector<double>{0, 0, 1.0, 0.5, 0.25, -1.0}));
+  EXPECT_TRUE(row.token_weights.empty());
+  expect([] { ParseWeightedExample(nlohmann::json{{"tokens", {1, 2, 3}}, {"target_tokens", {{2, 5}, {3}}}, {"weights", {{1.0, 0.5}, {0.25, -1.0}}}}, "ce:2"); },
+         "ce:2: target_tokens[1] must be a list of 2 entries");
+  expect([] { ParseWeightedExample(nlohmann::json{{"tokens", {1, 2, 3}}, {"target_tokens", {{2}, {3}}}, {"weights", {1.0, 0.5}}}, "ce:3"); },
+         "ce:3: weights[0] must be a list of 1 entries");
+  expect([] { ParseWeightedExample(nlohmann::json{{"tokens", {1, 2, 3}}, {"target_tokens", {{2}}}, {"weights", {{1.0}}}}, "ce:4"); },
+         "ce:4: with 2-D targets, 'target_tokens' needs 2 rows");
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, PolicyLossExactness,

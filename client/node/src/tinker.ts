@@ -23,8 +23,11 @@ function invalid(message: string): StreambpError {
   return new StreambpError(StreambpError.codes.INVALID_ARGUMENT, message);
 }
 
-/** A per-token input: numbers (one per input token) or a TensorData as the proto has it. */
-export type TensorLike = ArrayLike<number> | T.TensorData;
+/**
+ * A per-token input: numbers (one per input token), rows of K numbers (2-D: cross_entropy's
+ * top-k target_tokens and their weights, for distillation) or a TensorData as the proto has it.
+ */
+export type TensorLike = ArrayLike<number> | ArrayLike<ArrayLike<number>> | T.TensorData;
 
 /** A Datum (Tinker's): the tokens the model reads and the loss's inputs by name (target_tokens first). */
 export function datum(modelInput: ArrayLike<number>, lossFnInputs: Record<string, TensorLike>): T.Datum {
@@ -34,22 +37,48 @@ export function datum(modelInput: ArrayLike<number>, lossFnInputs: Record<string
       inputs[name] = values;
       continue;
     }
-    const list = Array.from(values);
+    const { list, shape } = flatten(name, values);
     if (name === 'target_tokens') {
       if (!list.every(Number.isInteger)) throw invalid(`loss_fn_inputs[${name}]: token ids must be integers`);
-      inputs[name] = { int_data: list, shape: [list.length] };
+      inputs[name] = { int_data: list, shape };
     } else {
       list.forEach((v, i) => {
         if (!Number.isFinite(v)) throw invalid(`loss_fn_inputs[${name}][${i}] is not finite`);
       });
-      inputs[name] = { float_data: list, shape: [list.length] };
+      inputs[name] = { float_data: list, shape };
     }
   }
   return { model_input: { tokens: Array.from(modelInput) }, loss_fn_inputs: inputs };
 }
 
-function isArrayLike(v: TensorLike): v is ArrayLike<number> {
+function isArrayLike(v: TensorLike): v is ArrayLike<number> | ArrayLike<ArrayLike<number>> {
   return typeof (v as ArrayLike<number>).length === 'number';
+}
+
+/** A datum's loss_fn_outputs shape: [N, K] for 2-D target_tokens (the candidates' log-probs), else [N]. */
+function outputShape(d: T.Datum | undefined, n: number): number[] {
+  const shape = (d?.loss_fn_inputs?.target_tokens?.shape ?? []).map(Number);
+  return shape.length === 2 ? shape : [n];
+}
+
+/** Numbers in row-major order with their shape: [N] for a list, [N, K] for rows of K. */
+function flatten(name: string, values: ArrayLike<number> | ArrayLike<ArrayLike<number>>): { list: number[]; shape: number[] } {
+  const rows = Array.from(values as ArrayLike<number | ArrayLike<number>>);
+  if (!rows.some((r) => typeof r !== 'number')) return { list: rows as number[], shape: [rows.length] };
+  const list: number[] = [];
+  let k = -1;
+  rows.forEach((row, i) => {
+    if (typeof row === 'number' || typeof (row as ArrayLike<number>).length !== 'number') {
+      throw invalid(`loss_fn_inputs[${name}][${i}]: expected a row of numbers (every row the same length)`);
+    }
+    const r = Array.from(row as ArrayLike<number>);
+    if (k >= 0 && r.length !== k) {
+      throw invalid(`loss_fn_inputs[${name}][${i}] has ${r.length} entries; the rows before it have ${k}`);
+    }
+    k = r.length;
+    list.push(...r);
+  });
+  return { list, shape: [rows.length, k] };
 }
 
 /** loss_fn_config from plain values. */
@@ -87,8 +116,11 @@ export interface SampledSequence {
 export interface ForwardBackwardOutput {
   /** loss:sum, targets:sum and the loss's own metrics (e.g. clip_fraction). */
   metrics: Record<string, number>;
-  /** Per datum, the log-probs of its target tokens at the weights of the gradients (when returnLogprobs). */
-  loss_fn_outputs: Array<{ logprobs: number[] }>;
+  /**
+   * Per datum, the log-probs of its target tokens at the weights of the gradients (when
+   * returnLogprobs), row-major with their shape: [N], or [N, K] for 2-D target_tokens (the candidates').
+   */
+  loss_fn_outputs: Array<{ logprobs: number[]; shape: number[] }>;
 }
 
 /** Samples from a sampler snapshot of a session, or from a training session's current weights. */
@@ -136,7 +168,8 @@ export class TrainingClient {
                                                     return_logprobs: this.returnLogprobs });
     const stats = out.stats;
     return { metrics: { 'loss:sum': stats?.loss ?? NaN, 'targets:sum': Number(stats?.targets ?? 0), ...stats?.metrics },
-             loss_fn_outputs: out.logprobs.map((s) => ({ logprobs: s.logprobs_fp64 })) };
+             loss_fn_outputs: out.logprobs.map((s, i) => ({ logprobs: s.logprobs_fp64,
+                                                            shape: outputShape(data[i], s.logprobs_fp64.length) })) };
   }
 
   async optimStep(adam: AdamParams = {}): Promise<{ metrics: Record<string, number> }> {

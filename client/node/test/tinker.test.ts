@@ -68,6 +68,29 @@ test('the supervised loop learns and a snapshot stays frozen', { skip }, async (
                       await sampler.computeLogprobs([9, 8, 7, 6]), 'the session moved on');
 });
 
+test('distillation: cross_entropy on 2-D top-k targets is the sum over the candidates', { skip }, async () => {
+  const training = await service.createLoraTrainingClient({ rank: 4, seed: 3, lora: { alpha: 8, target_modules: TARGETS } });
+  // The teacher's top-3 at each position of the input (here the model's own, as a teacher's
+  // would come): the input plus one token, so that each of its 5 positions has candidates.
+  const input = [12, 40, 7, 99, 3];
+  const k = 3;
+  const top = await training.client.computeLogprobs({ sequences: [{ tokens: [...input, 0] }], fp64: true, top_k: k });
+  const ids = top.sequences[0]?.top_ids ?? [];
+  const lps = (top.sequences[0]?.top_logprobs ?? []).map(Number);
+  assert.equal(ids.length, input.length * k);
+  const rows = (xs: number[]): number[][] => input.map((_, t) => xs.slice(t * k, (t + 1) * k));
+  const weights = lps.map((lp) => Math.exp(lp));  // the teacher's probabilities
+  const want = -weights.reduce((sum, w, e) => sum + w * (lps[e] ?? NaN), 0);
+  const fb = await training.forwardBackward([tinker.datum(input, { target_tokens: rows(ids), weights: rows(weights) })],
+                                            'cross_entropy');
+  const got = fb.metrics['loss:sum'] ?? NaN;
+  assert.ok(Math.abs(got - want) < 1e-9 * Math.abs(want), `${got} vs ${want}`);
+  // loss_fn_outputs: the candidates' log-probs, [N, K], the teacher's here.
+  assert.deepEqual(fb.loss_fn_outputs[0]?.shape, [input.length, k]);
+  fb.loss_fn_outputs[0]?.logprobs.forEach((lp, e) => assert.ok(Math.abs(lp - (lps[e] ?? NaN)) < 1e-12, `${e}: ${lp}`));
+  assert.throws(() => tinker.datum(input, { target_tokens: [[1, 2], [3]], weights: rows(weights) }), /has 1 entries; the rows before it have 2/);
+});
+
 test('the RL loop raises the reward (importance_sampling on the sampler\'s log-probs)', { skip }, async () => {
   const training = await service.createLoraTrainingClient({ rank: 8, seed: 2, lora: { alpha: 16, target_modules: TARGETS } });
   const prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]];

@@ -464,7 +464,9 @@ def datum(model_input: Any, loss_fn_inputs: Mapping[str, Any]) -> pb.Datum:
     """A Datum (Tinker's): the N tokens the model reads and the loss's per-token inputs, each N
     values (entry t about the token position t predicts): ``target_tokens`` (the input shifted by
     one, plus the token after it) and the loss's own, e.g. ``weights`` for cross_entropy or
-    ``logprobs`` and ``advantages`` for ppo (GetInfo's objectives list each loss's inputs)."""
+    ``logprobs`` and ``advantages`` for ppo (GetInfo's objectives list each loss's inputs).
+    cross_entropy also takes 2-D ``target_tokens`` and ``weights`` (N rows of K: a teacher's
+    top-k candidates and their weights, for distillation)."""
     if isinstance(model_input, pb.ModelInput):
         tokens = list(model_input.tokens)
     else:

@@ -199,11 +199,16 @@ def _to_wire(data: Sequence[Any]) -> List[Any]:
     return out
 
 
-def _metrics(result: ForwardBackwardResult) -> ForwardBackwardOutput:
+def _metrics(result: ForwardBackwardResult, wire: Sequence[Any]) -> ForwardBackwardOutput:
     stats = result.stats
     metrics = {"loss:sum": stats.loss, "targets:sum": float(stats.targets)}
     metrics.update(stats.metrics)
-    outputs = [{"logprobs": TensorData(data=lp, dtype="float64", shape=[len(lp)])} for lp in result.logprobs]
+    outputs = []
+    for d, lp in zip(wire, result.logprobs):
+        # 2-D target_tokens [N, K] (top-k, distillation): the candidates' log-probs, [N, K] too.
+        shape = list(d.loss_fn_inputs["target_tokens"].shape) if "target_tokens" in d.loss_fn_inputs else []
+        outputs.append({"logprobs": TensorData(data=lp, dtype="float64",
+                                               shape=shape if len(shape) == 2 else [len(lp)])})
     return ForwardBackwardOutput(metrics=metrics, loss_fn_outputs=outputs)
 
 
@@ -282,8 +287,10 @@ class TrainingClient:
     def forward_backward(self, data: Sequence[Datum], loss_fn: str,
                          loss_fn_config: Optional[Mapping[str, Any]] = None
                          ) -> "concurrent.futures.Future[ForwardBackwardOutput]":
-        return _then(self._tc.forward_backward_future(_to_wire(data), loss_fn, loss_fn_config=loss_fn_config,
-                                                      return_logprobs=self.return_logprobs), _metrics)
+        wire = _to_wire(data)
+        return _then(self._tc.forward_backward_future(wire, loss_fn, loss_fn_config=loss_fn_config,
+                                                      return_logprobs=self.return_logprobs),
+                     lambda r: _metrics(r, wire))
 
     async def forward_backward_async(self, data: Sequence[Datum], loss_fn: str,
                                      loss_fn_config: Optional[Mapping[str, Any]] = None) -> ForwardBackwardOutput:
@@ -296,6 +303,9 @@ class TrainingClient:
         cross_entropy also loss:sum = -sum weights * logprobs."""
         wire = _to_wire(data)
         for i, d in enumerate(wire):
+            if "target_tokens" in d.loss_fn_inputs and len(d.loss_fn_inputs["target_tokens"].shape) > 1:
+                raise invalid(f"data[{i}]: forward takes 1-D target_tokens; for 2-D (top-k) targets "
+                              "forward_backward returns the candidates' log-probs (loss_fn_outputs)")
             for name in ("target_tokens",) + (("weights",) if loss_fn == "cross_entropy" else ()):
                 if name not in d.loss_fn_inputs:
                     raise invalid(f"data[{i}].loss_fn_inputs[{name}] is missing")

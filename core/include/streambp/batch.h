@@ -44,6 +44,13 @@ struct Sequence {
   /// Per-token inputs by name that a registered objective declared for itself (a datum's
   /// loss_fn_inputs with ObjectiveInput::Target::kNamed), aligned as sampler_logprobs.
   std::map<std::string, std::vector<double>> inputs;
+  /// cross_entropy with 2-D targets (distillation from a teacher's top-k): `top_k` candidate
+  /// tokens for each target token and their weights, entries t * top_k + j for token t (the
+  /// candidates in place of token t, scored at the position that predicts it; token 0's
+  /// unused). 0 = none: the target is the next token itself.
+  int64_t top_k = 0;
+  std::vector<int64_t> top_k_targets;
+  std::vector<double> top_k_weights;
 
   /// Tokens that are training targets (loss_mask[i] = 1 for i >= 1).
   int64_t num_targets() const;
@@ -72,6 +79,11 @@ struct Batch {
   /// Sequence::inputs by name, float64 [B, T] on the predicting positions as the side inputs
   /// above (0 where a sequence has none); a name is present when any sequence has it.
   std::map<std::string, torch::Tensor> inputs;
+  /// Sequence::top_k_targets / top_k_weights on the predicting positions: [B, T, K] (int64,
+  /// float64; K the largest top_k of the batch, weight 0 where a sequence has fewer or none);
+  /// undefined when no sequence of the batch has them.
+  torch::Tensor top_k_targets;
+  torch::Tensor top_k_weights;
   /// Routing replay at each token's own position: [B, T, W] int64, W = sparse layers x k
   /// (Sequence::routed_experts), -1 where the router routes (padding, sequences without);
   /// undefined when no sequence carries routing.

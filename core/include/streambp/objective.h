@@ -183,7 +183,9 @@ std::unique_ptr<Objective> MakeWeightedLogprobsObjective(const WeightedLogprobsO
 ///   ppo                  -sum min(r A, clip(r, clip_low_threshold, clip_high_threshold) A)
 ///   cispo                -sum sg(clip(r, clip_low_threshold, clip_high_threshold)) A lp
 ///   dro                  -sum (lp A - beta/2 (lp - q)^2)
-///   cross_entropy        -sum w lp   (w = Sequence::token_weights; no sampler needed)
+///   cross_entropy        -sum w lp   (w = Sequence::token_weights; no sampler needed), or
+///                        with 2-D targets -sum_t sum_j w_tj log p(candidate_tj) over the top-k
+///                        candidates of each target token (Sequence::top_k_targets / weights)
 /// Metrics, over the target tokens: the train/sampler mismatch (k3 estimate of KL(q || p),
 /// the ratio's mean and maximum) and, for ppo and cispo, the share of tokens whose ratio lies
 /// outside the clip.
@@ -219,6 +221,10 @@ struct ObjectiveInput {
   Target target = Target::kNamed;
   bool required = true;
   std::string help;  ///< one line
+  /// A kTokenWeights input that may also come as [N, K] with 2-D target_tokens [N, K] (a
+  /// teacher's top-k, for distillation): then it is the weight of each candidate and lands in
+  /// Sequence::top_k_weights (cross_entropy).
+  bool top_k = false;
 };
 
 /// Registry of objectives by name. Factories take the objective's JSON options (an

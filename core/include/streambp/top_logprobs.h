@@ -20,4 +20,10 @@ struct TopLogprobs {
 TopLogprobs TopKLogprobs(CausalLM& model, const Batch& batch, int64_t k, int64_t logits_chunk = 0,
                          double temperature = 1.0);
 
+/// log p of each 2-D target's candidates (Batch::top_k_targets, cross_entropy's top-k): [B, T, K]
+/// float64 at the positions that predict them, 0 elsewhere; without gradients, chunk by chunk
+/// as TokenLogprobs. InvalidArgument when the batch has no 2-D targets.
+torch::Tensor TopKTargetLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk = 0,
+                                 double temperature = 1.0);
+
 }  // namespace streambp

@@ -42,7 +42,8 @@ Batch Batch::to(const torch::Device& device) const {
   b.sequence_ids = sequence_ids.to(device);
   b.targets = targets.to(device);
   b.target_mask = target_mask.to(device);
-  for (auto* t : {&b.sampler_logprobs, &b.advantages, &b.ref_logprobs, &b.token_weights, &b.routed_experts}) {
+  for (auto* t : {&b.sampler_logprobs, &b.advantages, &b.ref_logprobs, &b.token_weights, &b.routed_experts,
+                  &b.top_k_targets, &b.top_k_weights}) {
     if (t->defined()) *t = t->to(device);
   }
   for (auto& [name, t] : b.inputs) t = t.to(device);
@@ -93,6 +94,22 @@ void ValidateSequences(const std::vector<Sequence>& sequences, int64_t vocab_siz
     };
     for (const auto& [field, values] : per_token) check(field, *values);
     for (const auto& [name, values] : s.inputs) check("inputs." + name, values);
+    if (s.top_k < 0) throw InvalidArgument(where + ": top_k must be >= 0");
+    const size_t candidates = s.tokens.size() * static_cast<size_t>(s.top_k);
+    if (s.top_k_targets.size() != candidates || s.top_k_weights.size() != candidates) {
+      throw InvalidArgument(where + ": top_k_targets and top_k_weights need tokens x top_k = " +
+                            std::to_string(candidates) + " entries each, got " + std::to_string(s.top_k_targets.size()) +
+                            " and " + std::to_string(s.top_k_weights.size()));
+    }
+    for (size_t e = static_cast<size_t>(s.top_k); e < candidates; ++e) {
+      std::string at = "[";  // built up: GCC 12 warns on "literal" + to_string() at -O3
+      at += std::to_string(e / s.top_k) + "][" + std::to_string(e % s.top_k) + "]";
+      if (s.top_k_targets[e] < 0 || s.top_k_targets[e] >= vocab_size) {
+        throw InvalidArgument(where + ": top_k_targets" + at + " = " + std::to_string(s.top_k_targets[e]) +
+                              " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+      }
+      if (!std::isfinite(s.top_k_weights[e])) throw InvalidArgument(where + ": top_k_weights" + at + " is not finite");
+    }
     if (!std::isfinite(s.reward)) throw InvalidArgument(where + ": reward is not finite");
     if (s.ref_logp && !std::isfinite(*s.ref_logp)) throw InvalidArgument(where + ": ref_logp is not finite");
   }
@@ -185,6 +202,19 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
     per_token = size / n;
   }
   torch::Tensor routed = per_token > 0 ? torch::full({B, T, per_token}, -1, torch::kInt64) : torch::Tensor();
+  // 2-D targets: K = the largest top_k; a sequence with fewer candidates gets weight 0 for the rest.
+  int64_t top_k = 0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const auto& s = sequences[i];
+    const size_t candidates = s.tokens.size() * static_cast<size_t>(std::max<int64_t>(s.top_k, 0));
+    if (s.top_k < 0 || s.top_k_targets.size() != candidates || s.top_k_weights.size() != candidates) {
+      throw InvalidArgument("sequence " + std::to_string(i) + ": top_k_targets and top_k_weights need tokens x top_k "
+                            "entries each");
+    }
+    top_k = std::max(top_k, s.top_k);
+  }
+  torch::Tensor top_targets = top_k > 0 ? torch::zeros({B, T, top_k}, torch::kInt64) : torch::Tensor();
+  torch::Tensor top_weights = top_k > 0 ? torch::zeros({B, T, top_k}, torch::kFloat64) : torch::Tensor();
   Batch batch;
   batch.num_sequences = sequences.size();
   batch.whole_rows = std::all_of(rows.begin(), rows.end(), [](const auto& row) {
@@ -199,6 +229,14 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
       if (!s.routed_experts.empty()) {
         auto given = torch::tensor(s.routed_experts, torch::kInt32).to(torch::kInt64).view({n, per_token});
         routed[r].slice(0, start, start + n).copy_(given);
+      }
+      if (s.top_k > 0 && n > 1) {
+        // Token t's candidates go to position t - 1, which predicts it.
+        const int64_t k = s.top_k;
+        auto ids_k = torch::tensor(s.top_k_targets, torch::kInt64).view({n, k}).slice(0, 1);
+        auto w_k = torch::tensor(s.top_k_weights, torch::kFloat64).view({n, k}).slice(0, 1);
+        top_targets[r].slice(0, start, start + n - 1).slice(1, 0, k).copy_(ids_k);
+        top_weights[r].slice(0, start, start + n - 1).slice(1, 0, k).copy_(w_k);
       }
       for (int64_t t = 0; t < n; ++t) {
         ids_a[r][start + t] = s.tokens[t];
@@ -229,6 +267,8 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   batch.token_weights = side_tensors[3];
   batch.inputs = std::move(named);
   batch.routed_experts = routed;
+  batch.top_k_targets = top_targets;
+  batch.top_k_weights = top_weights;
   return batch;
 }
 

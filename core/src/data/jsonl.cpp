@@ -147,12 +147,58 @@ std::vector<Sequence> ParseGrpoExample(const json& j, const std::string& where, 
   return out;
 }
 
+namespace {
+
+// 2-D targets (cross_entropy distillation): 'target_tokens' and 'weights' are one row of K
+// candidates / weights per token after the first (row i in place of tokens[i + 1]).
+Sequence WithTopK(const json& j, Sequence s, const std::string& where) {
+  const size_t rows = s.tokens.size() - 1;
+  auto table = [&](const char* field, auto&& read) {
+    const auto& v = j.at(field);
+    if (!v.is_array() || v.size() != rows) {
+      throw InvalidArgument(where + ": with 2-D targets, '" + field + "' needs " + std::to_string(rows) +
+                            " rows (one per token after the first) of K entries each");
+    }
+    for (size_t i = 0; i < rows; ++i) {
+      const auto& row = v[i];
+      if (!row.is_array() || row.empty() || (s.top_k > 0 && static_cast<int64_t>(row.size()) != s.top_k)) {
+        throw InvalidArgument(where + ": " + field + "[" + std::to_string(i) + "] must be a list of " +
+                              (s.top_k > 0 ? std::to_string(s.top_k) : std::string("K >= 1")) +
+                              " entries (every row of target_tokens and weights has the same K)");
+      }
+      if (s.top_k == 0) s.top_k = row.size();
+      for (size_t c = 0; c < row.size(); ++c) {
+        std::string at = field;
+        at += '[';  // appended piece by piece: GCC 12 warns on "literal" + to_string() at -O3
+        at += std::to_string(i) + "][" + std::to_string(c) + "]";
+        read(row[c], at);
+      }
+    }
+  };
+  if (!j.contains("weights")) throw InvalidArgument(where + ": missing field 'weights' (a row of K per token after the first)");
+  table("target_tokens", [&](const json& v, const std::string& at) {
+    if (!v.is_number_integer()) throw InvalidArgument(where + ": " + at + " must be an integer token id, got " + v.dump());
+    s.top_k_targets.push_back(v.get<int64_t>());
+  });
+  table("weights", [&](const json& v, const std::string& at) {
+    if (!v.is_number()) throw InvalidArgument(where + ": " + at + " must be a number, got " + v.dump());
+    s.top_k_weights.push_back(v.get<double>());
+  });
+  // Token 0's entries: unused.
+  s.top_k_targets.insert(s.top_k_targets.begin(), s.top_k, 0);
+  s.top_k_weights.insert(s.top_k_weights.begin(), s.top_k, 0.0);
+  return s;
+}
+
+}  // namespace
+
 Sequence ParseWeightedExample(const json& j, const std::string& where) {
   if (!j.is_object()) throw InvalidArgument(where + ": expected a JSON object");
-  CheckKeys(j, where, {"tokens", "weights"});
+  CheckKeys(j, where, {"tokens", "weights", "target_tokens"});
   Sequence s;
   s.tokens = TokenList(j, "tokens", where);
   if (s.tokens.size() < 2) throw InvalidArgument(where + ": field 'tokens' needs at least 2 tokens");
+  if (j.contains("target_tokens")) return WithTopK(j, std::move(s), where);
   const auto weights = NumberList(j, "weights", where);
   if (weights.size() + 1 != s.tokens.size()) {
     throw InvalidArgument(where + ": weights has " + std::to_string(weights.size()) + " entries; it needs " +

@@ -381,6 +381,18 @@ TopLogprobs TopKLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t k, int
   return out;
 }
 
+torch::Tensor TopKTargetLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t logits_chunk, double temperature) {
+  engine::ValidateBatch(*model, cpu_batch);
+  if (!cpu_batch.top_k_targets.defined()) throw InvalidArgument("the batch has no 2-D (top-k) targets");
+  const Batch batch = OnModelDevice(*model, cpu_batch);
+  auto out = torch::zeros(batch.top_k_targets.sizes(), torch::kFloat64);
+  ForEachLogitsChunk(model, batch, logits_chunk, temperature, [&](int64_t s, int64_t e, const torch::Tensor& logits) {
+    auto logp = logits.gather(-1, batch.top_k_targets.slice(1, s, e)) - logits.logsumexp(-1, /*keepdim=*/true);
+    out.slice(1, s, e).copy_(logp.to(torch::kFloat64).cpu());
+  });
+  return out.masked_fill_(HasNextToken(batch).logical_not().unsqueeze(-1), 0.0);
+}
+
 namespace engine {
 
 torch::Tensor ShardTokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t logits_chunk, double temperature,

@@ -52,7 +52,9 @@ class PolicyLossObjective final : public Objective {
         }
       };
       if (loss_ == Loss::kCrossEntropy) {
-        need(s.token_weights, "weights");
+        // 1-D: a weight per target token; 2-D: top-k candidates with their weights instead
+        // (MakeBatch checks their sizes). A sequence with both has both terms.
+        if (s.top_k == 0 || !s.token_weights.empty()) need(s.token_weights, "weights");
       } else {
         need(s.sampler_logprobs, "sampler log-probs");
         need(s.advantages, "advantages");
@@ -73,8 +75,12 @@ class PolicyLossObjective final : public Objective {
     if (!prepared_) prepare(batch.sequences);
     const auto device = batch.target_mask.device();
     if (loss_ == Loss::kCrossEntropy) {
-      if (!batch.token_weights.defined()) throw InvalidArgument("cross_entropy: the batch has no token weights");
-      weights_ = batch.token_weights.to(device);
+      if (!batch.token_weights.defined() && !batch.top_k_targets.defined()) {
+        throw InvalidArgument("cross_entropy: the batch has no token weights and no top-k targets");
+      }
+      weights_ = batch.token_weights.defined() ? batch.token_weights.to(device) : torch::Tensor();
+      top_targets_ = batch.top_k_targets.defined() ? batch.top_k_targets.to(device) : torch::Tensor();
+      top_weights_ = batch.top_k_weights.defined() ? batch.top_k_weights.to(device) : torch::Tensor();
       return;
     }
     if (!batch.sampler_logprobs.defined() || !batch.advantages.defined()) {
@@ -85,14 +91,11 @@ class PolicyLossObjective final : public Objective {
   }
 
   torch::Tensor chunk_loss(const LogitsChunk& chunk) override {
+    if (loss_ == Loss::kCrossEntropy) return cross_entropy(chunk);
     const auto lp = TargetLogprobs(chunk.logits, chunk.targets);
     const auto mask = chunk.target_mask;
     const auto dtype = lp.scalar_type();
     auto zero = torch::zeros_like(lp);
-    if (loss_ == Loss::kCrossEntropy) {
-      auto w = weights_.slice(1, chunk.start, chunk.end).to(dtype);
-      return -torch::where(mask, w * lp, zero).sum();
-    }
     const auto q = sampler_.slice(1, chunk.start, chunk.end).to(dtype);
     const auto a = advantages_.slice(1, chunk.start, chunk.end).to(dtype);
     // lp - q only at targets: elsewhere 0, so r = 1 there and no exp overflows into a
@@ -114,7 +117,7 @@ class PolicyLossObjective final : public Objective {
       case Loss::kDro:
         objective = lp * a - 0.5 * o_.beta * log_ratio * log_ratio;
         break;
-      case Loss::kCrossEntropy:
+      case Loss::kCrossEntropy:  // cross_entropy()
         break;
     }
     record(log_ratio.detach(), mask);
@@ -132,6 +135,24 @@ class PolicyLossObjective final : public Objective {
 
  private:
   bool clipped() const { return loss_ == Loss::kPpo || loss_ == Loss::kCispo; }
+
+  // -sum w lp over the next tokens (1-D weights), plus -sum_j w_j log p(candidate_j) over the
+  // top-k candidates of each position (2-D targets); one logsumexp serves both.
+  torch::Tensor cross_entropy(const LogitsChunk& chunk) {
+    const auto lse = chunk.logits.logsumexp(-1);  // [B, c]
+    const auto dtype = lse.scalar_type();
+    auto per_position = torch::zeros_like(lse);
+    if (weights_.defined()) {
+      const auto lp = chunk.logits.gather(-1, chunk.targets.unsqueeze(-1)).squeeze(-1) - lse;
+      per_position = per_position + weights_.slice(1, chunk.start, chunk.end).to(dtype) * lp;
+    }
+    if (top_targets_.defined()) {
+      const auto ids = top_targets_.slice(1, chunk.start, chunk.end);                  // [B, c, K]
+      const auto lp = chunk.logits.gather(-1, ids) - lse.unsqueeze(-1);               // [B, c, K]
+      per_position = per_position + (top_weights_.slice(1, chunk.start, chunk.end).to(dtype) * lp).sum(-1);
+    }
+    return -torch::where(chunk.target_mask, per_position, torch::zeros_like(per_position)).sum();
+  }
 
   // The train/sampler mismatch of a chunk's targets, kept on the device until finish().
   void record(const torch::Tensor& log_ratio, const torch::Tensor& mask) {
@@ -151,7 +172,7 @@ class PolicyLossObjective final : public Objective {
 
   PolicyLossOptions o_;
   Loss loss_;
-  torch::Tensor sampler_, advantages_, weights_;
+  torch::Tensor sampler_, advantages_, weights_, top_targets_, top_weights_;
   MetricSums metrics_;
   bool prepared_ = false;
 };

@@ -251,7 +251,11 @@ void RegisterBuiltinObjectives() {
   RegisterObjective(kPpo, &CreatePolicyLoss<kPpo>, Schema(PpoFields()), "grpo", policy);
   RegisterObjective(kCispo, &CreatePolicyLoss<kCispo>, Schema(CispoFields()), "grpo", policy);
   RegisterObjective(kDro, &CreatePolicyLoss<kDro>, Schema(DroFields()), "grpo", policy);
-  RegisterObjective(kCrossEntropy, &CreatePolicyLoss<kCrossEntropy>, Schema(NoFields()), "weighted", {weights});
+  ObjectiveInput candidate_weights{"weights", Target::kTokenWeights, true,
+                                   "w of each target token; [N, K] with 2-D target_tokens (a teacher's top-k)"};
+  candidate_weights.top_k = true;
+  RegisterObjective(kCrossEntropy, &CreatePolicyLoss<kCrossEntropy>, Schema(NoFields()), "weighted",
+                    {candidate_weights});
 }
 
 std::vector<std::string> ObjectiveNames() {

@@ -22,6 +22,10 @@ class WeightedLogprobsObjective final : public Objective {
   void prepare(const std::vector<Sequence>& step) override {
     if (step.empty()) throw InvalidArgument("weighted_logprobs: the batch is empty");
     for (size_t i = 0; i < step.size(); ++i) {
+      if (step[i].top_k > 0) {
+        throw InvalidArgument("weighted_logprobs: sequence " + std::to_string(i) + " has 2-D targets (top-k "
+                              "candidates); they are for cross_entropy");
+      }
       if (step[i].token_weights.size() != step[i].tokens.size()) {
         throw InvalidArgument("weighted_logprobs: sequence " + std::to_string(i) +
                               " has no token weights (one per token; the first is unused)");

@@ -9,7 +9,10 @@ import type { TensorData as _streambp_v1_TensorData, TensorData__Output as _stre
  * about the prediction at position t, i.e. of target_tokens[t]:
  * target_tokens  int_data, required: the token each position predicts. It is the input
  * shifted by one (target_tokens[t] = model_input.tokens[t+1] for t < N-1);
- * its last entry is the token after the input.
+ * its last entry is the token after the input. cross_entropy also takes
+ * shape [N, K]: K candidate tokens per position (a teacher's top-k, for
+ * distillation; any ids), with weights of shape [N, K]; each candidate
+ * counts as a token against limits.max_tokens_per_request.
  * others         float_data, the names the loss declares (GetInfo.objectives[].inputs):
  * weights (cross_entropy, weighted_logprobs); logprobs (the sampler's) and
  * advantages (importance_sampling, ppo, cispo, dro); or a custom loss's own.
@@ -25,7 +28,10 @@ export interface Datum {
  * about the prediction at position t, i.e. of target_tokens[t]:
  * target_tokens  int_data, required: the token each position predicts. It is the input
  * shifted by one (target_tokens[t] = model_input.tokens[t+1] for t < N-1);
- * its last entry is the token after the input.
+ * its last entry is the token after the input. cross_entropy also takes
+ * shape [N, K]: K candidate tokens per position (a teacher's top-k, for
+ * distillation; any ids), with weights of shape [N, K]; each candidate
+ * counts as a token against limits.max_tokens_per_request.
  * others         float_data, the names the loss declares (GetInfo.objectives[].inputs):
  * weights (cross_entropy, weighted_logprobs); logprobs (the sampler's) and
  * advantages (importance_sampling, ppo, cispo, dro); or a custom loss's own.

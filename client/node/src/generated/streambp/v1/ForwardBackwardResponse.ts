@@ -12,7 +12,8 @@ export interface ForwardBackwardResponse {
   'policy_version'?: (number | string | Long);
   /**
    * return_logprobs: one per sequence of the step, in the batch's order (a datum: its N
-   * input positions, entry t = log p(target_tokens[t]); a DPO pair: chosen, then rejected;
+   * input positions, entry t = log p(target_tokens[t]); with 2-D target_tokens [N, K], N x K
+   * entries row-major, the log-probs of the candidates; a DPO pair: chosen, then rejected;
    * a GRPO group: each completion after its prompt), logprobs and logprobs_fp64 both filled.
    */
   'logprobs'?: (_streambp_v1_SequenceLogprobs)[];
@@ -26,7 +27,8 @@ export interface ForwardBackwardResponse__Output {
   'policy_version': (number);
   /**
    * return_logprobs: one per sequence of the step, in the batch's order (a datum: its N
-   * input positions, entry t = log p(target_tokens[t]); a DPO pair: chosen, then rejected;
+   * input positions, entry t = log p(target_tokens[t]); with 2-D target_tokens [N, K], N x K
+   * entries row-major, the log-probs of the candidates; a DPO pair: chosen, then rejected;
    * a GRPO group: each completion after its prompt), logprobs and logprobs_fp64 both filled.
    */
   'logprobs': (_streambp_v1_SequenceLogprobs__Output)[];
