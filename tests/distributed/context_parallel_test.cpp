@@ -17,6 +17,7 @@
 #include "streambp/trainer.h"
 #include "ranks.h"
 #include "test_util/fixtures.h"
+#include "test_util/top_k.h"
 
 namespace streambp {
 namespace {
@@ -56,13 +57,17 @@ std::vector<Sequence> Sequences(const ModelConfig& config, const std::string& ob
     }
     if (objective.starts_with("gspo")) s.advantages.clear();
   }
+  if (objective == "cross_entropy_top_k") testing::AddTopK(seqs, config.vocab_size, 3);
   return seqs;
 }
 
 // Objectives by label: "gspo" is grpo at the sequence level (a sequence pass) against the
 // sampler's log-probs, with the KL to the reference; "gspo_tis" the same against the current
 // log-probs, where truncated importance sampling weights each completion's mass.
-std::string ObjectiveName(const std::string& label) { return label.starts_with("gspo") ? "grpo" : label; }
+std::string ObjectiveName(const std::string& label) {
+  if (label == "cross_entropy_top_k") return "cross_entropy";  // 2-D targets on half the sequences
+  return label.starts_with("gspo") ? "grpo" : label;
+}
 nlohmann::json ObjectiveOptions(const std::string& label) {
   if (label == "grpo") return {{"loss_type", "grpo"}, {"old_logprobs", "sampler"}};
   if (label == "gspo") {
@@ -255,7 +260,7 @@ TEST_P(ContextParallelObjectives, RanksSumToOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Objectives, ContextParallelObjectives,
                          ::testing::Values("dpo", "dpo_ipo", "gspo", "gspo_tis", "grpo", "weighted_logprobs", "ppo", "cispo",
-                                           "cross_entropy"));
+                                           "cross_entropy", "cross_entropy_top_k"));
 
 // LoRA with nonzero B on every projection (the lm_head too): the adapter's gradients,
 // summed over the ranks, are one process's; the base takes no gradient.

@@ -321,7 +321,7 @@ TEST(Host, ShutdownAnswersWaitingJobsUnavailableAndRefusesNewOnes) {
 }
 
 // A step reaches the other ranks with every side input of its sequences, the routing replay
-// of a mixture of experts included (a rank without it would route by itself).
+// of a mixture of experts (a rank without it would route by itself) and 2-D targets included.
 TEST(Host, StepCommandsCarryEverySequenceField) {
   Sequence s;
   s.tokens = {4, 5, 6};
@@ -329,6 +329,9 @@ TEST(Host, StepCommandsCarryEverySequenceField) {
   s.token_weights = {0.0, 0.5, -1.0};
   s.sampler_logprobs = {0.0, -1.5, -2.5};
   s.routed_experts = {0, 1, -1, -1, 2, 3};
+  s.top_k = 2;
+  s.top_k_targets = {0, 0, 7, 9, 1, 3};
+  s.top_k_weights = {0.0, 0.0, 0.25, 0.75, 0.1 + 0.2, -3.5};  // 0.1 + 0.2: round-trips bit for bit
   StepCommand step;
   step.sequences = {s};
   const auto decoded = std::get<StepCommand>(DecodeCommand(EncodeCommand(step)));
@@ -339,6 +342,9 @@ TEST(Host, StepCommandsCarryEverySequenceField) {
   EXPECT_EQ(d.token_weights, s.token_weights);
   EXPECT_EQ(d.sampler_logprobs, s.sampler_logprobs);
   EXPECT_EQ(d.routed_experts, s.routed_experts);
+  EXPECT_EQ(d.top_k, s.top_k);
+  EXPECT_EQ(d.top_k_targets, s.top_k_targets);
+  EXPECT_EQ(d.top_k_weights, s.top_k_weights);
 }
 
 TEST(Host, AFollowerFedTheRecordedCommandsEndsBitIdentical) {
