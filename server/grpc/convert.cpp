@@ -124,7 +124,8 @@ void CheckShape(const v1::TensorData& t, int64_t size, int64_t n, const std::str
   }
   if (size != n) {
     throw InvalidArgument(field + " has " + std::to_string(size) + " values but model_input has " + std::to_string(n) +
-                          " tokens (one per input token: entry t is about the token position t predicts)");
+                          " tokens (one per input token: entry t is about the token position t predicts; a text "
+                          "model_input's tokens are what Tokenize with the batch shows)");
   }
 }
 
@@ -232,6 +233,23 @@ void ConvertData(const v1::DatumBatch& batch, const std::string& objective, Conv
     if (targets.float_data_size() > 0) throw InvalidArgument(ft + " holds token ids: give them as int_data");
     Sequence s;
     s.tokens = c.Tokens(datum.model_input().tokens(), f + ".model_input.tokens");
+    const auto& mask = datum.model_input().loss_mask();
+    if (!mask.empty()) {
+      // Sequence::loss_mask is per token of input + last target: entry t + 1 selects target t.
+      if (mask.size() != n) {
+        throw InvalidArgument(f + ".model_input.loss_mask has " + std::to_string(mask.size()) + " entries but "
+                              "model_input has " + std::to_string(n) + " tokens (one per input token: entry t "
+                              "selects the target position t predicts)");
+      }
+      s.loss_mask.assign(1, 0);
+      for (int t = 0; t < mask.size(); ++t) {
+        if (mask[t] != 0 && mask[t] != 1) {
+          throw InvalidArgument(f + ".model_input.loss_mask[" + std::to_string(t) + "] = " + std::to_string(mask[t]) +
+                                " must be 0 or 1");
+        }
+        s.loss_mask.push_back(static_cast<uint8_t>(mask[t]));
+      }
+    }
     if (targets.shape_size() == 2) {
       ConvertTopK(datum, declared, objective, f, c, s);
       c.Count(s, f);
@@ -258,6 +276,11 @@ void ConvertData(const v1::DatumBatch& batch, const std::string& objective, Conv
       const auto it = datum.loss_fn_inputs().find(d.name);
       if (it == datum.loss_fn_inputs().end()) {
         if (d.required) throw InvalidArgument(fi + " is missing (objective '" + objective + "' needs it)");
+        // Optional weights left out: every target weighs 1 (the loss mask still selects).
+        if (d.target == ObjectiveInput::Target::kTokenWeights) {
+          s.token_weights.assign(n + 1, 1.0);
+          s.token_weights[0] = 0.0;  // token 0: unused, as every per-token input's
+        }
         continue;
       }
       const auto& tensor = it->second;

@@ -1,5 +1,7 @@
 #include "text_input.h"
 
+#include <algorithm>
+
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/reflection.h>
 
@@ -282,7 +284,51 @@ int64_t ChargeDetokenize(const v1::DetokenizeRequest& r, const InputLimits& limi
   return bytes + 8 * tokens;
 }
 
+// A datum's text model input -> tokens (all but the last of its tokenization), target_tokens
+// (the rest, unless given) and, for a conversation, loss_mask (its trained assistant turns, at
+// the positions that predict them).
+void ResolveDatum(v1::Datum* d, TextInput& in, const std::string& f) {
+  auto* mi = d->mutable_model_input();
+  if (!mi->has_text()) return;
+  const std::string ft = f + ".model_input.text";
+  if (!mi->tokens().empty()) throw InvalidArgument(f + ".model_input: give tokens or text, not both");
+  const auto& t = mi->text();
+  TextInput::OneForm(t, ft);
+  std::vector<int64_t> ids, mask;
+  if (!t.text().empty()) {
+    ids = in.EncodeWithEos(t.text(), true, ft + ".text");
+  } else {
+    auto r = in.Render(in.Messages(t.messages(), ft + ".messages"), false,
+                       !t.has_enable_thinking() || t.enable_thinking(), ft + ".messages");
+    if (std::find(r.loss_mask.begin(), r.loss_mask.end(), 1) == r.loss_mask.end()) {
+      throw InvalidArgument(ft + ".messages: no assistant message to train on (or every one has train = false)");
+    }
+    ids = std::move(r.ids);
+    mask.assign(r.loss_mask.begin() + std::min<size_t>(1, r.loss_mask.size()), r.loss_mask.end());
+  }
+  if (ids.size() < 2) {
+    throw InvalidArgument(ft + " tokenizes to " + std::to_string(ids.size()) +
+                          " token(s); a datum needs at least 2 (the input and its last target)");
+  }
+  if (!mi->loss_mask().empty() && !mask.empty()) {
+    throw InvalidArgument(f + ".model_input.loss_mask: a conversation sets its own (its trained assistant turns; "
+                          "ChatMessage.train chooses them)");
+  }
+  SetIds(std::vector<int64_t>(ids.begin(), ids.end() - 1), mi->mutable_tokens());
+  if (!mask.empty()) SetIds(mask, mi->mutable_loss_mask());
+  mi->clear_text();
+  auto& inputs = *d->mutable_loss_fn_inputs();
+  if (!inputs.count("target_tokens")) {
+    auto& targets = inputs["target_tokens"];
+    for (size_t i = 1; i < ids.size(); ++i) targets.add_int_data(ids[i]);
+    targets.add_shape(static_cast<int64_t>(ids.size()) - 1);
+  }
+}
+
 bool HasText(const v1::Batch& batch) {
+  for (const auto& d : batch.data().data()) {
+    if (d.model_input().has_text()) return true;
+  }
   for (const auto& e : batch.sft().examples()) {
     if (!e.text().empty() || !e.messages().empty() || e.has_prompt_text() || e.has_completion_text()) return true;
   }
@@ -321,6 +367,10 @@ void ResolveText(v1::Batch* batch, const InputLimits& limits) {
   } else if (batch->has_grpo()) {
     for (int i = 0; i < batch->grpo().groups_size(); ++i) {
       ResolveGroup(batch->mutable_grpo()->mutable_groups(i), in, Index("batch.grpo.groups", i));
+    }
+  } else if (batch->has_data()) {
+    for (int i = 0; i < batch->data().data_size(); ++i) {
+      ResolveDatum(batch->mutable_data()->mutable_data(i), in, Index("batch.data.data", i));
     }
   }
 }

@@ -40,6 +40,8 @@ bool HasText(const v1::RolloutGroup& g);
 ///         loss_mask (conversations: the completion's assistant turns)
 ///   DPO   prompt_text / chosen_text / rejected_text -> prompt / chosen / rejected
 ///   GRPO  prompt_text -> prompt; completions[].text -> tokens
+///   data  model_input.text -> tokens (all but the tokenization's last), target_tokens (the
+///         rest, unless given), loss_mask (a conversation's trained assistant turns)
 /// InvalidArgument naming the field (two forms at once, invalid UTF-8, a bad role, empty
 /// messages, no assistant turn to train on); ResourceExhausted over limits.max_text_bytes;
 /// FailedPrecondition when the model has no tokenizer.

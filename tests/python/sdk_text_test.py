@@ -2,7 +2,8 @@
 """Text through the Python SDK: a tiny model made by `streambp-server init-model --tokenizer`
 around the real Qwen3 tokenizer (the text.reference fixture's folder), served; Tokenize and
 Detokenize of text and conversations, Sample from text and messages (completions come
-with their text), an SFT step on a conversation, and an export with the tokenizer files.
+with their text), an SFT step on a conversation, a conversation as a Datum's model input
+(cross_entropy = SFT summed), and an export with the tokenizer files.
 Without the tokenizer folder the test is skipped (exit 77) saying why, except with CI=true.
 
     sdk_text_test.py <streambp-server> [TOKENIZER_MODELS_DIR]
@@ -59,6 +60,19 @@ def main() -> int:
         check(step.loss > 0 and step.stats.targets > 0, f"SFT on text: {step}")
         ids = service.tokenize_batch(streambp.sft_batch([{"messages": chat}]))
         check(list(ids.sft.examples[0].tokens) == rendered.ids, "tokenize_batch gives the ids a step trains on")
+        # A conversation as a Datum's model input: cross_entropy with nothing else trains on the
+        # assistant turn, summed: SFT's mean loss times its targets, on the same ids.
+        sft = tc.forward_backward(streambp.sft_batch([{"messages": chat}]))
+        resolved = service.tokenize_batch(streambp.data_batch([streambp.datum(chat)]))
+        d = resolved.data.data[0]
+        check(list(d.model_input.tokens) == rendered.ids[:-1] and
+              list(d.loss_fn_inputs["target_tokens"].int_data) == rendered.ids[1:] and
+              list(d.model_input.loss_mask) == rendered.loss_mask[1:],
+              "a text datum resolves to the conversation's ids, shifted targets and its assistant mask")
+        ce = tc.forward_backward([streambp.datum(chat)], "cross_entropy")
+        check(ce.stats.targets == sft.stats.targets and
+              abs(ce.stats.loss - sft.stats.loss * sft.stats.targets) <= 1e-4 * ce.stats.loss,
+              f"text datum: cross_entropy {ce.stats.loss} = sft {sft.stats.loss} x {sft.stats.targets}")
         exported = tc.save_weights(os.path.join(TMP, "export"), with_files=True)
         check("tokenizer.json" in exported.files and "config.json" in exported.files, f"with_files: {exported.files}")
     print(f"sdk text test: passed ({time.time() - t0:.1f} s)", flush=True)

@@ -17,6 +17,7 @@
 import { randomUUID } from 'crypto';
 import { Client, type ClientOptions } from './client';
 import { StreambpError } from './errors';
+import type { TextInput } from './options';
 import type * as T from './generated';
 
 function invalid(message: string): StreambpError {
@@ -29,8 +30,13 @@ function invalid(message: string): StreambpError {
  */
 export type TensorLike = ArrayLike<number> | ArrayLike<ArrayLike<number>> | T.TensorData;
 
-/** A Datum (Tinker's): the tokens the model reads and the loss's inputs by name (target_tokens first). */
-export function datum(modelInput: ArrayLike<number>, lossFnInputs: Record<string, TensorLike>): T.Datum {
+/**
+ * A Datum (Tinker's): the tokens the model reads and the loss's inputs by name (target_tokens
+ * first). The model input may also be text (a string or chat messages), which the server
+ * tokenizes: target_tokens may then be left out (the tokenization shifted by one), a
+ * conversation trains on its assistant turns, and cross_entropy's weights may be left out (1 each).
+ */
+export function datum(modelInput: ArrayLike<number> | TextInput, lossFnInputs: Record<string, TensorLike> = {}): T.Datum {
   const inputs: Record<string, T.TensorData> = {};
   for (const [name, values] of Object.entries(lossFnInputs)) {
     if (!isArrayLike(values)) {
@@ -48,7 +54,13 @@ export function datum(modelInput: ArrayLike<number>, lossFnInputs: Record<string
       inputs[name] = { float_data: list, shape };
     }
   }
-  return { model_input: { tokens: Array.from(modelInput) }, loss_fn_inputs: inputs };
+  if (typeof modelInput === 'string') return { model_input: { text: { text: modelInput } }, loss_fn_inputs: inputs };
+  if (!isArrayLike(modelInput as TensorLike)) return { model_input: { text: modelInput as T.Text }, loss_fn_inputs: inputs };
+  const items = Array.from(modelInput as ArrayLike<number | T.ChatMessage>);
+  if (items.some((m) => typeof m !== 'number')) {
+    return { model_input: { text: { messages: items as T.ChatMessage[] } }, loss_fn_inputs: inputs };
+  }
+  return { model_input: { tokens: items as number[] }, loss_fn_inputs: inputs };
 }
 
 function isArrayLike(v: TensorLike): v is ArrayLike<number> | ArrayLike<ArrayLike<number>> {

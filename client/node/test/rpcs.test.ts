@@ -10,7 +10,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { after, before, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { Client, StreambpError, trainerService, type PolicyUpdate__Output, type StepProgress__Output } from '@streambp/client';
+import { Client, StreambpError, tinker as tinkerApi, trainerService, type PolicyUpdate__Output, type StepProgress__Output } from '@streambp/client';
 import { missingServer, modelWithTokenizer, startServer, tempDir, type Server } from './helpers';
 
 const skip = missingServer(true) || false;
@@ -65,6 +65,12 @@ test('every RPC once against a real server', { skip }, async () => {
   const chat = await s.tokenize({ inputs: [{ messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Hello!' }] }] });
   assert.equal(chat.outputs[0].loss_mask.length, chat.outputs[0].ids.length);
   assert.ok(chat.outputs[0].loss_mask.some((m) => m === 1));
+  // A conversation as a Datum's model input: the server tokenizes it; cross_entropy with no
+  // other input trains its assistant turn (the rendered mask, less the first entry).
+  const conversation = [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Hello!' }];
+  const textDatum = await s.forwardBackward({ objective: 'cross_entropy', batch: { data: { data: [tinkerApi.datum(conversation)] } } });
+  assert.equal(Number(textDatum.stats?.targets), chat.outputs[0].loss_mask.slice(1).filter((m) => m === 1).length);
+  assert.ok(Number(textDatum.stats?.loss) > 0);
 
   assert.ok((await s.estimateMemory({ seq_len: 32 })).total_bytes > 0);
 

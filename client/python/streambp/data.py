@@ -460,22 +460,28 @@ def tensor_data(values: Any, name: str = "tensor", integers: Optional[bool] = No
     return out
 
 
-def datum(model_input: Any, loss_fn_inputs: Mapping[str, Any]) -> pb.Datum:
+def datum(model_input: Any, loss_fn_inputs: Optional[Mapping[str, Any]] = None) -> pb.Datum:
     """A Datum (Tinker's): the N tokens the model reads and the loss's per-token inputs, each N
     values (entry t about the token position t predicts): ``target_tokens`` (the input shifted by
     one, plus the token after it) and the loss's own, e.g. ``weights`` for cross_entropy or
     ``logprobs`` and ``advantages`` for ppo (GetInfo's objectives list each loss's inputs).
     cross_entropy also takes 2-D ``target_tokens`` and ``weights`` (N rows of K: a teacher's
-    top-k candidates and their weights, for distillation)."""
+    top-k candidates and their weights, for distillation).
+
+    ``model_input`` may also be text (a string, a conversation as a list of messages, or a
+    Text): the server tokenizes it, and ``target_tokens`` may then be left out (the tokenization
+    shifted by one); a conversation trains on its assistant turns, and cross_entropy's
+    ``weights`` may be left out (1 each). ``tokenize(batch=...)`` shows the tokens it becomes."""
     if isinstance(model_input, pb.ModelInput):
-        tokens = list(model_input.tokens)
+        out = pb.Datum(model_input=model_input)
+    elif isinstance(model_input, (str, pb.Text)) or _is_conversation(model_input):
+        out = pb.Datum(model_input=pb.ModelInput(text=text_input(model_input)))
     else:
         flat, _, ints = _flatten(model_input, "model_input")
         if ints is False:
             raise _bad("model_input", "token ids must be integers")
-        tokens = [int(v) for v in flat]
-    out = pb.Datum(model_input=pb.ModelInput(tokens=tokens))
-    for name, values in loss_fn_inputs.items():
+        out = pb.Datum(model_input=pb.ModelInput(tokens=[int(v) for v in flat]))
+    for name, values in (loss_fn_inputs or {}).items():
         # Token ids as integers, every other input as float64 (weights [1, 0, 1] included).
         out.loss_fn_inputs[name].CopyFrom(tensor_data(values, f"loss_fn_inputs[{name}]",
                                                       integers=name == "target_tokens"))

@@ -306,17 +306,24 @@ class TrainingClient:
             if "target_tokens" in d.loss_fn_inputs and len(d.loss_fn_inputs["target_tokens"].shape) > 1:
                 raise invalid(f"data[{i}]: forward takes 1-D target_tokens; for 2-D (top-k) targets "
                               "forward_backward returns the candidates' log-probs (loss_fn_outputs)")
-            for name in ("target_tokens",) + (("weights",) if loss_fn == "cross_entropy" else ()):
-                if name not in d.loss_fn_inputs:
-                    raise invalid(f"data[{i}].loss_fn_inputs[{name}] is missing")
+            if d.model_input.HasField("text"):
+                raise invalid(f"data[{i}].model_input: forward takes token ids; text goes through tokenize first")
+            if "target_tokens" not in d.loss_fn_inputs:
+                raise invalid(f"data[{i}].loss_fn_inputs[target_tokens] is missing")
         sequences = [list(d.model_input.tokens) + [d.loss_fn_inputs["target_tokens"].int_data[-1]] for d in wire]
+
+        def weights(d: Any) -> List[float]:
+            """cross_entropy's weights (left out: 1), 0 where model_input.loss_mask leaves a target out."""
+            n = len(d.model_input.tokens)
+            w = list(d.loss_fn_inputs["weights"].float_data) if "weights" in d.loss_fn_inputs else [1.0] * n
+            mask = list(d.model_input.loss_mask) or [1] * n
+            return [x if m else 0.0 for x, m in zip(w, mask)]
 
         def convert(r: Any) -> ForwardBackwardOutput:
             outputs = [{"logprobs": TensorData(data=list(lp), dtype="float64", shape=[len(lp)])} for lp in r.logprobs]
             metrics: Dict[str, float] = {}
             if loss_fn == "cross_entropy":
-                metrics["loss:sum"] = -sum(w * x for d, lp in zip(wire, r.logprobs)
-                                           for w, x in zip(d.loss_fn_inputs["weights"].float_data, lp))
+                metrics["loss:sum"] = -sum(w * x for d, lp in zip(wire, r.logprobs) for w, x in zip(weights(d), lp))
             return ForwardBackwardOutput(metrics=metrics, loss_fn_outputs=outputs)
         return _then(self._tc.compute_logprobs_future(sequences, fp64=True), convert)
 

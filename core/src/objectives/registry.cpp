@@ -251,8 +251,9 @@ void RegisterBuiltinObjectives() {
   RegisterObjective(kPpo, &CreatePolicyLoss<kPpo>, Schema(PpoFields()), "grpo", policy);
   RegisterObjective(kCispo, &CreatePolicyLoss<kCispo>, Schema(CispoFields()), "grpo", policy);
   RegisterObjective(kDro, &CreatePolicyLoss<kDro>, Schema(DroFields()), "grpo", policy);
-  ObjectiveInput candidate_weights{"weights", Target::kTokenWeights, true,
-                                   "w of each target token; [N, K] with 2-D target_tokens (a teacher's top-k)"};
+  ObjectiveInput candidate_weights{"weights", Target::kTokenWeights, false,
+                                   "w of each target token (left out: 1); [N, K] with 2-D target_tokens (a teacher's "
+                                   "top-k)"};
   candidate_weights.top_k = true;
   RegisterObjective(kCrossEntropy, &CreatePolicyLoss<kCrossEntropy>, Schema(NoFields()), "weighted",
                     {candidate_weights});

@@ -615,10 +615,14 @@ class LoraConfig(_message.Message):
     def __init__(self, r: _Optional[int] = ..., alpha: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., use_rslora: bool = ..., seed: _Optional[int] = ..., modules_to_save: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ModelInput(_message.Message):
-    __slots__ = ["tokens"]
+    __slots__ = ["loss_mask", "text", "tokens"]
+    LOSS_MASK_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
+    loss_mask: _containers.RepeatedScalarFieldContainer[int]
+    text: Text
     tokens: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, tokens: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, tokens: _Optional[_Iterable[int]] = ..., text: _Optional[_Union[Text, _Mapping]] = ..., loss_mask: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ObjectiveInfo(_message.Message):
     __slots__ = ["batch_kind", "inputs", "name", "optional_inputs", "options"]

@@ -7,14 +7,16 @@ import type { TensorData as _streambp_v1_TensorData, TensorData__Output as _stre
  * One example for a loss function named by the request's objective (Tinker's Datum). With N
  * = len(model_input.tokens), every per-token tensor of loss_fn_inputs has N entries, entry t
  * about the prediction at position t, i.e. of target_tokens[t]:
- * target_tokens  int_data, required: the token each position predicts. It is the input
+ * target_tokens  int_data, required (but for a text model input): the token each
+ * position predicts. It is the input
  * shifted by one (target_tokens[t] = model_input.tokens[t+1] for t < N-1);
  * its last entry is the token after the input. cross_entropy also takes
  * shape [N, K]: K candidate tokens per position (a teacher's top-k, for
  * distillation; any ids), with weights of shape [N, K]; each candidate
  * counts as a token against limits.max_tokens_per_request.
  * others         float_data, the names the loss declares (GetInfo.objectives[].inputs):
- * weights (cross_entropy, weighted_logprobs); logprobs (the sampler's) and
+ * weights (cross_entropy, where it may be left out: every target weighs 1;
+ * weighted_logprobs); logprobs (the sampler's) and
  * advantages (importance_sampling, ppo, cispo, dro); or a custom loss's own.
  */
 export interface Datum {
@@ -26,14 +28,16 @@ export interface Datum {
  * One example for a loss function named by the request's objective (Tinker's Datum). With N
  * = len(model_input.tokens), every per-token tensor of loss_fn_inputs has N entries, entry t
  * about the prediction at position t, i.e. of target_tokens[t]:
- * target_tokens  int_data, required: the token each position predicts. It is the input
+ * target_tokens  int_data, required (but for a text model input): the token each
+ * position predicts. It is the input
  * shifted by one (target_tokens[t] = model_input.tokens[t+1] for t < N-1);
  * its last entry is the token after the input. cross_entropy also takes
  * shape [N, K]: K candidate tokens per position (a teacher's top-k, for
  * distillation; any ids), with weights of shape [N, K]; each candidate
  * counts as a token against limits.max_tokens_per_request.
  * others         float_data, the names the loss declares (GetInfo.objectives[].inputs):
- * weights (cross_entropy, weighted_logprobs); logprobs (the sampler's) and
+ * weights (cross_entropy, where it may be left out: every target weighs 1;
+ * weighted_logprobs); logprobs (the sampler's) and
  * advantages (importance_sampling, ppo, cispo, dro); or a custom loss's own.
  */
 export interface Datum__Output {
