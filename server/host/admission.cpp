@@ -34,7 +34,13 @@ void AddReferenceForward(MemoryEstimate& estimate, const ServerConfig& config, c
 }  // namespace
 
 Admission::Admission(const ServerConfig& config, const ModelConfig& model, torch::Dtype dtype)
-    : config_(config), model_(model), dtype_(dtype) {}
+    : config_(config), model_(model), dtype_(dtype) {
+  // Sessions use the base with the adapter off as their reference (no copy); a server without
+  // them keeps a frozen copy of the weights (Trainer: reference model) for its whole life.
+  if (config.trainer.reference.use_reference_model && !config.sessions.enabled) {
+    reference_bytes_ = EstimateForwardMemory(model, dtype, 1, 1, 1, config.trainer.engine.device).weights_bytes;
+  }
+}
 
 EngineOptions Admission::resolve_engine(const EngineRequest& r) const {
   EngineOptions o = config_.trainer.engine;
@@ -84,12 +90,13 @@ int64_t Admission::rows_of(const std::vector<Sequence>& sequences, int64_t token
 void Admission::check_budget(const MemoryEstimate& est, int64_t resident_bytes, const std::string& what,
                              const std::string& advice) const {
   const int64_t budget = config_.limits.memory_budget_bytes;
-  const int64_t total = est.total() + resident_bytes;
+  const int64_t total = est.total() + resident_bytes + reference_bytes_;
   if (budget <= 0 || total <= budget) return;
   if (on_refusal) on_refusal("estimate");
   throw ResourceExhausted(what + " is estimated at " + std::to_string(total) + " bytes (" + MiB(total) +
                           "; activations " + MiB(est.activation_bytes) +
                           (resident_bytes > 0 ? "; other resident sessions " + MiB(resident_bytes) : std::string()) +
+                          (reference_bytes_ > 0 ? "; the reference model " + MiB(reference_bytes_) : std::string()) +
                           ") but the memory budget is " + std::to_string(budget) +
                           " bytes (limits.memory_budget_bytes); " + advice);
 }
@@ -118,7 +125,8 @@ void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t token
   }
   if (config_.limits.auto_chunks && engine->kind == EngineKind::kStream && !chunks_given) {
     // The largest chunks whose estimated peak fits the memory budget.
-    auto chosen = ChooseChunks(model_, dtype_, rows, longest, config_.limits.memory_budget_bytes - resident_bytes,
+    auto chosen = ChooseChunks(model_, dtype_, rows, longest,
+                               config_.limits.memory_budget_bytes - resident_bytes - reference_bytes_,
                                config_.trainer.optimizer.name, lora, *engine, P);
     engine->chunk = chosen.chunk;
     engine->logits_chunk = chosen.logits_chunk;
@@ -194,7 +202,8 @@ EstimateReply Admission::estimate(int64_t rows, int64_t seq_len, const EngineReq
   r.estimate = EstimateStepMemory(model_, dtype_, rows, seq_len, options, config_.trainer.optimizer.name, lora,
                                   config_.parallel.context_parallel);
   AddReferenceForward(r.estimate, config_, model_, dtype_, rows, seq_len, options.logits_chunk);
-  r.estimate.weights_bytes += resident_bytes;  // the other resident sessions are held too
+  // The other resident sessions are held too, and the reference model's copy.
+  r.estimate.weights_bytes += resident_bytes + reference_bytes_;
   r.budget_bytes = l.memory_budget_bytes;
   r.fits = l.memory_budget_bytes <= 0 || r.estimate.total() <= l.memory_budget_bytes;
   return r;

@@ -26,7 +26,8 @@ class Admission {
   /// the budget check of a training step of `sequences` with `engine` (resolved).
   /// ResourceExhausted (nothing runs) when the estimate exceeds the budget.
   /// `lora`: the session's adapter (the base frozen), or null; `resident_bytes`: what the
-  /// other resident sessions hold (their adapters and optimizer states), counted too.
+  /// other resident sessions hold (their adapters and optimizer states), counted too, as is
+  /// a reference model's copy of the weights (every budget check counts it).
   void admit_step(const std::vector<Sequence>& sequences, int64_t tokens, bool chunks_given,
                   EngineOptions* engine, const LoraConfig* lora = nullptr, int64_t resident_bytes = 0) const;
   /// Rows, sampled tokens, K/V-cache bytes and the budget of a Sample.
@@ -48,6 +49,9 @@ class Admission {
   const ServerConfig& config_;
   ModelConfig model_;
   torch::Dtype dtype_;
+  /// The frozen reference model's weights when the trainer holds a copy (a server without
+  /// sessions and trainer.reference.use_reference_model): resident for every request.
+  int64_t reference_bytes_ = 0;
 };
 
 }  // namespace streambp::server

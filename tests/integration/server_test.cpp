@@ -317,6 +317,40 @@ TEST(Server, MemoryBudgetRefusesAStepThatCannotFit) {
   testing::ExpectSameTensors(ExportedTensors(*s.client), before);
 }
 
+// A server with a reference model holds a frozen copy of the weights for its whole life: a
+// step that fits the budget beside the policy alone is refused beside the copy, naming it.
+TEST(Server, MemoryBudgetCountsTheReferenceModelsCopy) {
+  auto config = TestConfig();
+  config.trainer.engine.kind = EngineKind::kFull;
+  const auto tiny = PresetConfig("tiny");
+  constexpr int64_t kLength = 64;
+  const int64_t step =
+      EstimateStepMemory(tiny, torch::kFloat64, 1, kLength, config.trainer.engine, config.trainer.optimizer.name)
+          .total();
+  const int64_t copy = EstimateForwardMemory(tiny, torch::kFloat64, 1, 1).weights_bytes;
+  config.limits.memory_budget_bytes = step + copy / 2;
+  config.trainer.reference.use_reference_model = false;
+  v1::TrainStepRequest req;
+  auto* e = req.mutable_batch()->mutable_sft()->add_examples();
+  for (int i = 0; i < kLength; ++i) e->add_tokens(i % 256);
+  {
+    auto without = StartServer(config);
+    const auto r = without.client->TrainStep(req);
+    ASSERT_TRUE(r.ok()) << r.status().error_message();
+  }
+  config.trainer.reference.use_reference_model = true;
+  auto with = StartServer(config);
+  const auto before = ExportedTensors(*with.client);
+  const auto r = with.client->TrainStep(req);
+  EXPECT_EQ(r.code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(r.status().error_message().find("the reference model "), std::string::npos) << r.status().error_message();
+  testing::ExpectSameTensors(ExportedTensors(*with.client), before);
+  config.limits.memory_budget_bytes = step + copy;  // room for both: admitted
+  auto roomy = StartServer(config);
+  const auto fits = roomy.client->TrainStep(req);
+  EXPECT_TRUE(fits.ok()) << fits.status().error_message();
+}
+
 // limits.auto_chunks: a stream step that sets no chunk sizes gets the defaults, halved until
 // their estimate fits the budget (smaller than the defaults when the budget is tight).
 TEST(Server, AutoChunksFitTheMemoryBudget) {
