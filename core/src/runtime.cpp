@@ -1,5 +1,7 @@
 #include "streambp/runtime.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -39,8 +41,21 @@ RuntimeInfo GetRuntimeInfo() {
   return info;
 }
 
+int DefaultThreads() {
+  // OMP_NUM_THREADS is how a launcher (or a test runner running several processes on the
+  // same cores) asks for fewer threads: LibTorch's threads wait for each other at every op,
+  // so processes that oversubscribe the cores slow down far beyond their share.
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(env, &end, 10);
+    if (errno == 0 && *end == '\0' && n > 0 && n <= 4096) return static_cast<int>(n);
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 void ConfigureThreads(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = DefaultThreads();
   torch::set_num_threads(threads);
 }
 

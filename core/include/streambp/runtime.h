@@ -15,7 +15,11 @@ struct RuntimeInfo {
 
 RuntimeInfo GetRuntimeInfo();
 
-/// Sets LibTorch's intra-op threads (0 = number of cores).
+/// The thread count `threads = 0` means: OMP_NUM_THREADS when it is a positive integer (as
+/// PyTorch reads it), else the number of cores.
+int DefaultThreads();
+
+/// Sets LibTorch's intra-op threads (0 = DefaultThreads()).
 void ConfigureThreads(int threads);
 
 }  // namespace streambp
