@@ -19,23 +19,30 @@ using google::protobuf::FieldDescriptor;
 
 
 
-std::vector<double> Values(const google::protobuf::RepeatedField<float>& v, size_t prompt_len, size_t expected,
-                           const std::string& field, bool logprobs) {
-  if (v.empty()) return {};
-  if (static_cast<size_t>(v.size()) != expected) {
-    throw InvalidArgument(field + " has " + std::to_string(v.size()) + " entries but the completion has " +
-                          std::to_string(expected) + " tokens");
-  }
-  std::vector<double> out(prompt_len, 0.0);
-  for (int i = 0; i < v.size(); ++i) {
-    if (!std::isfinite(v[i])) throw InvalidArgument(field + "[" + std::to_string(i) + "] is not finite");
-    if (logprobs && v[i] > 0) {
-      throw InvalidArgument(field + "[" + std::to_string(i) + "] = " + std::to_string(v[i]) +
-                            " is positive: a log-probability is <= 0");
+// A GRPO group of a TrainStep batch and a pushed rollout group are the same thing on the
+// wire (GrpoGroup, RolloutGroup: prompt and GrpoCompletions): both become a RolloutGroup
+// here and training sequences in RolloutSequences (server/host/rollout_input.h), the one
+// place that checks and aligns them. InvalidArgument for routing replay that does not decode.
+template <class Group>
+RolloutGroup ToRolloutGroup(const Group& g, const InputLimits& limits, const std::string& field) {
+  RolloutGroup group;
+  group.prompt.assign(g.prompt().begin(), g.prompt().end());
+  group.policy_version = g.policy_version();
+  group.group_id = g.group_id();
+  for (int k = 0; k < g.completions_size(); ++k) {
+    const auto& c = g.completions(k);
+    RolloutCompletion rc;
+    rc.tokens.assign(c.tokens().begin(), c.tokens().end());
+    rc.reward = c.reward();
+    rc.logprobs.assign(c.logprobs().begin(), c.logprobs().end());
+    rc.advantages.assign(c.advantages().begin(), c.advantages().end());
+    if (c.has_routed_experts()) {
+      rc.routed_experts = DecodeRoutedExperts(c.routed_experts(), limits, Index(field + ".completions", k) +
+                                                                             ".routed_experts");
     }
-    out.push_back(v[i]);
+    group.completions.push_back(std::move(rc));
   }
-  return out;
+  return group;
 }
 
 std::string KindName(v1::Batch::KindCase kind) {
@@ -283,27 +290,11 @@ StepRequest ConvertStep(const v1::Batch& given, const std::string& objective, co
     const auto& groups = batch.grpo().groups();
     if (groups.empty()) throw InvalidArgument("batch.grpo.groups is empty");
     for (int g = 0; g < groups.size(); ++g) {
-      const auto& group = groups[g];
       const std::string f = Index("batch.grpo.groups", g);
-      if (group.prompt().empty()) throw InvalidArgument(f + ".prompt is empty");
-      if (group.completions().empty()) throw InvalidArgument(f + ".completions is empty");
-      auto prompt = c.Tokens(group.prompt(), f + ".prompt");
-      for (int k = 0; k < group.completions_size(); ++k) {
-        const auto& comp = group.completions(k);
-        const std::string fc = Index(f + ".completions", k);
-        if (comp.tokens().empty()) throw InvalidArgument(fc + ".tokens is empty");
-        if (!std::isfinite(comp.reward())) throw InvalidArgument(fc + ".reward is not finite");
-        Sequence s = Converter::PromptCompletion(prompt, c.Tokens(comp.tokens(), fc + ".tokens"));
-        s.group = g;
-        s.reward = comp.reward();
-        s.sampler_logprobs = Values(comp.logprobs(), prompt.size(), comp.tokens_size(), fc + ".logprobs", true);
-        s.advantages = Values(comp.advantages(), prompt.size(), comp.tokens_size(), fc + ".advantages", false);
-        if (comp.has_routed_experts()) {
-          s.routed_experts = DecodeRoutedExperts(comp.routed_experts(), limits, fc + ".routed_experts");
-          CheckRoutedExperts(s.routed_experts, s.tokens.size(), limits, fc + ".routed_experts");
-        }
-        c.Count(s, fc);
-        in.sequences.push_back(std::move(s));
+      auto sequences = RolloutSequences(ToRolloutGroup(groups[g], limits, f), g, limits, f);
+      for (size_t k = 0; k < sequences.size(); ++k) {
+        c.Count(sequences[k], Index(f + ".completions", static_cast<int>(k)));
+        in.sequences.push_back(std::move(sequences[k]));
       }
     }
   }
@@ -391,26 +382,11 @@ PushItem ConvertRolloutGroup(const v1::RolloutGroup& given, int index, const std
   }
   const v1::RolloutGroup& g = resolved ? *resolved : given;
   RolloutGroup group;
-  group.prompt.assign(g.prompt().begin(), g.prompt().end());
-  group.policy_version = g.policy_version();
-  group.group_id = g.group_id();
-  for (int k = 0; k < g.completions_size(); ++k) {
-    const auto& c = g.completions(k);
-    RolloutCompletion rc;
-    rc.tokens.assign(c.tokens().begin(), c.tokens().end());
-    rc.reward = c.reward();
-    rc.logprobs.assign(c.logprobs().begin(), c.logprobs().end());
-    rc.advantages.assign(c.advantages().begin(), c.advantages().end());
-    if (c.has_routed_experts()) {
-      try {  // the rest of the checks come with the group's (RolloutSequences)
-        rc.routed_experts = DecodeRoutedExperts(c.routed_experts(), limits,
-                                                field + ".completions[" + std::to_string(k) + "].routed_experts");
-      } catch (const InvalidArgument& e) {  // answered as this group's invalid ack
-        item.error = e.what();
-        return item;
-      }
-    }
-    group.completions.push_back(std::move(rc));
+  try {  // the rest of the checks come with the group's (RolloutSequences)
+    group = ToRolloutGroup(g, limits, field);
+  } catch (const InvalidArgument& e) {  // answered as this group's invalid ack
+    item.error = e.what();
+    return item;
   }
   item.group = std::move(group);
   return item;

@@ -34,7 +34,8 @@ void AddReferenceForward(MemoryEstimate& estimate, const ServerConfig& config, c
 }  // namespace
 
 Admission::Admission(const ServerConfig& config, const ModelConfig& model, torch::Dtype dtype)
-    : config_(config), model_(model), dtype_(dtype) {
+    : config_(config), plan_options_(config.trainer), model_(model), dtype_(dtype) {
+  plan_options_.max_sequence_length = config.limits.max_sequence_length;  // as Replica sets it
   // Sessions use the base with the adapter off as their reference (no copy); a server without
   // them keeps a frozen copy of the weights (Trainer: reference model) for its whole life.
   if (config.trainer.reference.use_reference_model && !config.sessions.enabled) {
@@ -81,8 +82,8 @@ EngineOptions Admission::resolve_engine(const EngineRequest& r) const {
   return o;
 }
 
-int64_t Admission::rows_of(const std::vector<Sequence>& sequences, int64_t tokens) const {
-  const int64_t longest = Longest(sequences);
+int64_t Admission::rows_of(int64_t longest, int64_t tokens) const {
+  longest = std::max<int64_t>(longest, 1);
   const int64_t mb = config_.trainer.micro_batch_tokens > 0 ? config_.trainer.micro_batch_tokens : tokens;
   return std::max<int64_t>(1, (std::min(mb, tokens) + longest - 1) / longest);
 }
@@ -101,17 +102,18 @@ void Admission::check_budget(const MemoryEstimate& est, int64_t resident_bytes, 
                           " bytes (limits.memory_budget_bytes); " + advice);
 }
 
-void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t tokens, bool chunks_given,
-                           EngineOptions* engine, const LoraConfig* lora, int64_t resident_bytes) const {
-  const int64_t longest = Longest(sequences);
-  const int64_t rows = rows_of(sequences, tokens);
+StepPlan Admission::admit_step(const std::vector<Sequence>& sequences, bool chunks_given, EngineOptions* engine,
+                               const LoraConfig* lora, int64_t resident_bytes) const {
+  auto plan = PlanStep(sequences, model_.vocab_size, plan_options_);
+  const int64_t longest = plan.longest;
+  const int64_t rows = rows_of(longest, plan.tokens);
   const int64_t P = config_.parallel.context_parallel;
   if (P > 1) {
     // Each micro-batch is split over the ranks and must have at least P positions: refused
     // here rather than by every rank partway through the step (which would throw away the
     // gradients accumulated before it). A micro-batch's length is at least its longest
     // sequence's.
-    for (const auto& part : SplitMicroBatches(sequences, config_.trainer.layout, config_.trainer.micro_batch_tokens)) {
+    for (const auto& part : plan.micro_batches) {
       int64_t part_longest = 0;
       for (size_t i : part) part_longest = std::max<int64_t>(part_longest, sequences[i].tokens.size());
       if (part_longest < P) {
@@ -123,10 +125,16 @@ void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t token
       }
     }
   }
+  // 2-D (top-k) targets: the batch's [rows, longest, K] candidate ids and weights (8 bytes
+  // each, K the batch's largest), and as much again for their gathered log-probs and
+  // gradients. Held for the whole step, beside the engine's activations.
+  int64_t top_k = 0;
+  for (const auto& q : sequences) top_k = std::max(top_k, q.top_k);
+  const int64_t top_k_bytes = rows * longest * top_k * 8 * 4;
   if (config_.limits.auto_chunks && engine->kind == EngineKind::kStream && !chunks_given) {
     // The largest chunks whose estimated peak fits the memory budget.
     auto chosen = ChooseChunks(model_, dtype_, rows, longest,
-                               config_.limits.memory_budget_bytes - resident_bytes - reference_bytes_,
+                               config_.limits.memory_budget_bytes - resident_bytes - reference_bytes_ - top_k_bytes,
                                config_.trainer.optimizer.name, lora, *engine, P);
     engine->chunk = chosen.chunk;
     engine->logits_chunk = chosen.logits_chunk;
@@ -134,10 +142,12 @@ void Admission::admit_step(const std::vector<Sequence>& sequences, int64_t token
   }
   auto estimate = EstimateStepMemory(model_, dtype_, rows, longest, *engine, config_.trainer.optimizer.name, lora, P);
   AddReferenceForward(estimate, config_, model_, dtype_, rows, longest, engine->logits_chunk);
+  estimate.activation_bytes += top_k_bytes;
   check_budget(estimate, resident_bytes,
                P > 1 ? "the step (per rank, context parallel over " + std::to_string(P) + ")" : "the step",
                "use the stream engine, smaller chunks, smaller micro-batches (trainer.micro_batch_tokens) or shorter "
                "sequences");
+  return plan;
 }
 
 void Admission::admit_sample(const SampleRequest& r, int64_t resident_bytes) const {

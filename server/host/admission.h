@@ -10,6 +10,7 @@
 #include <torch/types.h>
 
 #include "config.h"
+#include "streambp/trainer.h"
 #include "types.h"
 
 namespace streambp::server {
@@ -22,14 +23,16 @@ class Admission {
   /// unknown engine, a negative size, or a size below the configured floor.
   EngineOptions resolve_engine(const EngineRequest& request) const;
 
-  /// Automatic chunks (when configured and the request set none: `chunks_given` false) and
-  /// the budget check of a training step of `sequences` with `engine` (resolved).
-  /// ResourceExhausted (nothing runs) when the estimate exceeds the budget.
+  /// The step's plan (the sequences validated and split into micro-batches, once: the step
+  /// runs with it), automatic chunks (when configured and the request set none:
+  /// `chunks_given` false) and the budget check of a training step of `sequences` with
+  /// `engine` (resolved). InvalidArgument for bad sequences; ResourceExhausted (nothing
+  /// runs) when the estimate exceeds the budget.
   /// `lora`: the session's adapter (the base frozen), or null; `resident_bytes`: what the
   /// other resident sessions hold (their adapters and optimizer states), counted too, as is
   /// a reference model's copy of the weights (every budget check counts it).
-  void admit_step(const std::vector<Sequence>& sequences, int64_t tokens, bool chunks_given,
-                  EngineOptions* engine, const LoraConfig* lora = nullptr, int64_t resident_bytes = 0) const;
+  StepPlan admit_step(const std::vector<Sequence>& sequences, bool chunks_given, EngineOptions* engine,
+                      const LoraConfig* lora = nullptr, int64_t resident_bytes = 0) const;
   /// Rows, sampled tokens, K/V-cache bytes and the budget of a Sample.
   void admit_sample(const SampleRequest& request, int64_t resident_bytes = 0) const;
   /// The budget of a ComputeLogprobs.
@@ -42,11 +45,12 @@ class Admission {
   std::function<void(const std::string& reason)> on_refusal;
 
  private:
-  int64_t rows_of(const std::vector<Sequence>& sequences, int64_t tokens) const;
+  int64_t rows_of(int64_t longest, int64_t tokens) const;
   void check_budget(const MemoryEstimate& estimate, int64_t resident_bytes, const std::string& what,
                     const std::string& advice) const;
 
   const ServerConfig& config_;
+  TrainerOptions plan_options_;  // what the replica's trainers split and validate with
   ModelConfig model_;
   torch::Dtype dtype_;
   /// The frozen reference model's weights when the trainer holds a copy (a server without

@@ -94,8 +94,13 @@ std::string EncodeCommand(const Command& command) {
       [](const auto& c) -> json {
         using T = std::decay_t<decltype(c)>;
         if constexpr (std::is_same_v<T, StepCommand>) {
-          return {{"session", c.session}, {"sequences", SequencesToJson(c.sequences)}, {"objective", c.objective},
-                  {"options", c.options}, {"engine", EngineOptionsToJson(c.engine)}};
+          json j = {{"session", c.session},
+                    {"sequences", SequencesToJson(c.sequences)},
+                    {"objective", c.objective},
+                    {"options", c.options},
+                    {"engine", EngineOptionsToJson(c.engine)}};
+          if (c.adam) j["adam"] = c.adam->ToJson();
+          return j;
         } else if constexpr (std::is_same_v<T, SaveCommand> || std::is_same_v<T, LoadCommand>) {
           return {{"session", c.session}, {"dir", c.dir}};
         } else if constexpr (std::is_same_v<T, OptimStepCommand>) {
@@ -135,6 +140,7 @@ Command DecodeCommand(const std::string& bytes) {
       c.objective = j.at("objective").get<std::string>();
       c.options = j.at("options");
       c.engine = EngineOptionsFromJson(j.at("engine"));
+      if (j.contains("adam")) c.adam = AdamStepParams::FromJson(j.at("adam"));
       return c;
     }
     if (op == "optim_step") {
@@ -174,17 +180,20 @@ CommandResult Apply(Replica& replica, const Command& command, const ApplyHooks& 
         using T = std::decay_t<decltype(c)>;
         if constexpr (std::is_same_v<T, StepCommand>) {
           auto& trainer = replica.trainer(c.session);
-          auto objective = CreateObjective(c.objective, c.options);
+          const auto objective = c.built ? c.built : std::shared_ptr<Objective>(CreateObjective(c.objective, c.options));
           EngineOptions engine = c.engine;
           engine.on_progress = hooks.on_progress;
+          const StepPlan* plan = c.plan.get();
           if (c.kind == StepKind::kForwardBackward) {
-            r.step = trainer.forward_backward(c.sequences, *objective, &engine);
-          } else if (c.kind == StepKind::kForwardBackwardLast) {
-            r.step = trainer.forward_backward_last(c.sequences, *objective, &engine);
+            r.step = trainer.forward_backward(c.sequences, *objective, &engine, plan);
           } else {
-            auto t = trainer.train_step(c.sequences, *objective, &engine);
-            r.step = t.forward;
-            r.optim = t.optim;
+            // kTrainStep is one command on the wire: the step's last forward-backward (its
+            // backward starts the gradient sum over the ranks), then the optimizer step.
+            r.step = trainer.forward_backward_last(c.sequences, *objective, &engine, plan);
+            if (c.kind == StepKind::kTrainStep) {
+              if (hooks.after_forward_backward) hooks.after_forward_backward(r.step);
+              r.optim = trainer.optim_step(c.adam ? &*c.adam : nullptr);
+            }
           }
         } else if constexpr (std::is_same_v<T, OptimStepCommand>) {
           r.optim = replica.trainer(c.session).optim_step(c.adam ? &*c.adam : nullptr);

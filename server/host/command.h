@@ -5,6 +5,7 @@
 // drift from what rank 0 runs.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -16,6 +17,7 @@
 #include "streambp/batch.h"
 #include "streambp/engine.h"
 #include "streambp/optimizer.h"
+#include "streambp/trainer.h"
 
 namespace streambp::server {
 
@@ -32,6 +34,12 @@ struct StepCommand {
   std::string objective;
   nlohmann::json options = nlohmann::json::object();
   EngineOptions engine;  ///< its hooks are not sent (they are rank 0's own)
+  std::optional<AdamStepParams> adam;  ///< kTrainStep: this step's Adam parameters
+  // Rank 0's own, never sent (docs/architecture.md: One walk per step): the objective built
+  // when the request was admitted, and the plan admission made (the sequences validated and
+  // split). The other ranks build and plan from what they receive.
+  std::shared_ptr<Objective> built;
+  std::shared_ptr<const StepPlan> plan;
 };
 struct OptimStepCommand {
   std::string session;
@@ -86,6 +94,8 @@ struct CommandResult {
 /// What rank 0 adds to a command it applies (never sent).
 struct ApplyHooks {
   std::function<void(const EngineProgress&)> on_progress;
+  /// kTrainStep: called between the forward-backward and the optimizer step.
+  std::function<void(const StepResult&)> after_forward_backward;
 };
 
 /// The one place where a command meets the model, on every rank. Ping and Stop do nothing.

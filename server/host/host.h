@@ -180,11 +180,17 @@ class TrainingHost {
   int64_t resident_bytes(const std::string& except) const;
 
   // host_steps.cpp
+  /// Runs the command (with its admission plan) on the ranks. A kTrainStep command is the
+  /// forward-backward and the optimizer step in one: `optim` gets the latter (recorded as
+  /// after_optim_step records), and only such a command may pass it.
   StepStats run_forward_backward(const CallContext& ctx, HostSession& s, const StepCommand& command,
-                                 const EngineOptions& resolved);
+                                 const EngineOptions& resolved, OptimStats* optim = nullptr);
   /// Records the step in the session's history under `source` (train | optim_step | rollouts).
   OptimStats run_optim_step(HostSession& s, const std::string& source,
                             const std::optional<AdamStepParams>& adam = std::nullopt, int64_t groups_consumed = 0);
+  /// What follows an optimizer step on rank 0: counters, state, telemetry and history.
+  OptimStats after_optim_step(HostSession& s, const std::string& source, const OptimResult& result,
+                              Clock::time_point start, int64_t groups_consumed);
   StepCommand prepare_step(const CallContext& ctx, HostSession& s, StepRequest& request, StepKind kind,
                            EngineOptions* resolved);
 

@@ -179,7 +179,9 @@ void TrainingHost::run_rollout_step(HostSession& s) {
     }
     EngineOptions engine = admission_->resolve_engine({});
     const LoraConfig* lora = config_.sessions.enabled && !s.spec.full ? &s.spec.lora : nullptr;
-    admission_->admit_step(command.sequences, tokens, false, &engine, lora, resident_bytes(s.spec.name));
+    command.plan = std::make_shared<const StepPlan>(
+        admission_->admit_step(command.sequences, false, &engine, lora, resident_bytes(s.spec.name)));
+    command.built = CreateObjective(command.objective, command.options);
     command.engine = engine;
     t.forward = run_forward_backward(ctx, s, command, engine);
     t.forward.policy_version = s.version;

@@ -2,6 +2,8 @@
 // Each method admits on the caller's thread (validation, budgets) and submits the work.
 #include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <stdexcept>
 
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
@@ -91,18 +93,21 @@ void CandidateLogprobs(const Batch& batch, const torch::Tensor& values, const st
 StepCommand TrainingHost::prepare_step(const CallContext& ctx, HostSession& s, StepRequest& request, StepKind kind,
                                        EngineOptions* resolved) {
   if (request.sequences.empty()) throw InvalidArgument("the batch is empty");
-  CreateObjective(request.objective, request.objective_options);  // unknown objective or options: refused now
+  StepCommand command;
+  // Built once, here: an unknown objective or bad options are refused now, and this instance
+  // runs the step (docs/architecture.md: One walk per step).
+  command.built = CreateObjective(request.objective, request.objective_options);
   *resolved = admission_->resolve_engine(request.engine);
   const LoraConfig* lora = config_.sessions.enabled && !s.spec.full ? &s.spec.lora : nullptr;
-  admission_->admit_step(request.sequences, request.tokens, request.engine.any_chunk(), resolved, lora,
-                         resident_bytes(s.spec.name));
-  StepCommand command;
+  command.plan = std::make_shared<const StepPlan>(admission_->admit_step(
+      request.sequences, request.engine.any_chunk(), resolved, lora, resident_bytes(s.spec.name)));
   command.session = ctx.session;
   command.kind = kind;
   command.sequences = std::move(request.sequences);
   command.objective = request.objective;
   command.options = request.objective_options;
   command.engine = *resolved;
+  command.adam = request.adam;
   return command;
 }
 
@@ -119,30 +124,45 @@ void CheckWeightsVersion(const HostSession& s, std::optional<int64_t> weights_ve
 }  // namespace
 
 StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession& s, const StepCommand& command,
-                                             const EngineOptions& resolved) {
+                                             const EngineOptions& resolved, OptimStats* optim) {
+  if (!command.plan) throw std::logic_error("run_forward_backward: the command has no plan (admit_step makes it)");
+  if ((command.kind == StepKind::kTrainStep) != (optim != nullptr)) {
+    throw std::logic_error("run_forward_backward: a train_step command and only it reports an optimizer step");
+  }
   const auto start = Clock::now();
   auto& trainer = use(s);
   // Gradients thrown away since (a failed step, a load) take their history with them.
   if (!trainer.has_pending_gradients()) s.accumulated = {};
+  // The version these gradients are computed at (the log's forward_backward.policy_version).
+  const int64_t version = trainer.policy_version();
   memory::ResetPeak();
   const int64_t live_before = memory::LiveBytes();
-  const auto& topts = executor_->replica().trainer_options();
-  const auto micro_batches =
-      static_cast<int64_t>(SplitMicroBatches(command.sequences, topts.layout, topts.micro_batch_tokens).size());
+  const auto micro_batches = static_cast<int64_t>(command.plan->micro_batches.size());
+  StepStats st;
   CommandResult r;
+  std::optional<Clock::time_point> optim_start;
   {
     // One process: the budget is also a hard limit on allocations. Several ranks: admission
     // alone (an allocation refused on rank 0 mid-step would leave the other ranks waiting in
-    // a collective until the group times out and breaks).
-    memory::ScopedBudget budget(executor_->world_size() > 1 ? 0 : config_.limits.memory_budget_bytes);
+    // a collective until the group times out and breaks). The optimizer step of a train_step
+    // runs outside it, as an OptimStep does.
+    std::optional<memory::ScopedBudget> budget;
+    budget.emplace(executor_->world_size() > 1 ? 0 : config_.limits.memory_budget_bytes);
+    auto hooks = hooks_for(ctx, micro_batches);
+    hooks.after_forward_backward = [&](const StepResult&) {
+      st.peak_memory_bytes = memory::PeakBytes() - live_before;
+      st.seconds = Since(start);
+      budget.reset();
+      optim_start = Clock::now();
+      if (ctx.progress) ctx.progress(StepProgressEvent{"optimizer"});
+    };
     try {
-      r = executor_->run(command, hooks_for(ctx, micro_batches));
+      r = executor_->run(command, hooks);
     } catch (const c10::OutOfMemoryError&) {
       on_memory_refusal("out_of_memory");
       throw;
     }
   }
-  StepStats st;
   st.result = r.step;
   st.sequences = static_cast<int64_t>(command.sequences.size());
   st.micro_batches = micro_batches;
@@ -154,11 +174,12 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
   const auto [first, last] = executor_->world_size() > 1 && P > 1 ? ContextShardRange(longest, 0, P)
                                                                   : std::pair<int64_t, int64_t>{0, longest};
   st.chunks = ResolveChunks(resolved, last - first, executor_->replica().model_config(), executor_->replica().dtype());
-  st.peak_memory_bytes = memory::PeakBytes() - live_before;
-  st.seconds = Since(start);
+  if (!optim_start) {
+    st.peak_memory_bytes = memory::PeakBytes() - live_before;
+    st.seconds = Since(start);
+  }
   st.queue_seconds = std::chrono::duration<double>(start - ctx.received).count();
-  // The version these gradients were computed at (the log's forward_backward.policy_version).
-  st.policy_version = executor_->replica().trainer(s.spec.name).policy_version();
+  st.policy_version = version;
   if (telemetry_) telemetry_->on_forward_backward(s.spec.name, st);
   auto& a = s.accumulated;
   ++a.count;
@@ -171,6 +192,7 @@ StepStats TrainingHost::run_forward_backward(const CallContext& ctx, HostSession
     m.first += value;
     ++m.second;
   }
+  if (optim) *optim = after_optim_step(s, "train", r.optim, *optim_start, 0);
   return st;
 }
 
@@ -183,8 +205,15 @@ OptimStats TrainingHost::run_optim_step(HostSession& s, const std::string& sourc
   if (adam && !trainer.has_pending_gradients()) {
     throw FailedPrecondition("optim_step: there are no accumulated gradients (call forward_backward first)");
   }
+  return after_optim_step(s, source, executor_->run(OptimStepCommand{s.spec.name, adam}).optim, start,
+                          groups_consumed);
+}
+
+OptimStats TrainingHost::after_optim_step(HostSession& s, const std::string& source, const OptimResult& result,
+                                          Clock::time_point start, int64_t groups_consumed) {
+  const auto& trainer = executor_->replica().trainer(s.spec.name);
   OptimStats o;
-  o.optim = executor_->run(OptimStepCommand{s.spec.name, adam}).optim;
+  o.optim = result;
   if (!o.optim.skipped) ++s.weights_generation;
   o.policy_version = trainer.policy_version();
   o.step = trainer.step();
@@ -230,7 +259,6 @@ void TrainingHost::forward_backward(CallContext ctx, StepRequest request, Done<S
           }
         }
         auto stats = run_forward_backward(ctx, *s, *command, *resolved);
-        stats.policy_version = executor_->replica().trainer(s->spec.name).policy_version();
         stats.logprobs = std::move(logprobs);
         return Share(std::move(stats));
       },
@@ -245,10 +273,9 @@ void TrainingHost::train_step(CallContext ctx, StepRequest request, Done<TrainSt
     check_admitted(ctx);
     s = find(ctx.session);
     if (request.adam) request.adam->Validate();
-    // The step's last forward-backward: with several ranks the gradient sum starts during
-    // its backward, and the optimizer step waits for it.
-    command =
-        std::make_shared<StepCommand>(prepare_step(ctx, *s, request, StepKind::kForwardBackwardLast, resolved.get()));
+    // One command for the ranks: the step's last forward-backward (with several ranks the
+    // gradient sum starts during its backward) and the optimizer step that waits for it.
+    command = std::make_shared<StepCommand>(prepare_step(ctx, *s, request, StepKind::kTrainStep, resolved.get()));
   } catch (...) {
     done({nullptr, std::current_exception()});
     return;
@@ -256,16 +283,13 @@ void TrainingHost::train_step(CallContext ctx, StepRequest request, Done<TrainSt
   const auto weights_version = request.weights_policy_version;
   submit<TrainStats>(
       ctx, s, true,
-      [this, ctx, s, command, resolved, weights_version, adam = request.adam] {
+      [this, ctx, s, command, resolved, weights_version] {
         CheckWeightsVersion(*s, weights_version);
         // An optimizer that cannot take adam_params is refused before the forward pass.
-        if (adam) adam->Apply(use(*s).options().optimizer);
+        if (command->adam) command->adam->Apply(use(*s).options().optimizer);
         const auto start = Clock::now();
         TrainStats t;
-        t.forward = run_forward_backward(ctx, *s, *command, *resolved);
-        t.forward.policy_version = executor_->replica().trainer(s->spec.name).policy_version();
-        if (ctx.progress) ctx.progress(StepProgressEvent{"optimizer"});
-        t.optim = run_optim_step(*s, "train", adam);
+        t.forward = run_forward_backward(ctx, *s, *command, *resolved, &t.optim);
         if (!t.optim.optim.skipped) announce(*s, "train", &t.forward.result, 0);
         if (telemetry_) telemetry_->on_train_step(s->spec.name, t, "train", Since(start));
         return Share(std::move(t));

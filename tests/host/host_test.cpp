@@ -22,6 +22,7 @@
 #include "streambp/objective.h"
 #include "streambp/safetensors.h"
 #include "test_util/fixtures.h"
+#include "test_util/top_k.h"
 
 namespace streambp::server {
 namespace {
@@ -180,12 +181,12 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
   auto engine = admission.resolve_engine(EngineRequest{});
   // [10 tokens] alone, then [3, 2] together (2 rows x 3 = 6 padded tokens <= 8): 3 < 4.
   const auto short_part = SftStep({std::vector<int64_t>(10, 5), {1, 2, 3}, {4, 5}});
-  EXPECT_NE(message([&] { admission.admit_step(short_part.sequences, short_part.tokens, false, &engine); })
+  EXPECT_NE(message([&] { admission.admit_step(short_part.sequences, false, &engine); })
                 .find("needs every micro-batch to have at least 4 positions; sequence 1 and the others of its "
                       "micro-batch have 3 tokens at most"),
             std::string::npos);
   const auto fine = SftStep({std::vector<int64_t>(10, 5), {1, 2, 3, 4}, {4, 5}});  // [4, 2]: 4 positions
-  EXPECT_EQ(message([&] { admission.admit_step(fine.sequences, fine.tokens, false, &engine); }), "(accepted)");
+  EXPECT_EQ(message([&] { admission.admit_step(fine.sequences, false, &engine); }), "(accepted)");
   EXPECT_NE(message([&] { admission.estimate(1, 3, EngineRequest{}); }).find("shorter than the 4 ranks"),
             std::string::npos);
   EXPECT_EQ(message([&] { admission.estimate(1, 4, EngineRequest{}); }), "(accepted)");
@@ -216,7 +217,7 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
     Admission a(c, PresetConfig("tiny"), torch::kFloat64);
     auto e = a.resolve_engine(EngineRequest{});
     try {
-      a.admit_step(long_step.sequences, long_step.tokens, false, &e);
+      a.admit_step(long_step.sequences, false, &e);
     } catch (const ResourceExhausted& error) {
       return std::string(error.what());
     }
@@ -228,6 +229,62 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
   EXPECT_NE(refusal(with_reference).find("the step (per rank, context parallel over 4) is estimated at"),
             std::string::npos)
       << refusal(with_reference);
+}
+
+// Admission walks the step once: it validates the sequences (bad ids refused before anything
+// is queued) and returns the plan the step then runs with (docs/architecture.md: One walk per
+// step). Its budget counts a batch's 2-D targets: [rows, T, K] ids and weights.
+TEST(Host, AdmissionPlansTheStepOnceAndCountsTopKTargets) {
+  auto config = HostConfig();
+  config.limits.auto_chunks = false;
+  config.trainer.micro_batch_tokens = 12;
+  config.trainer.layout = Layout::kRightPad;
+  const auto model = PresetConfig("tiny");
+  auto step = SftStep({std::vector<int64_t>(10, 5), {1, 2, 3}, {4, 5}, std::vector<int64_t>(7, 9)});
+  {
+    Admission admission(config, model, torch::kFloat64);
+    auto engine = admission.resolve_engine(EngineRequest{});
+    const auto plan = admission.admit_step(step.sequences, false, &engine);
+    EXPECT_EQ(plan.sequences, 4u);
+    EXPECT_EQ(plan.tokens, 22);
+    EXPECT_EQ(plan.longest, 10);
+    EXPECT_EQ(plan.micro_batches, SplitMicroBatches(step.sequences, Layout::kRightPad, 12));
+    EXPECT_GT(plan.micro_batches.size(), 1u);
+    auto bad = step;
+    bad.sequences[2].tokens[1] = model.vocab_size;
+    try {
+      admission.admit_step(bad.sequences, false, &engine);
+      ADD_FAILURE() << "an id outside the vocabulary was admitted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("sequence 2: tokens[1] = " + std::to_string(model.vocab_size) +
+                                           " is outside the vocabulary"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // One 64-token sequence; with K = 16 candidates per token the step needs 64 x 16 x 32
+  // bytes more than without: admitted at a budget that counts them, refused 1 byte below.
+  const int64_t T = 64, K = 16;
+  config.trainer.micro_batch_tokens = 0;
+  auto plain = SftStep({std::vector<int64_t>(T, 3)});
+  auto distill = plain;
+  testing::AddTopK(distill.sequences, model.vocab_size, K);
+  const auto base = Admission(config, model, torch::kFloat64).estimate(1, T, EngineRequest{}).estimate.total();
+  auto admit = [&](int64_t budget, const StepRequest& r) {
+    config.limits.memory_budget_bytes = budget;
+    Admission a(config, model, torch::kFloat64);
+    auto e = a.resolve_engine(EngineRequest{});
+    try {
+      a.admit_step(r.sequences, false, &e);
+    } catch (const ResourceExhausted& error) {
+      return std::string(error.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(admit(base, plain), "(accepted)");
+  EXPECT_NE(admit(base, distill).find("the step is estimated at"), std::string::npos);
+  EXPECT_EQ(admit(base + T * K * 32, distill), "(accepted)");
+  EXPECT_NE(admit(base + T * K * 32 - 1, distill).find("but the memory budget is"), std::string::npos);
 }
 
 TEST(Host, RequestIdReplaysTheFirstAnswerAndRefusesAnotherBody) {
@@ -333,8 +390,16 @@ TEST(Host, StepCommandsCarryEverySequenceField) {
   s.top_k_targets = {0, 0, 7, 9, 1, 3};
   s.top_k_weights = {0.0, 0.0, 0.25, 0.75, 0.1 + 0.2, -3.5};  // 0.1 + 0.2: round-trips bit for bit
   StepCommand step;
+  step.kind = StepKind::kTrainStep;
   step.sequences = {s};
+  step.adam.emplace();  // a train_step's own Adam parameters ride in the same command
+  step.adam->lr = 2e-3;
+  step.adam->beta2 = 0.9;
+  step.adam->grad_clip_norm = 0.25;
   const auto decoded = std::get<StepCommand>(DecodeCommand(EncodeCommand(step)));
+  EXPECT_EQ(decoded.kind, StepKind::kTrainStep);
+  ASSERT_TRUE(decoded.adam.has_value());
+  EXPECT_EQ(decoded.adam->ToJson(), step.adam->ToJson());
   ASSERT_EQ(decoded.sequences.size(), 1u);
   const auto& d = decoded.sequences[0];
   EXPECT_EQ(d.tokens, s.tokens);
@@ -379,8 +444,23 @@ TEST(Host, AFollowerFedTheRecordedCommandsEndsBitIdentical) {
   }
   auto saved = Wait<CheckpointReply>([&](auto done) { host->save_checkpoint(Ctx("SaveCheckpoint"), "c", done); });
   ASSERT_TRUE(saved.ok()) << ErrorOf(saved.error);
+  // A TrainStep is one command for the ranks, its Adam parameters in it.
+  const size_t before_train_step = recorded.size();
   auto step = SftStep({{7, 8, 9, 10}});
-  ASSERT_TRUE(Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep"), step, done); }).ok());
+  step.adam.emplace();
+  step.adam->lr = 5e-3;
+  step.adam->eps = 1e-6;
+  auto t = Wait<TrainStats>([&](auto done) { host->train_step(Ctx("TrainStep"), step, done); });
+  ASSERT_TRUE(t.ok()) << ErrorOf(t.error);
+  EXPECT_EQ(t.value->optim.optim.lr, 5e-3);
+  EXPECT_EQ(t.value->forward.policy_version, 3);  // the version its gradients were computed at
+  EXPECT_EQ(t.value->optim.policy_version, 4);
+  ASSERT_EQ(recorded.size(), before_train_step + 1);
+  const auto sent = DecodeCommand(recorded.back());
+  ASSERT_TRUE(std::holds_alternative<StepCommand>(sent));
+  EXPECT_EQ(std::get<StepCommand>(sent).kind, StepKind::kTrainStep);
+  ASSERT_TRUE(std::get<StepCommand>(sent).adam.has_value());
+  EXPECT_EQ(std::get<StepCommand>(sent).adam->lr, 5e-3);
   const auto expected = Weights(*host);
 
   // A fresh replica (what a follower builds) applies the same commands, decoded.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -316,6 +317,59 @@ TEST(Hardening, MessagesNameTheRightFields) {
   EXPECT_NE(acks.acks(1).message().find("positive"), std::string::npos) << acks.acks(1).message();
   EXPECT_NE(acks.acks(2).message().find("groups[2].completions[0].reward is not finite"), std::string::npos)
       << acks.acks(2).message();
+}
+
+// A GRPO group in a TrainStep batch and a pushed rollout group go through one conversion
+// (docs/architecture.md: One walk per step): each bad group gets the same message from both,
+// under its own field prefix, and changes nothing.
+TEST(Hardening, AGrpoGroupIsCheckedAlikeInAStepAndInAPush) {
+  auto s = StartServer(TestConfig());
+  Raw raw(s.target);
+  const auto before = testing::ExportedTensors(*s.client);
+  // Two completions of prompt [1, 4]; each case spoils one thing.
+  using Spoil = std::function<void(v1::GrpoCompletion*, v1::GrpoCompletion*)>;
+  const std::vector<std::pair<std::string, Spoil>> cases = {
+      {"is positive", [](auto* a, auto*) { a->set_logprobs(1, 0.25f); }},
+      {"entries but the completion has", [](auto*, auto* b) { b->add_logprobs(-1.0f); }},
+      {"is not finite", [](auto*, auto* b) { b->set_advantages(0, std::nanf("")); }},
+      {"is outside the vocabulary", [](auto* a, auto*) { a->set_tokens(1, 9999); }},
+      {"reward is not finite", [](auto*, auto* b) { b->set_reward(INFINITY); }},
+      {"tokens is empty", [](auto* a, auto*) { a->clear_tokens(); a->clear_logprobs(); }},
+  };
+  for (const auto& [fragment, spoil] : cases) {
+    auto fill = [&](auto* group) {
+      group->add_prompt(1);
+      group->add_prompt(4);
+      for (int k = 0; k < 2; ++k) {
+        auto* c = group->add_completions();
+        for (int t : {2 + k, 3, 5}) c->add_tokens(t);
+        for (float lp : {-1.5f, -0.5f, -2.0f}) c->add_logprobs(lp);
+        for (float a : {0.5f, -0.5f, 1.0f}) c->add_advantages(a * (k ? -1.0f : 1.0f));
+        c->set_reward(k);
+      }
+      spoil(group->mutable_completions(0), group->mutable_completions(1));
+    };
+    v1::TrainStepRequest step;
+    fill(step.mutable_batch()->mutable_grpo()->add_groups());
+    v1::TrainStepResponse trained;
+    const auto st = raw.stub->TrainStep(Ctx().get(), step, &trained);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << fragment << ": " << st.error_message();
+    v1::PushRolloutsRequest push;
+    fill(push.add_groups());
+    v1::PushRolloutsResponse acks;
+    ASSERT_TRUE(raw.stub->PushRollouts(Ctx().get(), push, &acks).ok());
+    ASSERT_EQ(acks.acks_size(), 1);
+    EXPECT_EQ(acks.acks(0).status(), "invalid") << fragment;
+    const std::string in_step = st.error_message(), in_push = acks.acks(0).message();
+    EXPECT_NE(in_step.find(fragment), std::string::npos) << in_step;
+    ASSERT_EQ(in_step.rfind("batch.grpo.groups[0]", 0), 0u) << in_step;
+    ASSERT_NE(in_push.find("groups[0]"), std::string::npos) << in_push;
+    EXPECT_EQ(in_step.substr(std::string("batch.grpo.groups[0]").size()),
+              in_push.substr(in_push.find("groups[0]") + std::string("groups[0]").size()))
+        << fragment;
+  }
+  testing::ExpectSameTensors(before, testing::ExportedTensors(*s.client));
+  EXPECT_EQ(s.client->GetInfo()->policy_version(), 0);
 }
 
 TEST(Hardening, RangesAreValidatedWithoutOverflow) {

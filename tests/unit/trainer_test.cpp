@@ -241,6 +241,47 @@ TEST(Trainer, MicroBatchesGiveTheGradientsOfOneBatch) {
   EXPECT_LE(diff.max_relative, 1e-12) << diff.worst;
 }
 
+// A plan made once (what the server's admission hands the step) runs the step as planned:
+// the same gradients bit for bit as the trainer's own walk. A plan of other sequences is
+// refused before anything runs.
+TEST(Trainer, AGivenPlanIsTheStepsOwnWalk) {
+  auto config = testing::TinyConfig("mistral_window");
+  const auto seqs = testing::RandomSequences({9, 14, 5, 11, 8, 13, 6}, config.vocab_size, 9);
+  auto options = testing::ExactTrainerOptions();
+  options.micro_batch_tokens = 28;
+  const auto plan = PlanStep(seqs, config.vocab_size, options);
+  EXPECT_EQ(plan.micro_batches, SplitMicroBatches(seqs, options.layout, options.micro_batch_tokens));
+  EXPECT_EQ(plan.sequences, seqs.size());
+  EXPECT_EQ(plan.tokens, 9 + 14 + 5 + 11 + 8 + 13 + 6);
+  EXPECT_EQ(plan.longest, 14);
+  auto own = Trainer::Create(testing::RandomModel(config, 8, torch::kFloat64), options);
+  auto planned = Trainer::Create(testing::RandomModel(config, 8, torch::kFloat64), options);
+  auto a = MakeSftObjective({});
+  auto b = MakeSftObjective({});
+  const auto r_own = own->forward_backward(seqs, *a);
+  const auto r_planned = planned->forward_backward(seqs, *b, nullptr, &plan);
+  EXPECT_EQ(r_own.loss, r_planned.loss);
+  ExpectSameTensors(CollectGradients(*own->model()), CollectGradients(*planned->model()), "gradients");
+
+  auto fresh = Trainer::Create(testing::RandomModel(config, 8, torch::kFloat64), options);
+  const std::vector<Sequence> fewer(seqs.begin(), seqs.begin() + 3);
+  auto c = MakeSftObjective({});
+  try {
+    fresh->forward_backward(fewer, *c, nullptr, &plan);
+    ADD_FAILURE() << "a plan of 7 sequences ran a step of 3";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the step plan was made for 7 sequences but the step has 3"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fresh->has_pending_gradients());
+  EXPECT_TRUE(AllGradientsCleared(*fresh->model()));
+  // PlanStep validates as the step does.
+  auto bad = seqs;
+  bad[4].tokens[2] = -1;
+  EXPECT_THROW(PlanStep(bad, config.vocab_size, options), InvalidArgument);
+}
+
 // ---------------------------------------------------------------------------------------
 // Schedules: the Hugging Face formulas, written out here.
 

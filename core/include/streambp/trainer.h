@@ -54,6 +54,22 @@ void CleanStaging(const std::string& dir);
 /// identity of the base an adapter was trained on.
 std::string BaseIdentity(const CausalLMImpl& model);
 
+/// A step checked and split once (docs/architecture.md: One walk per step): the sequences
+/// validated (ValidateSequences, against the vocabulary and options.max_sequence_length)
+/// and split into micro-batches (SplitMicroBatches, options.layout and
+/// options.micro_batch_tokens). forward_backward makes one when it is given none; a caller
+/// that needs the split as well (the server's admission and progress) makes it once with
+/// PlanStep and hands it on, and the step neither validates nor splits again.
+struct StepPlan {
+  std::vector<std::vector<size_t>> micro_batches;  ///< indices into the step's sequences, in order
+  size_t sequences = 0;                            ///< how many sequences it was made for
+  int64_t tokens = 0;
+  int64_t longest = 0;
+};
+
+/// InvalidArgument for sequences a step with `options` on a model of `vocab_size` refuses.
+StepPlan PlanStep(const std::vector<Sequence>& sequences, int64_t vocab_size, const TrainerOptions& options);
+
 class Trainer {
  public:
   /// Takes the model (its parameters become the trained weights). Validates `options`
@@ -94,9 +110,10 @@ class Trainer {
   /// (with data or context parallel, finish_merged's: the whole step's on every rank). Throws InvalidArgument for bad input (nothing changed), and InvalidArgument
   /// "... needs reference log-probs ..." when the objective needs reference log-probs that
   /// neither the input nor a reference model gives.
-  /// `engine` overrides options().engine for this call (null: the trainer's).
+  /// `engine` overrides options().engine for this call (null: the trainer's). `plan`: the
+  /// PlanStep of exactly these sequences with these options (null: made here).
   StepResult forward_backward(const std::vector<Sequence>& sequences, Objective& objective,
-                              const EngineOptions* engine = nullptr);
+                              const EngineOptions* engine = nullptr, const StepPlan* plan = nullptr);
 
   /// Applies the pending gradients: norm, non-finite check, clipping, schedule, update;
   /// then clears the gradients and advances step() and policy_version() (unless skipped).
@@ -113,13 +130,13 @@ class Trainer {
   /// optim_step waits for them: the same sums as the non-overlapped path. All ranks must
   /// make the same kind of call (train_step, or forward_backward + optim_step) for a step.
   TrainResult train_step(const std::vector<Sequence>& sequences, Objective& objective,
-                         const EngineOptions* engine = nullptr);
+                         const EngineOptions* engine = nullptr, const StepPlan* plan = nullptr);
   /// The first half of train_step, for callers that time or budget the two halves apart
   /// (the server): forward_backward of the step's last call, starting the overlapped
   /// gradient sum in a data-parallel run. The next call must be optim_step (which waits
   /// for the sum); all ranks make the same call.
   StepResult forward_backward_last(const std::vector<Sequence>& sequences, Objective& objective,
-                                   const EngineOptions* engine = nullptr);
+                                   const EngineOptions* engine = nullptr, const StepPlan* plan = nullptr);
 
   /// Drops the pending gradients (and the non-finite loss flag).
   void zero_gradients();
@@ -200,8 +217,9 @@ class Trainer {
 
  private:
   Trainer(CausalLM model, CausalLM reference, const TrainerOptions& options, std::shared_ptr<LoraAdapter> adapter);
-  std::vector<Sequence> with_reference_logprobs(const std::vector<Sequence>& sequences, int64_t logits_chunk,
-                                                double temperature);
+  std::vector<Sequence> with_reference_logprobs(const std::vector<Sequence>& sequences,
+                                                const std::vector<std::vector<size_t>>& micro_batches,
+                                                int64_t logits_chunk, double temperature);
 
   CausalLM model_;
   CausalLM reference_;
@@ -225,7 +243,7 @@ class Trainer {
   GradReduceInfo last_reduce_;
   std::vector<size_t> local_shard(const std::vector<Sequence>& sequences) const;
   StepResult run_step(const std::vector<Sequence>& sequences, Objective& objective, const EngineOptions* engine,
-                      bool overlap);
+                      const StepPlan* plan, bool overlap);
   void reduce_gradients();
   /// Adds the gradients of decoder layer `layer` (-1: every parameter not yet added, then
   /// launches the partly filled buckets) to the overlapped sum.

@@ -131,6 +131,7 @@ std::vector<SampledCompletion> Trainer::sample(const std::vector<std::vector<int
 }
 
 std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequence>& sequences,
+                                                       const std::vector<std::vector<size_t>>& micro_batches,
                                                        int64_t logits_chunk, double temperature) {
   std::vector<Sequence> out = sequences;
   // Context parallel: the reference's pass split over the ranks as the step is (each rank
@@ -143,7 +144,7 @@ std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequenc
     ScopedAdapter base(*model_, nullptr);
     return ContextParallelTokenLogprobs(model_, batch, logits_chunk, temperature, *cp_);
   };
-  for (const auto& indices : SplitMicroBatches(sequences, options_.layout, options_.micro_batch_tokens)) {
+  for (const auto& indices : micro_batches) {  // the step's own micro-batches
     std::vector<Sequence> part;
     part.reserve(indices.size());
     for (size_t i : indices) part.push_back(sequences[i]);
@@ -173,15 +174,33 @@ std::vector<Sequence> Trainer::with_reference_logprobs(const std::vector<Sequenc
   return out;
 }
 
+StepPlan PlanStep(const std::vector<Sequence>& sequences, int64_t vocab_size, const TrainerOptions& options) {
+  ValidateSequences(sequences, vocab_size, options.max_sequence_length);
+  StepPlan plan;
+  plan.sequences = sequences.size();
+  for (const auto& s : sequences) {
+    plan.tokens += static_cast<int64_t>(s.tokens.size());
+    plan.longest = std::max<int64_t>(plan.longest, s.tokens.size());
+  }
+  plan.micro_batches = SplitMicroBatches(sequences, options.layout, options.micro_batch_tokens);
+  return plan;
+}
+
 StepResult Trainer::forward_backward(const std::vector<Sequence>& sequences, Objective& objective,
-                                     const EngineOptions* engine) {
-  return run_step(sequences, objective, engine, /*overlap=*/false);
+                                     const EngineOptions* engine, const StepPlan* plan) {
+  return run_step(sequences, objective, engine, plan, /*overlap=*/false);
 }
 
 StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& objective,
-                             const EngineOptions* engine, bool overlap) {
-  // Everything that can be refused is refused before any computation.
-  ValidateSequences(sequences, model_->config().vocab_size, options_.max_sequence_length);
+                             const EngineOptions* engine, const StepPlan* given, bool overlap) {
+  // Everything that can be refused is refused before any computation: PlanStep validates.
+  StepPlan own;
+  if (given && given->sequences != sequences.size()) {
+    throw InvalidArgument("the step plan was made for " + std::to_string(given->sequences) +
+                          " sequences but the step has " + std::to_string(sequences.size()));
+  }
+  if (!given) own = PlanStep(sequences, model_->config().vocab_size, options_);
+  const StepPlan& plan = given ? *given : own;
   EngineOptions engine_options = engine ? *engine : options_.engine;
   if (engine_options.chunk < 0) throw InvalidArgument("engine.chunk must be >= 0 (0 = default)");
   if (engine_options.logits_chunk < -1) throw InvalidArgument("engine.logits_chunk must be >= -1 (-1 = default)");
@@ -204,15 +223,20 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
   // Data parallel: this rank computes its shard of the step (normalized as the whole step),
   // and the reference model's log-probs of its shard only.
   const std::vector<Sequence>* step = &sequences;
+  const std::vector<std::vector<size_t>>* micro_batches = &plan.micro_batches;
   std::vector<Sequence> shard;
+  std::vector<std::vector<size_t>> shard_micro_batches;  // a rank's shard is split by itself
   if (comm_ && comm_->world_size() > 1) {
     for (size_t i : local_shard(sequences)) shard.push_back(sequences[i]);
     step = &shard;
+    if (!shard.empty()) shard_micro_batches = SplitMicroBatches(shard, options_.layout, options_.micro_batch_tokens);
+    micro_batches = &shard_micro_batches;
   }
   std::vector<Sequence> filled;
   if (needs_reference) {
     try {
-      filled = with_reference_logprobs(*step, engine_options.logits_chunk, objective.reference_temperature());
+      filled = with_reference_logprobs(*step, *micro_batches, engine_options.logits_chunk,
+                                       objective.reference_temperature());
     } catch (...) {
       // Nothing ran yet (the pending gradients stay); the objective is left ready for the next step.
       try {
@@ -226,8 +250,6 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
 
   StepResult total;
   try {
-    const auto micro_batches = step->empty() ? std::vector<std::vector<size_t>>{}
-                                             : SplitMicroBatches(*step, options_.layout, options_.micro_batch_tokens);
     pending_ = true;
     // Overlap: the last micro-batch's backward finishes each layer's gradients for the
     // step; its hook starts their sum over the ranks while earlier layers run.
@@ -245,10 +267,10 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
       };
     }
     ContextParallelStats cp_stats;  // summed over the micro-batches
-    for (size_t m = 0; m < micro_batches.size(); ++m) {
-      const auto& indices = micro_batches[m];
+    for (size_t m = 0; m < micro_batches->size(); ++m) {
+      const auto& indices = (*micro_batches)[m];
       Batch batch;
-      if (micro_batches.size() == 1) {
+      if (micro_batches->size() == 1) {
         batch = MakeBatch(*step, options_.layout);
       } else {
         std::vector<Sequence> part;
@@ -257,7 +279,7 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
         batch = MakeBatch(part, options_.layout);
       }
       pending_ = true;  // from here on the model may carry gradients of this step
-      const bool last = m + 1 == micro_batches.size();
+      const bool last = m + 1 == micro_batches->size();
       const auto& opts = last ? last_options : engine_options;
       // Context parallel: the step's result on every rank; each rank's part of the gradients.
       const auto r = cp_ ? ContextParallelForwardBackward(model_, batch, objective, opts, *cp_, &cp_stats)
@@ -573,15 +595,15 @@ void Trainer::reduce_gradients() {
 }
 
 StepResult Trainer::forward_backward_last(const std::vector<Sequence>& sequences, Objective& objective,
-                                          const EngineOptions* engine) {
+                                          const EngineOptions* engine, const StepPlan* plan) {
   const bool overlap = comm_ && comm_->world_size() > 1 && options_.overlap_grad_reduce;
-  return run_step(sequences, objective, engine, overlap);
+  return run_step(sequences, objective, engine, plan, overlap);
 }
 
 TrainResult Trainer::train_step(const std::vector<Sequence>& sequences, Objective& objective,
-                                const EngineOptions* engine) {
+                                const EngineOptions* engine, const StepPlan* plan) {
   TrainResult r;
-  r.forward = forward_backward_last(sequences, objective, engine);
+  r.forward = forward_backward_last(sequences, objective, engine, plan);
   r.optim = optim_step();
   return r;
 }
