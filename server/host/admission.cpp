@@ -177,13 +177,22 @@ void Admission::admit_sample(const SampleRequest& r, int64_t resident_bytes) con
 }
 
 void Admission::admit_logprobs(const LogprobsRequest& r, int64_t resident_bytes) const {
-  int64_t tokens = 0;
-  for (const auto& s : r.sequences) tokens += static_cast<int64_t>(s.tokens.size());
-  const int64_t longest = Longest(r.sequences);
+  admit_forward(r.sequences, "ComputeLogprobs", "send fewer or shorter sequences per call", resident_bytes);
+}
+
+void Admission::admit_forward(const std::vector<Sequence>& sequences, const std::string& what,
+                              const std::string& advice, int64_t resident_bytes) const {
+  int64_t tokens = 0, top_k = 0;
+  for (const auto& s : sequences) {
+    tokens += static_cast<int64_t>(s.tokens.size());
+    top_k = std::max(top_k, s.top_k);
+  }
+  const int64_t longest = std::max<int64_t>(Longest(sequences), 1);
   const int64_t rows = std::max<int64_t>(1, (tokens + longest - 1) / longest);
-  check_budget(EstimateForwardMemory(model_, dtype_, rows, longest, config_.trainer.engine.logits_chunk,
-                                     config_.trainer.engine.device),
-               resident_bytes, "ComputeLogprobs", "send fewer or shorter sequences per call");
+  auto estimate = EstimateForwardMemory(model_, dtype_, rows, longest, config_.trainer.engine.logits_chunk,
+                                        config_.trainer.engine.device);
+  estimate.activation_bytes += rows * longest * top_k * 8 * 3;  // 2-D targets: ids, weights, log-probs
+  check_budget(estimate, resident_bytes, what, advice);
 }
 
 EstimateReply Admission::estimate(int64_t rows, int64_t seq_len, const EngineRequest& engine, const LoraConfig* lora,

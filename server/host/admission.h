@@ -37,6 +37,11 @@ class Admission {
   void admit_sample(const SampleRequest& request, int64_t resident_bytes = 0) const;
   /// The budget of a ComputeLogprobs.
   void admit_logprobs(const LogprobsRequest& request, int64_t resident_bytes = 0) const;
+  /// The budget of a forward pass over `sequences` packed (a ComputeLogprobs, or the pass
+  /// that gives a ForwardBackward's return_logprobs before its step): ResourceExhausted
+  /// naming `what` when it does not fit.
+  void admit_forward(const std::vector<Sequence>& sequences, const std::string& what, const std::string& advice,
+                     int64_t resident_bytes = 0) const;
   /// EstimateMemory: InvalidArgument for lengths or rows the server would refuse anyway.
   EstimateReply estimate(int64_t rows, int64_t seq_len, const EngineRequest& engine,
                          const LoraConfig* lora = nullptr, int64_t resident_bytes = 0) const;

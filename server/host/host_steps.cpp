@@ -231,6 +231,12 @@ void TrainingHost::forward_backward(CallContext ctx, StepRequest request, Done<S
     check_admitted(ctx);
     s = find(ctx.session);
     command = std::make_shared<StepCommand>(prepare_step(ctx, *s, request, StepKind::kForwardBackward, resolved.get()));
+    if (request.return_logprobs) {  // its own forward pass, before the step
+      admission_->admit_forward(command->sequences, "the forward pass of return_logprobs",
+                                "leave return_logprobs off (ComputeLogprobs gives them in smaller calls) or send fewer "
+                                "or shorter sequences",
+                                resident_bytes(s->spec.name));
+    }
   } catch (...) {
     done({nullptr, std::current_exception()});
     return;

@@ -287,6 +287,54 @@ TEST(Host, AdmissionPlansTheStepOnceAndCountsTopKTargets) {
   EXPECT_NE(admit(base + T * K * 32 - 1, distill).find("but the memory budget is"), std::string::npos);
 }
 
+// return_logprobs runs a forward pass over the whole batch before the step: admitted on its
+// own estimate. Under a budget the step fits but that pass does not, the call is refused
+// before anything runs (nothing changes); the same step without return_logprobs runs.
+TEST(Host, TheForwardPassOfReturnLogprobsIsAdmittedOnItsOwnEstimate) {
+  auto config = HostConfig();
+  config.trainer.engine.logits_chunk = -1;  // the forward pass's logits over the whole batch
+  config.trainer.micro_batch_tokens = 1024;  // the step: one sequence at a time
+  const auto model = PresetConfig("tiny");
+  auto step = SftStep(std::vector<std::vector<int64_t>>(8, std::vector<int64_t>(1024, 7)));
+  // The smallest budget each admits (both refusals are monotone in the budget).
+  auto smallest = [&](const std::function<void(const Admission&)>& admit) {
+    int64_t lo = 1, hi = int64_t{1} << 40;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      config.limits.memory_budget_bytes = mid;
+      try {
+        admit(Admission(config, model, torch::kFloat64));
+        hi = mid;
+      } catch (const ResourceExhausted&) {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  };
+  const int64_t forward = smallest([&](const Admission& a) { a.admit_forward(step.sequences, "forward", ""); });
+  const int64_t whole_step = smallest([&](const Admission& a) {
+    auto e = a.resolve_engine(EngineRequest{});
+    a.admit_step(step.sequences, false, &e);
+  });
+  ASSERT_LT(whole_step, forward) << "the test needs a step that fits where the forward pass does not";
+  config.limits.memory_budget_bytes = forward - 1;
+  auto host = TrainingHost::Create(config);
+  const auto before = Weights(*host);
+  auto with = step;
+  with.return_logprobs = true;
+  auto refused = Wait<StepStats>([&](auto done) { host->forward_backward(Ctx("ForwardBackward"), with, done); });
+  ASSERT_FALSE(refused.ok());
+  ErrorCode code{};
+  const auto message = ErrorOf(refused.error, &code);
+  EXPECT_EQ(code, ErrorCode::kResourceExhausted) << message;
+  EXPECT_NE(message.find("the forward pass of return_logprobs is estimated at"), std::string::npos) << message;
+  EXPECT_NE(message.find("leave return_logprobs off"), std::string::npos) << message;
+  ExpectSame(Weights(*host), before);
+  EXPECT_EQ(host->info().pending_micro_batches, 0);
+  auto ran = Wait<StepStats>([&](auto done) { host->forward_backward(Ctx("ForwardBackward"), step, done); });
+  ASSERT_TRUE(ran.ok()) << ErrorOf(ran.error);
+}
+
 TEST(Host, RequestIdReplaysTheFirstAnswerAndRefusesAnotherBody) {
   auto host = TrainingHost::Create(HostConfig());
   auto step = SftStep({{1, 2, 3, 4, 5}});
