@@ -38,9 +38,8 @@ Admission::Admission(const ServerConfig& config, const ModelConfig& model, torch
   plan_options_.max_sequence_length = config.limits.max_sequence_length;  // as Replica sets it
   // Sessions use the base with the adapter off as their reference (no copy); a server without
   // them keeps a frozen copy of the weights (Trainer: reference model) for its whole life.
-  if (config.trainer.reference.use_reference_model && !config.sessions.enabled) {
-    reference_bytes_ = EstimateForwardMemory(model, dtype, 1, 1, 1, config.trainer.engine.device).weights_bytes;
-  }
+  weights_bytes_ = EstimateForwardMemory(model, dtype, 1, 1, 1, config.trainer.engine.device).weights_bytes;
+  if (config.trainer.reference.use_reference_model && !config.sessions.enabled) reference_bytes_ = weights_bytes_;
 }
 
 EngineOptions Admission::resolve_engine(const EngineRequest& r) const {
@@ -96,7 +95,9 @@ void Admission::check_budget(const MemoryEstimate& est, int64_t resident_bytes, 
   if (on_refusal) on_refusal("estimate");
   throw ResourceExhausted(what + " is estimated at " + std::to_string(total) + " bytes (" + MiB(total) +
                           "; activations " + MiB(est.activation_bytes) +
-                          (resident_bytes > 0 ? "; other resident sessions " + MiB(resident_bytes) : std::string()) +
+                          (resident_bytes > 0 ? "; resident beside it (other sessions; for a full session, the shared base and its "
+                                                    "reference) " + MiB(resident_bytes)
+                                                  : std::string()) +
                           (reference_bytes_ > 0 ? "; the reference model " + MiB(reference_bytes_) : std::string()) +
                           ") but the memory budget is " + std::to_string(budget) +
                           " bytes (limits.memory_budget_bytes); " + advice);

@@ -42,6 +42,8 @@ class Admission {
   /// naming `what` when it does not fit.
   void admit_forward(const std::vector<Sequence>& sequences, const std::string& what, const std::string& advice,
                      int64_t resident_bytes = 0) const;
+  /// The base model's weights (what one copy of them takes on the device).
+  int64_t weights_bytes() const { return weights_bytes_; }
   /// EstimateMemory: InvalidArgument for lengths or rows the server would refuse anyway.
   EstimateReply estimate(int64_t rows, int64_t seq_len, const EngineRequest& engine,
                          const LoraConfig* lora = nullptr, int64_t resident_bytes = 0) const;
@@ -61,6 +63,7 @@ class Admission {
   /// The frozen reference model's weights when the trainer holds a copy (a server without
   /// sessions and trainer.reference.use_reference_model): resident for every request.
   int64_t reference_bytes_ = 0;
+  int64_t weights_bytes_ = 0;
 };
 
 }  // namespace streambp::server

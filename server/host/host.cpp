@@ -251,10 +251,16 @@ void TrainingHost::on_memory_refusal(const std::string& reason) {
 }
 
 int64_t TrainingHost::resident_bytes(const std::string& except) const {
+  if (!config_.sessions.enabled) return 0;
   std::lock_guard<std::mutex> lock(sessions_mutex_);
   int64_t bytes = 0;
   for (const auto& [name, s] : sessions_) {
-    if (name != except && s->resident && config_.sessions.enabled) bytes += s->device_bytes;
+    if (name != except && s->resident) bytes += s->device_bytes;
+  }
+  // A full session's own estimate counts its copy of the weights; the shared base stays on
+  // the device beside it, and so does its frozen reference copy (Trainer: reference model).
+  if (const auto it = sessions_.find(except); it != sessions_.end() && it->second->spec.full) {
+    bytes += admission_->weights_bytes() * (config_.trainer.reference.use_reference_model ? 2 : 1);
   }
   return bytes;
 }

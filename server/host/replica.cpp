@@ -210,6 +210,9 @@ int64_t Replica::session_bytes(const std::string& session) {
     bytes += p.numel() * static_cast<int64_t>(p.element_size());
     if (p.grad().defined()) bytes += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
   }
+  if (const auto& reference = t.reference_model()) {  // a full session's own frozen copy
+    for (const auto& p : reference->parameters()) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  }
   return bytes;
 }
 

@@ -335,6 +335,50 @@ TEST(Host, TheForwardPassOfReturnLogprobsIsAdmittedOnItsOwnEstimate) {
   ASSERT_TRUE(ran.ok()) << ErrorOf(ran.error);
 }
 
+// A full fine-tuning session holds its own copy of the weights and a frozen reference copy
+// while the shared base stays on the device: its own requests count the base and the
+// reference beside their estimate, and every other session's count its resident bytes,
+// reference included.
+TEST(Host, AFullSessionCountsTheSharedBaseAndItsReference) {
+  auto config = HostConfig();
+  config.checkpoint_dir = testing::TempDir("host-full-session");
+  config.sessions.enabled = true;
+  config.sessions.allow_full_finetuning = true;
+  config.trainer.reference.use_reference_model = true;
+  auto host = TrainingHost::Create(config);
+  for (const bool full : {true, false}) {
+    SessionRequest r;
+    r.spec.name = full ? "full" : "lora";
+    r.spec.full = full;
+    r.spec.lora.r = 4;
+    auto created = Wait<SessionReport>([&](auto done) { host->create_session(Ctx("CreateSession"), r, done); });
+    ASSERT_TRUE(created.ok()) << ErrorOf(created.error);
+  }
+  auto ctx = Ctx("TrainStep");
+  ctx.session = "full";
+  auto trained = Wait<TrainStats>([&](auto done) { host->train_step(ctx, SftStep({{1, 2, 3, 4, 5}}), done); });
+  ASSERT_TRUE(trained.ok()) << ErrorOf(trained.error);
+
+  const Admission alone(config, PresetConfig("tiny"), torch::kFloat64);
+  const int64_t W = alone.weights_bytes();
+  // The full session: its estimate (its own copy, gradients, optimizer) + the base + its
+  // reference + the LoRA session's adapter and optimizer state.
+  const int64_t lora_bytes = host->session_report("lora").device_bytes;
+  EXPECT_GT(lora_bytes, 0);
+  const auto full = host->estimate("full", 1, 32, EngineRequest{}).estimate;
+  EXPECT_EQ(full.weights_bytes, alone.estimate(1, 32, EngineRequest{}).estimate.weights_bytes + 2 * W + lora_bytes);
+  // Resident, it holds its weights, AdamW's two moments and its reference: 4 copies' worth.
+  const auto report = host->session_report("full");
+  EXPECT_TRUE(report.resident);
+  EXPECT_GE(report.device_bytes, 4 * W);
+  // The LoRA session beside it counts all of that.
+  LoraConfig lora;
+  lora.r = 4;
+  const auto beside = host->estimate("lora", 1, 32, EngineRequest{}).estimate;
+  EXPECT_EQ(beside.weights_bytes,
+            alone.estimate(1, 32, EngineRequest{}, &lora).estimate.weights_bytes + report.device_bytes);
+}
+
 TEST(Host, RequestIdReplaysTheFirstAnswerAndRefusesAnotherBody) {
   auto host = TrainingHost::Create(HostConfig());
   auto step = SftStep({{1, 2, 3, 4, 5}});
