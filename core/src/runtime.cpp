@@ -1,5 +1,8 @@
 #include "streambp/runtime.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -51,7 +54,32 @@ int DefaultThreads() {
     const long n = std::strtol(env, &end, 10);
     if (errno == 0 && *end == '\0' && n > 0 && n <= 4096) return static_cast<int>(n);
   }
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0 && CPU_COUNT(&mask) > 0) cores = std::min(cores, CPU_COUNT(&mask));
+  // The cgroup's quota: v2's cpu.max ("<quota> <period>"), else v1's two files.
+  std::string quota, period;
+  std::ifstream v2("/sys/fs/cgroup/cpu.max");
+  if (!(v2 >> quota >> period)) {
+    std::ifstream q("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), p("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+    if (!(q >> quota && p >> period)) quota.clear();
+  }
+  if (const int limit = CpuQuotaCores(quota, period); limit > 0) cores = std::min(cores, limit);
+  return cores;
+}
+
+int CpuQuotaCores(const std::string& quota, const std::string& period) {
+  auto number = [](const std::string& text) -> long long {
+    if (text.empty()) return -1;
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    return errno == 0 && *end == '\0' ? v : -1;
+  };
+  const long long q = number(quota), p = number(period);
+  if (q <= 0 || p <= 0) return 0;
+  return static_cast<int>(std::min<long long>((q + p - 1) / p, 1 << 20));
 }
 
 void ConfigureThreads(int threads) {

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   CLI::App app{"streambp-server: exact StreamBP training as a service"};
   app.require_subcommand(1);
   int threads = 0;
-  app.add_option("--threads", threads, "LibTorch threads (0 = OMP_NUM_THREADS when set, else the number of cores)");
+  app.add_option("--threads", threads, "LibTorch threads (0 = OMP_NUM_THREADS when set, else the CPUs this process may use)");
   app.set_version_flag("--version", BuildInfo, "print version and build info (LibTorch, BLAS, CUDA) and exit");
 
   streambp::tools::InitModelArgs init;

@@ -1,5 +1,8 @@
 // Thread configuration: `threads = 0` follows OMP_NUM_THREADS, so a test runner or launcher
-// that runs several processes on the same cores can keep them from oversubscribing.
+// that runs several processes on the same cores can keep them from oversubscribing, and
+// otherwise never exceeds the CPUs the process may run on (affinity, cgroup quota).
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
@@ -39,6 +42,7 @@ class ScopedOmpThreads {
   int threads_;
 };
 
+// What the machine has.
 int Cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
 TEST(Runtime, ZeroThreadsFollowsOmpNumThreadsElseTheCores) {
@@ -51,15 +55,33 @@ TEST(Runtime, ZeroThreadsFollowsOmpNumThreadsElseTheCores) {
     ConfigureThreads(1);  // an explicit count wins over the environment
     EXPECT_EQ(torch::get_num_threads(), 1);
   }
-  {
+  const int usable = [] {
     ScopedOmpThreads env(nullptr);
-    EXPECT_EQ(DefaultThreads(), Cores());
-  }
+    return DefaultThreads();
+  }();
+  EXPECT_GE(usable, 1);
+  EXPECT_LE(usable, Cores());
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+  EXPECT_LE(usable, CPU_COUNT(&mask));  // never more threads than CPUs it may run on
   // What is not a positive count is ignored, as if unset.
   for (const char* bad : {"", "0", "-2", "two", "4x", "99999999999999999999"}) {
     ScopedOmpThreads env(bad);
-    EXPECT_EQ(DefaultThreads(), Cores()) << "OMP_NUM_THREADS='" << bad << "'";
+    EXPECT_EQ(DefaultThreads(), usable) << "OMP_NUM_THREADS='" << bad << "'";
   }
+}
+
+// A container's CPU limit is a cgroup quota: "2.5 CPUs" is 250000 us per 100000 us.
+TEST(Runtime, CpuQuotaCoresRoundUpAndNoQuotaIsZero) {
+  EXPECT_EQ(CpuQuotaCores("200000", "100000"), 2);
+  EXPECT_EQ(CpuQuotaCores("250000", "100000"), 3);
+  EXPECT_EQ(CpuQuotaCores("50000", "100000"), 1);
+  EXPECT_EQ(CpuQuotaCores("max", "100000"), 0);  // cgroup v2: no limit
+  EXPECT_EQ(CpuQuotaCores("-1", "100000"), 0);   // cgroup v1: no limit
+  EXPECT_EQ(CpuQuotaCores("", ""), 0);           // no cgroup files
+  EXPECT_EQ(CpuQuotaCores("100000", "0"), 0);
+  EXPECT_EQ(CpuQuotaCores("1x", "100000"), 0);
 }
 
 }  // namespace

@@ -16,8 +16,15 @@ struct RuntimeInfo {
 RuntimeInfo GetRuntimeInfo();
 
 /// The thread count `threads = 0` means: OMP_NUM_THREADS when it is a positive integer (as
-/// PyTorch reads it), else the number of cores.
+/// PyTorch reads it), else the CPUs this process may run on: the cores, at most its affinity
+/// mask's CPUs and its cgroup's CPU quota (rounded up). A container limited to 4 CPUs on a
+/// 64-core node gets 4 threads, not 64 that would wait on each other at every op.
 int DefaultThreads();
+
+/// CPUs a cgroup CPU quota allows, rounded up; 0 for no quota. `quota` is cgroup v2's first
+/// cpu.max field ("max" = none) or v1's cpu.cfs_quota_us ("-1" = none), `period` the
+/// matching period in microseconds.
+int CpuQuotaCores(const std::string& quota, const std::string& period);
 
 /// Sets LibTorch's intra-op threads (0 = DefaultThreads()).
 void ConfigureThreads(int threads);
