@@ -129,9 +129,7 @@ StepPlan Admission::admit_step(const std::vector<Sequence>& sequences, bool chun
   // 2-D (top-k) targets: the batch's [rows, longest, K] candidate ids and weights (8 bytes
   // each, K the batch's largest), and as much again for their gathered log-probs and
   // gradients. Held for the whole step, beside the engine's activations.
-  int64_t top_k = 0;
-  for (const auto& q : sequences) top_k = std::max(top_k, q.top_k);
-  const int64_t top_k_bytes = rows * longest * top_k * 8 * 4;
+  const int64_t top_k_bytes = rows * longest * plan.top_k * 8 * 4;
   if (config_.limits.auto_chunks && engine->kind == EngineKind::kStream && !chunks_given) {
     // The largest chunks whose estimated peak fits the memory budget.
     auto chosen = ChooseChunks(model_, dtype_, rows, longest,

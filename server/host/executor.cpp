@@ -47,10 +47,10 @@ void CheckParallelLayout(const ServerConfig& config, const DistOptions& dist) {
   const int64_t P = config.parallel.context_parallel;
   if (P <= 1) return;
   const std::string what = "parallel.context_parallel " + std::to_string(P);
-  if (dist.world_size != P) {
-    throw InvalidArgument(what + " needs " + std::to_string(P) + " ranks (RANK, WORLD_SIZE=" + std::to_string(P) +
-                          ", MASTER_ADDR, MASTER_PORT), got WORLD_SIZE=" + std::to_string(dist.world_size) +
-                          (dist.world_size > P ? " (data parallel x context parallel is not supported yet)" : ""));
+  if (dist.world_size % P != 0) {
+    throw InvalidArgument(what + " needs a multiple of " + std::to_string(P) +
+                          " ranks (WORLD_SIZE = data parallel x context parallel, with RANK, MASTER_ADDR and "
+                          "MASTER_PORT), got WORLD_SIZE=" + std::to_string(dist.world_size));
   }
   if (dist.zero_stage != 0) {
     throw InvalidArgument(what + ": every rank holds the whole optimizer state under context parallel; set "

@@ -13,6 +13,12 @@
 
 namespace streambp::server {
 
+/// A reply made immutable and shared (a call's result, a snapshot).
+template <class T>
+std::shared_ptr<const T> Share(T value) {
+  return std::make_shared<const T>(std::move(value));
+}
+
 inline double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }

@@ -24,11 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-template <class T>
-std::shared_ptr<const T> Share(T value) {
-  return std::make_shared<const T>(std::move(value));
-}
-
 // step and policy_version of a trainer checkpoint folder (0, 0 when there is none).
 std::pair<int64_t, int64_t> CheckpointVersions(const std::string& dir) {
   std::ifstream in(fs::path(dir) / "trainer_state.json");

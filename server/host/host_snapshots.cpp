@@ -58,11 +58,6 @@ SnapshotReport Report(const HostSession& s) {
   return r;
 }
 
-template <class T>
-std::shared_ptr<const T> Share(T value) {
-  return std::make_shared<const T>(std::move(value));
-}
-
 std::string Quoted(const std::string& session, const std::string& name) {
   return "snapshot '" + name + "' of session '" + session + "'";
 }

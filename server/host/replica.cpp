@@ -66,7 +66,8 @@ std::unique_ptr<Replica> Replica::Create(const ServerConfig& config, const torch
   r->trainer_options_ = config.trainer;
   r->trainer_options_.max_sequence_length = config.limits.max_sequence_length;
   r->comm_ = std::move(comm);
-  r->context_parallel_ = config.parallel.context_parallel > 1 && r->comm_ && r->comm_->world_size() > 1;
+  // WORLD_SIZE = data parallel x context parallel (docs/architecture.md: Context parallel).
+  if (r->comm_) r->groups_ = SplitParallelGroups(r->comm_, static_cast<int>(config.parallel.context_parallel));
   r->side_files_ = ReadModelSideFiles(config.model.dir);  // into every checkpoint
   r->sessions_ = config.sessions.enabled;
   if (r->sessions_) {
@@ -80,11 +81,8 @@ std::unique_ptr<Replica> Replica::Create(const ServerConfig& config, const torch
 }
 
 void Replica::adopt(Trainer& trainer) const {
-  if (comm_ && context_parallel_) {
-    trainer.set_context_parallel(comm_);  // docs/architecture.md: Context parallel
-  } else if (comm_) {
-    trainer.set_communicator(comm_);
-  }
+  if (groups_.data) trainer.set_communicator(groups_.data);
+  if (groups_.context) trainer.set_context_parallel(groups_.context);  // docs/architecture.md: Context parallel
   if (!side_files_.empty()) trainer.set_side_files(side_files_);
 }
 

@@ -71,8 +71,8 @@ class Replica {
   torch::Dtype dtype_ = torch::kFloat32;
   torch::Device device_ = torch::kCPU;
   bool sessions_ = false;
-  bool context_parallel_ = false;  // comm_ splits every sequence's positions (not the batch's sequences)
-  std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> comm_;  // every rank (agreement on reads)
+  ParallelGroups groups_;               // comm_'s data- and context-parallel groups
   std::vector<std::pair<std::string, std::string>> side_files_;  // the model folder's tokenizer etc.
   CausalLM base_{nullptr};
   std::map<std::string, std::unique_ptr<Trainer>> trainers_;

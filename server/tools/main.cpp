@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
   grad_cmd->add_option("--out", grad.out, "output .safetensors file")->required();
   grad_cmd->add_option("--context-parallel", grad.context_parallel,
                        "split every sequence over this many processes (RANK, WORLD_SIZE, MASTER_ADDR, "
-                       "MASTER_PORT); rank 0 writes the gradients")
+                       "MASTER_PORT; WORLD_SIZE a multiple of it adds data parallel); rank 0 writes the gradients")
       ->check(CLI::PositiveNumber);
 
   streambp::tools::VerifyArgs verify;
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--save", train.save, "write a checkpoint folder at the end");
   train_cmd->add_option("--context-parallel", train.context_parallel,
                         "split every sequence over this many processes (RANK, WORLD_SIZE, MASTER_ADDR, "
-                        "MASTER_PORT); rank 0 reports and saves")
+                        "MASTER_PORT; WORLD_SIZE a multiple of it adds data parallel); rank 0 reports and saves")
       ->check(CLI::PositiveNumber);
   train_cmd->add_option("--lora-rank", train.lora_rank, "train a LoRA adapter of this rank on the frozen base")
       ->check(CLI::NonNegativeNumber);
@@ -238,8 +238,8 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--memory-budget", serve.memory_budget,
                         "refuse steps estimated above this many bytes (default 0: no budget)");
   serve_cmd->add_option("--context-parallel", serve.context_parallel,
-                        "split every sequence over this many ranks (parallel.context_parallel; launch WORLD_SIZE of "
-                        "them with RANK, MASTER_ADDR, MASTER_PORT); rank 0 serves")
+                        "split every sequence over this many ranks (parallel.context_parallel; launch WORLD_SIZE = a "
+                        "multiple of it, with RANK, MASTER_ADDR, MASTER_PORT: the rest is data parallel); rank 0 serves")
       ->check(CLI::PositiveNumber);
   serve_cmd->add_option("--log-format", serve.log_format, with_default("text | json", defaults.log.format));
   serve_cmd->add_flag("--check-config", serve.check_config,

@@ -21,6 +21,7 @@
 #include "streambp/runtime.h"
 #include "streambp/terminal_progress.h"
 #include "streambp/tokenizer.h"
+#include "streambp/trainer.h"
 
 namespace streambp::tools {
 namespace {
@@ -181,16 +182,24 @@ void FillReferenceFromModel(CausalLM& model, Objective& objective, std::vector<S
 
 }  // namespace
 
-std::shared_ptr<Communicator> ContextParallelGroup(int ranks) {
+bool ToolGroups::writer() const { return world == nullptr || world->rank() == 0; }
+
+ToolGroups ContextParallelGroups(int ranks, bool data_parallel) {
   if (ranks < 1) throw InvalidArgument("--context-parallel must be >= 1, got " + std::to_string(ranks));
   const auto dist = DistOptions::FromEnv();
-  if (dist.world_size != ranks) {
-    throw InvalidArgument("--context-parallel " + std::to_string(ranks) + " runs as " + std::to_string(ranks) +
-                          " processes with RANK 0.." + std::to_string(ranks - 1) + ", WORLD_SIZE " +
-                          std::to_string(ranks) + ", MASTER_ADDR and MASTER_PORT set; WORLD_SIZE is " +
+  const std::string p = std::to_string(ranks);
+  if (dist.world_size % ranks != 0 || (!data_parallel && dist.world_size != ranks)) {
+    throw InvalidArgument("--context-parallel " + p + " runs as " +
+                          (data_parallel ? "D x " + p + " processes (D data-parallel groups of " + p + ")"
+                                         : p + " processes") +
+                          " with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; WORLD_SIZE is " +
                           std::to_string(dist.world_size));
   }
-  return Communicator::Create(dist);
+  ToolGroups g;
+  if (!dist.enabled()) return g;
+  g.world = Communicator::Create(dist);
+  g.groups = SplitParallelGroups(g.world, ranks);
+  return g;
 }
 
 std::unique_ptr<Objective> MakeObjective(const std::string& name, const std::string& options_json) {
@@ -232,13 +241,14 @@ int InitModel(const InitModelArgs& args) {
 }
 
 int Grad(const GradArgs& args) {
-  auto group = args.context_parallel != 1 ? ContextParallelGroup(args.context_parallel) : nullptr;
-  const bool writer = group == nullptr || group->rank() == 0;
+  const auto parallel = ContextParallelGroups(args.context_parallel, /*data_parallel=*/true);
+  Communicator* group = parallel.groups.context.get();
+  const bool writer = parallel.writer();
   auto m = Load(args.model, args.adapter);
   auto objective = MakeObjective(args.objective, args.objective_options);
   auto sequences = ReadExamples(args.data, args.objective);
   ValidateSequences(sequences, m.model->config().vocab_size);
-  FillReferenceFromModel(m.model, *objective, sequences, group.get());
+  FillReferenceFromModel(m.model, *objective, sequences, group);
   auto batch = MakeBatch(sequences, ParseLayout(args.layout));
   EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false,
                         args.flags.key_chunk};
@@ -247,14 +257,28 @@ int Grad(const GradArgs& args) {
   auto t0 = std::chrono::steady_clock::now();
   ContextParallelStats cp;
   StepResult result;
-  if (group) {
+  if (parallel.groups.data) {
+    // Data parallel too: the Trainer gives each data rank its share of the sequences
+    // (normalized as the whole step) and splits it over the rank's context group; the
+    // gradients summed over both groups are the one-process gradient.
+    TrainerOptions o;
+    o.engine = options;
+    o.layout = ParseLayout(args.layout);
+    auto trainer = Trainer::Create(m.model, o, m.adapter);
+    trainer->set_communicator(parallel.groups.data);
+    if (group) trainer->set_context_parallel(parallel.groups.context);
+    result = trainer->forward_backward(sequences, *objective);
+    SumGradients(m.trained(), *parallel.groups.data);
+    if (group) SumGradients(m.trained(), *group);
+  } else if (group) {
     result = ContextParallelForwardBackward(m.model, batch, *objective, options, *group, &cp);
     SumGradients(m.trained(), *group);
+    result.metrics = objective->finish_merged(MergeMetricsOver(*group));
   } else {
     result = ForwardBackward(m.model, batch, *objective, options);
+    result.metrics = objective->finish();
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.metrics = group ? objective->finish_merged(MergeMetricsOver(*group)) : objective->finish();
   if (!writer) return 0;
   auto grads = m.gradients();
   char loss[64];
@@ -270,7 +294,10 @@ int Grad(const GradArgs& args) {
               args.objective.c_str(), result.loss, (long long)result.targets, args.engine.c_str(), secs,
               grads.size(), args.out.c_str());
   if (!result.metrics.empty()) std::printf("metrics: %s\n", FormatMetrics(result.metrics).c_str());
-  if (group) {
+  if (parallel.groups.data) {
+    std::printf("data x context parallel: %d x %d ranks (each data rank's sequences split over its context ranks)\n",
+                parallel.groups.data->world_size(), group ? group->world_size() : 1);
+  } else if (group) {
     const auto [begin, end] = ContextShardRange(batch.length(), 0, group->world_size());
     std::printf("context parallel: %d ranks (rank 0 holds positions [%lld, %lld) of %lld); per layer K/V %.3f MiB, "
                 "dK/dV %.3f MiB; %.3f s in collectives on rank 0\n",
@@ -282,8 +309,9 @@ int Grad(const GradArgs& args) {
 }
 
 int Verify(const VerifyArgs& args) {
-  auto group = args.context_parallel != 1 ? ContextParallelGroup(args.context_parallel) : nullptr;
-  if (group && group->rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+  const auto parallel = ContextParallelGroups(args.context_parallel, /*data_parallel=*/false);
+  Communicator* group = parallel.groups.context.get();
+  if (!parallel.writer() && std::freopen("/dev/null", "w", stdout) == nullptr) {
     throw Error(ErrorCode::kInternal, "stdout");
   }
   auto m = Load(args.model, args.adapter);

@@ -5,18 +5,24 @@
 
 #include <memory>
 
+#include "streambp/dist.h"
 #include "streambp/model.h"
 #include "streambp/objective.h"
 
-namespace streambp {
-class Communicator;
-}
-
 namespace streambp::tools {
 
-/// The process group of `--context-parallel P`: P processes started with RANK, WORLD_SIZE =
-/// P, MASTER_ADDR and MASTER_PORT (InvalidArgument naming them when WORLD_SIZE is not P).
-std::shared_ptr<Communicator> ContextParallelGroup(int ranks);
+/// The groups of `--context-parallel P`: WORLD_SIZE processes started with RANK, WORLD_SIZE,
+/// MASTER_ADDR and MASTER_PORT; WORLD_SIZE = D x P, and D > 1 adds data parallel (each data
+/// rank computes its share of the sequences, split over its P context ranks: SplitParallelGroups).
+/// InvalidArgument naming the variables when P does not divide WORLD_SIZE, or, without
+/// `data_parallel`, when WORLD_SIZE is not P; before any rendezvous.
+struct ToolGroups {
+  std::shared_ptr<Communicator> world;  ///< every rank; null for one process
+  ParallelGroups groups;
+  /// Rank 0 reports and writes; the others print nothing.
+  bool writer() const;
+};
+ToolGroups ContextParallelGroups(int ranks, bool data_parallel);
 
 /// A registered objective from --objective and --objective-options (a JSON object);
 /// InvalidArgument for bad JSON, unknown objectives or options.

@@ -47,8 +47,8 @@ int Train(const TrainArgs& args) {
   if (args.batch_size < 0) throw InvalidArgument("--batch-size must be >= 0 (0 = all examples)");
   // Context parallel: every rank runs the same steps on its part of the positions; rank 0
   // reports and saves (the others print nothing).
-  auto group = args.context_parallel != 1 ? ContextParallelGroup(args.context_parallel) : nullptr;
-  const bool writer = group == nullptr || group->rank() == 0;
+  const auto parallel = ContextParallelGroups(args.context_parallel, /*data_parallel=*/true);
+  const bool writer = parallel.writer();
   if (!writer && std::freopen("/dev/null", "w", stdout) == nullptr) throw Error(ErrorCode::kInternal, "stdout");
   auto objective = MakeObjective(args.objective, args.objective_options);
   const auto sequences = ReadExamples(args.data, args.objective);
@@ -94,7 +94,8 @@ int Train(const TrainArgs& args) {
     throw InvalidArgument("--save-adapter and --save-merged need an adapter (--lora-rank R or --adapter DIR)");
   }
   auto trainer = Trainer::Create(std::move(model), options, adapter);
-  if (group) trainer->set_context_parallel(group);
+  if (parallel.groups.data) trainer->set_communicator(parallel.groups.data);
+  if (parallel.groups.context) trainer->set_context_parallel(parallel.groups.context);
   if (adapter) {
     std::printf("adapter: LoRA r %lld, alpha %g%s, %lld trainable parameters on %s (base frozen)\n",
                 (long long)adapter->config().r, adapter->config().alpha, adapter->config().use_rslora ? " (rsLoRA)" : "",
@@ -143,8 +144,13 @@ int Train(const TrainArgs& args) {
   const double fall = first_loss != 0 ? 100.0 * (first_loss - last_loss) / std::abs(first_loss) : 0.0;
   std::printf("summary: %lld steps in %.2f s, first loss %.6f, last loss %.6f, fell by %.1f%%\n",
               (long long)args.steps, total, first_loss, last_loss, fall);
-  if (group) std::printf("context parallel: %d ranks, each holding 1/%d of every sequence's positions\n",
-                         group->world_size(), group->world_size());
+  if (const auto& cp = parallel.groups.context) {
+    std::printf("context parallel: %d ranks, each holding 1/%d of every sequence's positions\n", cp->world_size(),
+                cp->world_size());
+  }
+  if (const auto& dp = parallel.groups.data) {
+    std::printf("data parallel: %d ranks, each computing its share of every step's sequences\n", dp->world_size());
+  }
   if (!writer) return 0;
   if (!args.save_adapter.empty()) {
     adapter->save(args.save_adapter);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `grad --context-parallel P` as P processes on loopback (Gloo): rank 0 writes every
 # parameter's gradient, equal in float64 to one process's (1e-10 relative, tensor by tensor),
-# for SFT on a packed batch and DPO, with 2 and 3 ranks; `train` and `verify` the same way; a
-# launch without the environment is a clear error.
+# for SFT on a packed batch and DPO, with 2 and 3 ranks, and with 4 ranks as 2 data x 2
+# context; `train` and `verify` the same way; a launch without the environment is a clear error.
 set -uo pipefail
 server="$1"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -37,13 +37,15 @@ sys.exit(0 if worst <= 1e-10 and abs(loss_a - loss_b) <= 1e-12 * max(1.0, abs(lo
 PY
 }
 
-# cp_run RANKS NAME TOOL ARGS...: `TOOL --context-parallel RANKS ARGS` as RANKS processes, logs $dir/NAME-rank<r>.log.
+# cp_run RANKS NAME TOOL ARGS...: `TOOL --context-parallel RANKS ARGS` as RANKS processes (WORLD
+# processes when WORLD is set: data parallel x context parallel), logs $dir/NAME-rank<r>.log.
 cp_run() {
   local ranks="$1" name="$2" tool="$3"; shift 3
+  local world="${WORLD:-$ranks}"
   local master; master="$(free_port)"
   local procs=()
-  for r in $(seq 0 $((ranks - 1))); do
-    env MASTER_ADDR=127.0.0.1 MASTER_PORT="$master" WORLD_SIZE="$ranks" RANK="$r" STREAMBP_DIST_TIMEOUT=60 \
+  for r in $(seq 0 $((world - 1))); do
+    env MASTER_ADDR=127.0.0.1 MASTER_PORT="$master" WORLD_SIZE="$world" RANK="$r" STREAMBP_DIST_TIMEOUT=60 \
       "$server" "$tool" --context-parallel "$ranks" "$@" > "$dir/$name-rank$r.log" 2>&1 &
     procs+=($!); pids+=($!)
   done
@@ -75,6 +77,17 @@ grep -q "rewards/margins" "$dir/dpo-cp2-rank0.log" || fail "dpo over 2 ranks pri
 out="$(compare "$dir/dpo-one.safetensors" "$dir/dpo-cp2.safetensors")" || fail "qwen3 dpo, 2 ranks: $out"
 echo "qwen3 dpo, 2 ranks: $out"
 
+# Data parallel x context parallel: 4 processes, 2 data ranks (each computing its share of the
+# sequences) x 2 context ranks (each holding half of every position); rank 0 writes the sum.
+WORLD=4 cp_grad 2 sft-dp2cp2 --model "$dir/qwen3" --dtype float64 --data "$dir/sft.jsonl" --layout packed --chunk 2 \
+  --logits-chunk 3 --key-chunk 2
+grep -q "data x context parallel: 2 x 2 ranks" "$dir/sft-dp2cp2-rank0.log" || fail "rank 0 does not report DP x CP"
+out="$(compare "$dir/qwen3-one.safetensors" "$dir/sft-dp2cp2.safetensors")" || fail "qwen3 sft, 2 x 2 ranks: $out"
+echo "qwen3 sft, data 2 x context 2 ranks: $out"
+WORLD=4 cp_grad 2 dpo-dp2cp2 "${dpo[@]}"
+out="$(compare "$dir/dpo-one.safetensors" "$dir/dpo-dp2cp2.safetensors")" || fail "qwen3 dpo, 2 x 2 ranks: $out"
+echo "qwen3 dpo, data 2 x context 2 ranks: $out"
+
 # train: three AdamW steps with clipping; rank 0's checkpoint holds one process's weights.
 train=(--model "$dir/qwen3" --dtype float64 --data "$dir/sft.jsonl" --steps 3 --lr 0.01 --chunk 2 --logits-chunk 3)
 "$server" train "${train[@]}" --save "$dir/train-one" > "$dir/train-one.log" 2>&1 || fail "train"
@@ -83,6 +96,10 @@ grep -q "context parallel: 2 ranks" "$dir/train-cp2-rank0.log" || fail "train ov
 [ ! -s "$dir/train-cp2-rank1.log" ] || fail "rank 1 of train printed: $(cat "$dir/train-cp2-rank1.log")"
 out="$(compare "$dir/train-one/model.safetensors" "$dir/train-cp2/model.safetensors")" || fail "qwen3 train, 2 ranks: $out"
 echo "qwen3 train, 2 ranks: $out"
+WORLD=4 cp_run 2 train-dp2cp2 train "${train[@]}" --save "$dir/train-dp2cp2"
+grep -q "data parallel: 2 ranks" "$dir/train-dp2cp2-rank0.log" || fail "train over 2 x 2 ranks does not say so"
+out="$(compare "$dir/train-one/model.safetensors" "$dir/train-dp2cp2/model.safetensors")" || fail "qwen3 train, 2 x 2 ranks: $out"
+echo "qwen3 train, data 2 x context 2 ranks: $out"
 
 # verify: the split stream engine is one more row, against full's gradients (float64), with a
 # Gemma3 model (sliding windows) over 2 ranks; rank 0 prints it, rank 1 nothing.
@@ -95,7 +112,7 @@ echo "verify over 2 ranks: $(grep "^stream cp2 " "$dir/verify-cp2-rank0.log")"
 # Without the processes' environment: the error says what to set, and nothing is written.
 out="$(env -u WORLD_SIZE -u RANK "$server" grad --context-parallel 2 --model "$dir/qwen3" --data "$dir/sft.jsonl" \
   --out "$dir/none.safetensors" 2>&1)" && fail "grad --context-parallel 2 without WORLD_SIZE succeeded"
-grep -q "runs as 2 processes with RANK 0..1, WORLD_SIZE 2, MASTER_ADDR and MASTER_PORT set; WORLD_SIZE is 1" <<<"$out" \
+grep -q "runs as D x 2 processes (D data-parallel groups of 2) with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; WORLD_SIZE is 1" <<<"$out" \
   || fail "unclear error: $out"
 [ ! -e "$dir/none.safetensors" ] || fail "a refused run wrote a file"
 echo "PASS"

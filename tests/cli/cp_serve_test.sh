@@ -2,10 +2,11 @@
 # A 2-process context-parallel server on loopback (Gloo): every sequence's positions split
 # over the ranks (parallel.context_parallel / --context-parallel). A client trains through
 # rank 0; the weights (and a LoRA session's adapter) equal one process's to 1e-10 in float64
-# and are bit-identical on both ranks; EstimateMemory answers per rank; bad layouts fail at
+# and are bit-identical on both ranks, and so with 4 ranks as 2 data x 2 context; EstimateMemory answers per rank; bad layouts fail at
 # start with what to change; killing rank 1 makes rank 0 answer UNAVAILABLE in time.
 set -uo pipefail
 server="$1"; cli="$2"
+grid_pids=()
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 sdk="$(dirname "${BASH_SOURCE[0]}")/../../client/python"
@@ -64,10 +65,11 @@ PY
 # --- Bad layouts fail at start, on the rank that sees them, with what to change.
 config bad 2
 "$server" serve --config "$dir/bad.json" --listen 127.0.0.1:0 > "$dir/bad1.out" 2>&1 && fail "context parallel 2 started alone"
-grep -q "parallel.context_parallel 2 needs 2 ranks.*WORLD_SIZE=1" "$dir/bad1.out" || fail "no layout message: $(cat "$dir/bad1.out")"
-env MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" WORLD_SIZE=4 RANK=0 STREAMBP_DIST_TIMEOUT=5 \
-  "$server" serve --config "$dir/bad.json" --listen 127.0.0.1:0 > "$dir/bad2.out" 2>&1 && fail "context parallel 2 of 4 ranks started"
-grep -q "data parallel x context parallel is not supported yet" "$dir/bad2.out" || fail "no DP x CP message: $(cat "$dir/bad2.out")"
+grep -q "parallel.context_parallel 2 needs a multiple of 2 ranks.*WORLD_SIZE=1" "$dir/bad1.out" || fail "no layout message: $(cat "$dir/bad1.out")"
+env MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" WORLD_SIZE=3 RANK=0 STREAMBP_DIST_TIMEOUT=5 \
+  "$server" serve --config "$dir/bad.json" --listen 127.0.0.1:0 > "$dir/bad2.out" 2>&1 && fail "context parallel 2 of 3 ranks started"
+grep -q "needs a multiple of 2 ranks (WORLD_SIZE = data parallel x context parallel.*got WORLD_SIZE=3" "$dir/bad2.out" \
+  || fail "no DP x CP message: $(cat "$dir/bad2.out")"
 env MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" WORLD_SIZE=2 RANK=1 STREAMBP_ZERO_STAGE=1 STREAMBP_DIST_TIMEOUT=5 \
   "$server" serve --config "$dir/bad.json" --listen 127.0.0.1:0 > "$dir/bad3.out" 2>&1 && fail "context parallel with ZeRO started"
 grep -q "STREAMBP_ZERO_STAGE=0" "$dir/bad3.out" || fail "no ZeRO message: $(cat "$dir/bad3.out")"
@@ -156,6 +158,32 @@ for i, (r, s) in enumerate(zip(records, single)):
 print("history: token_accuracy " + str([round(r["token_accuracy"], 4) for r in records]) + " as one process's")
 PY
 [ -z "$(ls -A "$dir/cp-ckpt/.staging" 2>/dev/null)" ] || fail "a save left staging folders: $(ls -A "$dir/cp-ckpt/.staging")"
+
+# --- Data parallel x context parallel: 4 ranks, 2 data x 2 context (WORLD_SIZE 4 with
+# parallel.context_parallel 2); the same 3 steps give one process's weights on every rank.
+config grid 2
+config grid1 2
+master="$(free_port)"
+for r in 3 2 1; do
+  env MASTER_ADDR=127.0.0.1 MASTER_PORT="$master" WORLD_SIZE=4 STREAMBP_DIST_TIMEOUT=30 RANK=$r \
+    "$server" serve --config "$dir/grid1.json" --context-parallel 2 --listen 127.0.0.1:0 > "$dir/grid-rank$r.log" 2>&1 &
+  pids+=($!); grid_pids+=($!)
+done
+env MASTER_ADDR=127.0.0.1 MASTER_PORT="$master" WORLD_SIZE=4 STREAMBP_DIST_TIMEOUT=30 RANK=0 \
+  "$server" serve --config "$dir/grid.json" --listen 127.0.0.1:0 --port-file "$dir/grid.port" > "$dir/grid-rank0.log" 2>&1 &
+pid0=$!; pids+=("$pid0")
+wait_port "$dir/grid.port" "rank 0 of the 2 x 2 server"
+grep -q "context parallel 2 x data parallel 2" "$dir/grid-rank0.log" || fail "rank 0 does not log the layout: $(cat "$dir/grid-rank0.log")"
+"$cli" train --server "127.0.0.1:$(cat "$dir/grid.port")" --objective sft --data "$dir/sft.jsonl" --steps 3 --batch-size 4 \
+  > "$dir/grid-train.log" 2>&1 || fail "training through rank 0 of a 2 x 2 server"
+kill -TERM "$pid0"
+wait "$pid0" || fail "rank 0 of the 2 x 2 server did not exit 0"
+for p in "${grid_pids[@]}"; do wait "$p" || fail "a rank of the 2 x 2 server did not exit 0"; done
+compare "$dir/grid-ckpt/shutdown-3/model.safetensors" "$dir/single-ckpt/shutdown-3/model.safetensors" \
+  "data 2 x context 2 vs one process, 3 AdamW steps" 1e-10
+for r in 1 2 3; do
+  compare "$dir/grid-ckpt/shutdown-3/model.safetensors" "$dir/grid1-ckpt/replica-$r.safetensors" "rank 0 vs rank $r of 2 x 2" exact
+done
 
 # --- A LoRA session under context parallel: the adapter equals one process's.
 train_session() {  # ADDR NAME

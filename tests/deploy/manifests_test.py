@@ -305,10 +305,12 @@ def check_rendering(label, objs, expect_gpu, multi_rank):
                       "(model.device cuda means cuda:LOCAL_RANK, and LOCAL_RANK defaults to RANK)")
             check(env.get("WORLD_SIZE") == str(spec.get("replicas")),
                   f"{where(w)}: WORLD_SIZE {env.get('WORLD_SIZE')} != replicas {spec.get('replicas')}")
-            # Context parallel splits each sequence over all the ranks: P = WORLD_SIZE = replicas.
+            # Context parallel splits each sequence over P ranks; WORLD_SIZE = replicas = D x P
+            # (D data-parallel groups of P).
             cp = config.get("parallel", {}).get("context_parallel", 1)
-            check(cp == 1 or str(cp) == env.get("WORLD_SIZE"),
-                  f"{where(w)}: parallel.context_parallel {cp} != WORLD_SIZE {env.get('WORLD_SIZE')}")
+            world = int(env.get("WORLD_SIZE") or 0)
+            check(cp == 1 or (world > 0 and world % int(cp) == 0),
+                  f"{where(w)}: parallel.context_parallel {cp} does not divide WORLD_SIZE {env.get('WORLD_SIZE')}")
             check(("context-parallel" in label) == (cp > 1),
                   f"{where(w)}: parallel.context_parallel {cp} in {label.split(' ')[0]}")
             check(cp == 1 or config.get("trainer", {}).get("engine", {}).get("kind", "stream") == "stream",

@@ -500,36 +500,6 @@ TEST(ContextParallel, ARankThatDiesMidStepFailsThePeerWithinTheTimeoutAndNothing
   }
 }
 
-// Joining a group makes every rank start from rank 0's weights (as joining a data-parallel
-// group does), so ranks built from different seeds still train one model.
-TEST(ContextParallel, EveryRankStartsFromRankZerosWeights) {
-  const auto config = testing::TinyConfig("qwen3");
-  const auto expected = testing::RandomModel(config, 5, torch::kFloat64)->hf_tensors();
-  const int port = FreeLoopbackPort();
-  std::vector<TensorMap> got(2);
-  RunRanks(2, [&](int rank) {
-    auto trainer = Trainer::Create(testing::RandomModel(config, 5 + 10 * rank, torch::kFloat64), TrainerOptions{});
-    trainer->set_context_parallel(Communicator::Create(testing::LoopbackRank(rank, 2, port)));
-    for (const auto& [name, t] : trainer->model()->hf_tensors()) got[rank][name] = t.clone();
-  });
-  for (const auto& [name, t] : expected) {
-    for (int r = 0; r < 2; ++r) EXPECT_TRUE(torch::equal(got[r].at(name), t)) << "rank " << r << ": " << name;
-  }
-}
-
-TEST(ContextParallel, NotCombinedWithDataParallelYet) {
-  const auto config = testing::TinyConfig("qwen3");
-  const int port = FreeLoopbackPort();
-  std::vector<std::string> errors(2);
-  RunRanks(2, [&](int rank) {
-    auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), TrainerOptions{});
-    auto group = Communicator::Create(testing::LoopbackRank(rank, 2, port));
-    trainer->set_communicator(group);
-    errors[rank] = ErrorOf([&] { trainer->set_context_parallel(group); });
-  });
-  for (const auto& e : errors) EXPECT_NE(e.find("not combined with data parallel yet"), std::string::npos) << e;
-}
-
 // An objective from elsewhere (RegisterObjective) that context parallel cannot run exactly:
 // a sequence pass without its sums, or a loss other than its chunk terms' sum without a
 // sequence pass. Every rank refuses at the same point (none waits in a collective).
@@ -569,53 +539,6 @@ TEST(ContextParallel, ObjectivesItCannotRunExactlyAreRefusedOnEveryRank) {
     EXPECT_NE(errors[r][1].find("'own_loss' reports a loss other than the sum of its chunk terms"), std::string::npos)
         << errors[r][1];
   }
-}
-
-// The ranks' metric parts are added up over the union of their names: a rank whose share
-// had no target for a metric (no name) takes part with nothing; maxima are the largest.
-TEST(ContextParallel, MetricPartsAreAddedUpOverTheUnionOfTheRanksNames) {
-  const int port = FreeLoopbackPort();
-  std::vector<MetricParts> got(2);
-  RunRanks(2, [&](int rank) {
-    auto group = Communicator::Create(testing::LoopbackRank(rank, 2, port));
-    MetricParts parts;
-    if (rank == 0) {
-      parts.means["a"] = {1.0, 2.0};
-      parts.means["both"] = {3.0, 4.0};
-      parts.maxima["m"] = -2.0;
-    } else {
-      parts.means["both"] = {5.0, 6.0};
-      parts.means["b"] = {4.0, 1.0};
-      parts.totals["t"] = 5.0;
-      parts.maxima["m"] = -7.0;
-      parts.maxima["only1"] = 9.0;
-    }
-    MergeMetricsOver(*group)(parts);
-    got[rank] = parts;
-  });
-  for (int r = 0; r < 2; ++r) {
-    const auto& p = got[r];
-    EXPECT_EQ(p.means.size(), 3u) << r;
-    EXPECT_EQ(p.means.at("a"), std::make_pair(1.0, 2.0)) << r;
-    EXPECT_EQ(p.means.at("b"), std::make_pair(4.0, 1.0)) << r;
-    EXPECT_EQ(p.means.at("both"), std::make_pair(8.0, 10.0)) << r;
-    EXPECT_EQ(p.totals.size(), 1u) << r;
-    EXPECT_EQ(p.totals.at("t"), 5.0) << r;
-    EXPECT_EQ(p.maxima.size(), 2u) << r;
-    EXPECT_EQ(p.maxima.at("m"), -2.0) << r;
-    EXPECT_EQ(p.maxima.at("only1"), 9.0) << r;
-  }
-}
-
-TEST(ContextParallel, ShardsAreContiguousAndBalanced) {
-  int64_t covered = 0;
-  for (int r = 0; r < 3; ++r) {
-    const auto [s, e] = ContextShardRange(11, r, 3);
-    EXPECT_EQ(s, covered);
-    EXPECT_TRUE(e - s == 3 || e - s == 4) << r;
-    covered = e;
-  }
-  EXPECT_EQ(covered, 11);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 // The object that runs the collectives: c10d::ProcessGroup up to LibTorch 1.13; from 2.0 on
 // ProcessGroupGloo / ProcessGroupNCCL derive from c10d::Backend (the ProcessGroup wraps them).
 namespace c10d {
+class Store;
 #if TORCH_VERSION_MAJOR >= 2
 class Backend;
 #else
@@ -128,6 +129,15 @@ class Communicator {
   static std::shared_ptr<Communicator> Create(const DistOptions& options);
   ~Communicator();
 
+  /// A group of the ranks `ranks` of this one (this rank among them; none twice), named
+  /// `name` (its key prefix in the job's store, and in its errors): only its members call it,
+  /// each with the same name and ranks, and it returns once they have all arrived. Its
+  /// ranks are the positions in `ranks`; its options are this one's but for rank, size and
+  /// `zero_stage`. InvalidArgument for ranks that are not a group of this one.
+  std::shared_ptr<Communicator> subgroup(const std::string& name, const std::vector<int>& ranks, int zero_stage) const;
+  /// "world" for the job's own group, else the subgroup's name.
+  const std::string& name() const { return name_; }
+
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
   const DistOptions& options() const { return options_; }
@@ -152,15 +162,30 @@ class Communicator {
 
  private:
   friend class BucketedSum;
-  Communicator(const DistOptions& options, std::shared_ptr<CollectiveGroup> group);
+  Communicator(const DistOptions& options, std::shared_ptr<CollectiveGroup> group, std::string name);
   void wait(const std::string& what, const std::function<void()>& op, int64_t bytes);
   void count(const std::string& op, int64_t bytes, double seconds, int64_t calls);
   [[noreturn]] void fail(const std::string& what, const std::exception& e) const;
 
   DistOptions options_;
+  std::string name_;
   torch::Device device_{torch::kCPU};
+  std::shared_ptr<c10d::Store> store_;  // the job's rendezvous, shared with its subgroups
   std::shared_ptr<CollectiveGroup> group_;
   CommStats stats_;
 };
+
+/// The groups of a job of WORLD_SIZE = D x P ranks, D data parallel and P context parallel
+/// (docs/architecture.md: Context parallel), laid out as rank = d x P + c: `context` holds
+/// the P ranks d x P .. d x P + P - 1, which split the positions of the same sequences;
+/// `data` the D ranks c, P + c, .., which compute different sequences. A kind with one rank
+/// is null; a kind with every rank is `world` itself. Every rank calls it (it makes the
+/// subgroups: the context groups first, then the data groups). InvalidArgument when P does
+/// not divide the world, or for ZeRO (STREAMBP_ZERO_STAGE > 0) with both kinds.
+struct ParallelGroups {
+  std::shared_ptr<Communicator> data;
+  std::shared_ptr<Communicator> context;
+};
+ParallelGroups SplitParallelGroups(const std::shared_ptr<Communicator>& world, int context_parallel);
 
 }  // namespace streambp

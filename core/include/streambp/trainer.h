@@ -65,6 +65,7 @@ struct StepPlan {
   size_t sequences = 0;                            ///< how many sequences it was made for
   int64_t tokens = 0;
   int64_t longest = 0;
+  int64_t top_k = 0;  ///< the most candidates of a 2-D (top-k) target row, 0 without any
 };
 
 /// InvalidArgument for sequences a step with `options` on a model of `vocab_size` refuses.
@@ -176,8 +177,9 @@ class Trainer {
   /// forward-backward splits its batches' positions over the ranks of `group` (every rank
   /// runs the same steps with the same sequences), and optim_step first sums the ranks'
   /// gradients over it, so every rank applies the one-process update. The stream engine
-  /// only. Not combined with data parallel yet: InvalidArgument when a data-parallel
-  /// communicator of more than one rank is set. Null: off.
+  /// only. With data parallel too (set_communicator; SplitParallelGroups makes the two
+  /// groups of a job), each data-parallel rank's shard is split over its context group, and
+  /// optim_step sums over both. Null: off.
   void set_context_parallel(std::shared_ptr<Communicator> group);
   Communicator* context_parallel() const { return cp_.get(); }
   /// Bytes of optimizer state this rank holds (1/N of the total with ZeRO).
@@ -241,7 +243,9 @@ class Trainer {
   std::vector<bool> overlapped_groups_;      // per layer, + the embedding, + the head: added yet
   int64_t overlapped_in_backward_ = 0;       // its buckets launched before the backward ended
   GradReduceInfo last_reduce_;
-  std::vector<size_t> local_shard(const std::vector<Sequence>& sequences) const;
+  /// The indices of the sequences data-parallel rank `rank` computes.
+  std::vector<size_t> local_shard(const std::vector<Sequence>& sequences, int rank) const;
+  void check_context_shards(const std::vector<Sequence>& sequences) const;
   StepResult run_step(const std::vector<Sequence>& sequences, Objective& objective, const EngineOptions* engine,
                       const StepPlan* plan, bool overlap);
   void reduce_gradients();

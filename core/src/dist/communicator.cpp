@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #if defined(STREAMBP_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
@@ -35,6 +37,49 @@ std::shared_ptr<CollectiveGroup> ShareGroup(c10::intrusive_ptr<Group> pg) {
   return std::shared_ptr<CollectiveGroup>(pg.release(), [](CollectiveGroup* p) {
     c10::intrusive_ptr<CollectiveGroup>::reclaim(p);
   });
+}
+
+// The job's store, shared by its groups (the reference c10d hands out given back with the last owner).
+std::shared_ptr<c10d::Store> ShareStore(c10::intrusive_ptr<c10d::Store> store) {
+  return std::shared_ptr<c10d::Store>(store.release(), [](c10d::Store* p) {
+    c10::intrusive_ptr<c10d::Store>::reclaim(p);
+  });
+}
+
+// The process group of rank o.rank of o.world_size over `store`: NCCL (one GPU per rank,
+// cuda:LOCAL_RANK) or Gloo.
+std::shared_ptr<CollectiveGroup> MakeGroup(const DistOptions& o, const c10::intrusive_ptr<c10d::Store>& store,
+                                           std::chrono::milliseconds timeout) {
+  if (o.backend == "nccl") {
+#if defined(STREAMBP_WITH_NCCL)
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = timeout;
+    try {
+      return ShareGroup(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.rank, o.world_size, nccl_options));
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kInternal, std::string("creating the NCCL process group failed: ") + e.what());
+    }
+#endif
+  }
+#if defined(STREAMBP_NO_GLOO)
+  (void)store;
+  (void)timeout;
+  throw InvalidArgument("this build has no Gloo (built with -DSTREAMBP_WITH_GLOO=OFF, for a LibTorch without gloo "
+                        "headers): data parallelism needs STREAMBP_DIST_BACKEND=nccl on CUDA devices");
+#else
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  // On one machine the ranks talk over loopback; across machines each binds to its own
+  // hostname's address (Gloo's default device).
+  const bool loopback = o.master_addr == "127.0.0.1" || o.master_addr == "localhost";
+  options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                      : c10d::ProcessGroupGloo::createDefaultDevice());
+  options->threads = 2;
+  try {
+    return ShareGroup(c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, options));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInternal, std::string("creating the Gloo process group failed: ") + e.what());
+  }
+#endif
 }
 
 int EnvInt(const char* name, int fallback) {
@@ -126,52 +171,79 @@ std::shared_ptr<Communicator> Communicator::Create(const DistOptions& o) {
                                           std::to_string(o.world_size) + ", waited " + std::to_string(o.timeout_seconds) +
                                           " s for every peer): " + e.what());
   }
-  if (o.backend == "nccl") {
-#if defined(STREAMBP_WITH_NCCL)
-    // NCCL: one GPU per rank (cuda:LOCAL_RANK), the same TCPStore rendezvous.
-    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-    nccl_options->timeout = timeout;
-    std::shared_ptr<CollectiveGroup> group;
-    try {
-      auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.rank, o.world_size, nccl_options);
-      group = ShareGroup(std::move(pg));
-    } catch (const std::exception& e) {
-      throw Error(ErrorCode::kInternal, std::string("creating the NCCL process group failed: ") + e.what());
-    }
-    auto comm = std::shared_ptr<Communicator>(new Communicator(o, std::move(group)));
-    comm->device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.local_rank));
-    return comm;
-#endif
-  }
-#if defined(STREAMBP_NO_GLOO)
-  throw InvalidArgument("this build has no Gloo (built with -DSTREAMBP_WITH_GLOO=OFF, for a LibTorch without gloo "
-                        "headers): data parallelism needs STREAMBP_DIST_BACKEND=nccl on CUDA devices");
-#else
-  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  // On one machine the ranks talk over loopback; across machines each binds to its own
-  // hostname's address (Gloo's default device).
-  const bool loopback = o.master_addr == "127.0.0.1" || o.master_addr == "localhost";
-  options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                      : c10d::ProcessGroupGloo::createDefaultDevice());
-  options->threads = 2;
-  std::shared_ptr<CollectiveGroup> group;
-  try {
-    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, options);
-    group = ShareGroup(std::move(pg));
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::kInternal, std::string("creating the Gloo process group failed: ") + e.what());
-  }
-  return std::shared_ptr<Communicator>(new Communicator(o, std::move(group)));
-#endif
+  auto comm = std::shared_ptr<Communicator>(new Communicator(o, MakeGroup(o, store, timeout), "world"));
+  comm->store_ = ShareStore(std::move(store));
+  if (o.backend == "nccl") comm->device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.local_rank));
+  return comm;
 }
 
-Communicator::Communicator(const DistOptions& options, std::shared_ptr<CollectiveGroup> group)
-    : options_(options), group_(std::move(group)) {}
+std::shared_ptr<Communicator> Communicator::subgroup(const std::string& name, const std::vector<int>& ranks,
+                                                     int zero_stage) const {
+  const auto me = std::find(ranks.begin(), ranks.end(), rank());
+  if (me == ranks.end()) {
+    throw InvalidArgument("subgroup '" + name + "': rank " + std::to_string(rank()) + " is not among its ranks");
+  }
+  for (int r : ranks) {
+    if (r < 0 || r >= world_size() || std::count(ranks.begin(), ranks.end(), r) != 1) {
+      throw InvalidArgument("subgroup '" + name + "': rank " + std::to_string(r) + " is outside the " +
+                            std::to_string(world_size()) + " ranks or named twice");
+    }
+  }
+  DistOptions o = options_;
+  o.rank = static_cast<int>(me - ranks.begin());
+  o.world_size = static_cast<int>(ranks.size());
+  o.zero_stage = zero_stage;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000));
+  // The members meet under the group's own prefix of the job's store, as torch.distributed's
+  // new_group does; the other ranks take no part.
+  auto base = c10::intrusive_ptr<c10d::Store>::unsafe_reclaim_from_nonowning(store_.get());
+  auto store = c10::make_intrusive<c10d::PrefixStore>(name + "/", base);
+  auto comm = std::shared_ptr<Communicator>(new Communicator(o, MakeGroup(o, store, timeout), name));
+  comm->store_ = store_;
+  comm->device_ = device_;
+  return comm;
+}
+
+ParallelGroups SplitParallelGroups(const std::shared_ptr<Communicator>& world, int context_parallel) {
+  const int n = world ? world->world_size() : 1;
+  if (context_parallel < 1 || n % context_parallel != 0) {
+    throw InvalidArgument("context parallel " + std::to_string(context_parallel) + " does not divide the " +
+                          std::to_string(n) + " ranks (WORLD_SIZE = data parallel x context parallel)");
+  }
+  ParallelGroups g;
+  const int P = context_parallel, D = n / P;
+  if (n <= 1) return g;
+  if (P == 1) {
+    g.data = world;
+    return g;
+  }
+  if (D == 1) {
+    g.context = world;
+    return g;
+  }
+  if (world->options().zero_stage != 0) {
+    throw InvalidArgument("data parallel x context parallel keeps the whole optimizer state on every rank: set "
+                          "STREAMBP_ZERO_STAGE=0 (got " + std::to_string(world->options().zero_stage) + ")");
+  }
+  const int d = world->rank() / P, c = world->rank() % P;
+  std::vector<int> context, data;
+  for (int i = 0; i < P; ++i) context.push_back(d * P + i);
+  for (int i = 0; i < D; ++i) data.push_back(i * P + c);
+  // Every rank makes its context group first, then its data group: the groups of one kind
+  // all complete before any of the other kind waits.
+  g.context = world->subgroup("context" + std::to_string(d), context, 0);
+  g.data = world->subgroup("data" + std::to_string(c), data, 0);
+  return g;
+}
+
+Communicator::Communicator(const DistOptions& options, std::shared_ptr<CollectiveGroup> group, std::string name)
+    : options_(options), name_(std::move(name)), group_(std::move(group)) {}
 
 Communicator::~Communicator() = default;
 
 void Communicator::fail(const std::string& what, const std::exception& e) const {
-  throw Error(ErrorCode::kUnavailable, "collective " + what + " failed on rank " + std::to_string(options_.rank) +
+  const std::string where = name_ == "world" ? "" : " of group " + name_;
+  throw Error(ErrorCode::kUnavailable, "collective " + what + " failed on rank " + std::to_string(options_.rank) + where +
                                         " (a peer died or timed out after " + std::to_string(options_.timeout_seconds) +
                                         " s): " + e.what());
 }

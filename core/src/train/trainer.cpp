@@ -181,6 +181,7 @@ StepPlan PlanStep(const std::vector<Sequence>& sequences, int64_t vocab_size, co
   for (const auto& s : sequences) {
     plan.tokens += static_cast<int64_t>(s.tokens.size());
     plan.longest = std::max<int64_t>(plan.longest, s.tokens.size());
+    plan.top_k = std::max(plan.top_k, s.top_k);
   }
   plan.micro_batches = SplitMicroBatches(sequences, options.layout, options.micro_batch_tokens);
   return plan;
@@ -227,7 +228,8 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
   std::vector<Sequence> shard;
   std::vector<std::vector<size_t>> shard_micro_batches;  // a rank's shard is split by itself
   if (comm_ && comm_->world_size() > 1) {
-    for (size_t i : local_shard(sequences)) shard.push_back(sequences[i]);
+    if (cp_ && cp_->world_size() > 1) check_context_shards(sequences);
+    for (size_t i : local_shard(sequences, comm_->rank())) shard.push_back(sequences[i]);
     step = &shard;
     if (!shard.empty()) shard_micro_batches = SplitMicroBatches(shard, options_.layout, options_.micro_batch_tokens);
     micro_batches = &shard_micro_batches;
@@ -352,16 +354,6 @@ OptimResult Trainer::optim_step(const AdamStepParams* adam) {
   const double max_grad_norm = adam ? adam->grad_clip_norm : options_.max_grad_norm;
   OptimResult result;
   result.lr = adam ? adam->lr : current_lr();
-  if (cp_) {  // the ranks' parts of the gradients, summed: the one-process gradient on each
-    try {
-      std::vector<torch::Tensor> params;
-      for (auto& [name, p] : trainable()) params.push_back(p);
-      SumGradients(params, *cp_);
-    } catch (...) {
-      zero_gradients();
-      throw;
-    }
-  }
   const bool distributed = comm_ && comm_->world_size() > 1;
   if (distributed) {
     nonfinite_loss_ = comm_->all_reduce_scalar(nonfinite_loss_ ? 1.0 : 0.0, /*max=*/true) > 0;
@@ -395,6 +387,19 @@ OptimResult Trainer::optim_step(const AdamStepParams* adam) {
       throw;
     }
     last_reduce_.wait_seconds = comm_->stats().seconds - before.seconds;
+  }
+  // Context parallel: the ranks' parts of the gradients, summed: the one-process gradient on
+  // each. After the data-parallel sum (which an overlapped sum writes back into .grad), so
+  // that with both every rank ends with the sum over all of them.
+  if (cp_) {
+    try {
+      std::vector<torch::Tensor> params;
+      for (auto& [name, p] : trainable()) params.push_back(p);
+      SumGradients(params, *cp_);
+    } catch (...) {
+      zero_gradients();
+      throw;
+    }
   }
   // Total L2 norm as torch.nn.utils.clip_grad_norm_ computes it (norm of the per-tensor
   // norms), in float64. With ZeRO-2 each rank holds only its owned gradients: the squares
@@ -457,141 +462,6 @@ OptimResult Trainer::optim_step(const AdamStepParams* adam) {
   policy_version_ += 1;
   result.step = step_;
   return result;
-}
-
-void Trainer::set_context_parallel(std::shared_ptr<Communicator> group) {
-  if (group && comm_ && comm_->world_size() > 1) {
-    throw InvalidArgument("context parallel is not combined with data parallel yet: run one or the other");
-  }
-  cp_ = std::move(group);
-  if (!cp_ || cp_->world_size() <= 1) return;
-  // Every rank starts from rank 0's trainable weights (collective: all ranks call this).
-  std::vector<torch::Tensor> all;
-  for (auto& [name, p] : trainable()) all.push_back(p.detach());
-  cp_->broadcast(all, 0);
-}
-
-void Trainer::set_communicator(std::shared_ptr<Communicator> communicator) {
-  if (communicator && communicator->world_size() > 1 && cp_) {
-    throw InvalidArgument("context parallel is not combined with data parallel yet: run one or the other");
-  }
-  comm_ = std::move(communicator);
-  owner_.clear();
-  if (!comm_) return;
-  // Parameters are dealt to ranks greedily by size, largest first, so shares are even.
-  const auto params = trainable();
-  std::vector<size_t> order(params.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return params[a].second.numel() > params[b].second.numel(); });
-  std::vector<int64_t> load(comm_->world_size(), 0);
-  for (size_t i : order) {
-    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    owner_[params[i].first] = r;
-    load[r] += params[i].second.numel();
-  }
-  // Every rank starts from rank 0's weights.
-  std::vector<torch::Tensor> all;
-  for (auto& [name, p] : trainable()) all.push_back(p.detach());
-  comm_->broadcast(all, 0);
-}
-
-int64_t Trainer::optimizer_state_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& [name, t] : optimizer_->state()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
-  return bytes;
-}
-
-// Whole groups (a DPO pair, a GRPO group) in contiguous blocks of about equal tokens.
-std::vector<size_t> Trainer::local_shard(const std::vector<Sequence>& sequences) const {
-  const auto units = GroupUnits(sequences);
-  int64_t total = 0;
-  for (const auto& s : sequences) total += static_cast<int64_t>(s.tokens.size());
-  const int n = comm_->world_size(), me = comm_->rank();
-  std::vector<size_t> mine;
-  int64_t before = 0;
-  for (const auto& unit : units) {
-    int64_t tokens = 0;
-    for (size_t i : unit) tokens += static_cast<int64_t>(sequences[i].tokens.size());
-    // The rank whose share of the tokens contains this unit's midpoint computes it.
-    const int64_t mid2 = 2 * before + tokens;  // twice the midpoint, to stay in integers
-    const int r = std::min<int>(n - 1, static_cast<int>(mid2 * n / (2 * std::max<int64_t>(total, 1))));
-    if (r == me) mine.insert(mine.end(), unit.begin(), unit.end());
-    before += tokens;
-  }
-  return mine;
-}
-
-namespace {
-
-// The decoder layer of an HF parameter name ("model.layers.3.mlp.up_proj.weight" -> 3),
-// -1 for the others (embedding, final norm, lm_head).
-int64_t LayerOf(const std::string& name) {
-  static const std::string kPrefix = "model.layers.";
-  if (name.rfind(kPrefix, 0) != 0) return -1;
-  const auto dot = name.find('.', kPrefix.size());
-  if (dot == std::string::npos) return -1;
-  return std::stoll(name.substr(kPrefix.size(), dot - kPrefix.size()));
-}
-
-}  // namespace
-
-// Groups of the overlapped sum: decoder layer i is group i; group L holds the embedding
-// (and a tied lm_head); group L + 1 the final norm and an untied lm_head, final as soon as
-// the chunked head's backward is done (the engine reports it as -2, before any layer).
-void Trainer::add_to_overlapped(int64_t layer) {
-  const int64_t layers = static_cast<int64_t>(model_->layer_list.size());
-  const int64_t rest = layers, head = layers + 1;
-  auto params = trainable();
-  auto group_of = [&](const std::string& name) {
-    const int64_t l = LayerOf(name);
-    if (l >= 0 && l < layers) return l;
-    return name == "model.norm.weight" || name == "lm_head.weight" ? head : rest;
-  };
-  auto add_group = [&](int64_t group) {
-    if (overlapped_groups_[group]) return;
-    overlapped_groups_[group] = true;
-    for (auto& [name, p] : params) {
-      if (group_of(name) != group) continue;
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // unused: zeros
-      overlapped_->add(p.grad(), comm_->options().zero_stage >= 2 ? owner_.at(name) : -1);
-    }
-  };
-  if (layer >= 0 && layer < layers) {
-    add_group(layer);
-    return;
-  }
-  if (layer == -2) {
-    add_group(head);
-    return;
-  }
-  // The rest, in the hook's order (head, decreasing layers, then the embedding), so that
-  // every rank adds the same tensors to the same buckets in the same order.
-  add_group(head);
-  for (int64_t l = layers - 1; l >= 0; --l) add_group(l);
-  add_group(rest);
-  overlapped_->flush();
-}
-
-// Sums the step's gradients over the ranks: one all-reduce per bucket (ZeRO-2: a reduce
-// to each parameter's owner, the others drop theirs). Missing gradients count as zeros.
-void Trainer::reduce_gradients() {
-  auto params = trainable();
-  for (auto& [name, p] : params) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-  }
-  if (comm_->options().zero_stage >= 2) {
-    std::vector<std::vector<torch::Tensor>> by_owner(comm_->world_size());
-    for (auto& [name, p] : params) by_owner[owner_.at(name)].push_back(p.grad());
-    for (int r = 0; r < comm_->world_size(); ++r) comm_->reduce_sum(by_owner[r], r);
-    for (auto& [name, p] : params) {
-      if (owner_.at(name) != comm_->rank()) p.mutable_grad() = torch::Tensor();
-    }
-    return;
-  }
-  std::vector<torch::Tensor> grads;
-  for (auto& [name, p] : params) grads.push_back(p.grad());
-  comm_->all_reduce_sum(grads);
 }
 
 StepResult Trainer::forward_backward_last(const std::vector<Sequence>& sequences, Objective& objective,
