@@ -156,8 +156,14 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
             std::string::npos);
   auto config = HostConfig();
   config.parallel.context_parallel = 2;  // one process: no WORLD_SIZE
-  EXPECT_NE(message([&] { TrainingHost::Create(config); }).find("parallel.context_parallel 2 needs 2 ranks"),
+  EXPECT_NE(message([&] { TrainingHost::Create(config); }).find("parallel.context_parallel 2 needs a multiple of 2 ranks"),
             std::string::npos);
+  DistOptions three;  // data parallel x context parallel: WORLD_SIZE a multiple of P
+  three.world_size = 3;
+  EXPECT_NE(message([&] { CheckParallelLayout(config, three); }).find("got WORLD_SIZE=3"), std::string::npos);
+  DistOptions four;
+  four.world_size = 4;
+  EXPECT_EQ(message([&] { CheckParallelLayout(config, four); }), "(accepted)");
   DistOptions two;
   two.world_size = 2;
   two.zero_stage = 1;
