@@ -52,9 +52,10 @@ void CheckParallelLayout(const ServerConfig& config, const DistOptions& dist) {
                           " ranks (WORLD_SIZE = data parallel x context parallel, with RANK, MASTER_ADDR and "
                           "MASTER_PORT), got WORLD_SIZE=" + std::to_string(dist.world_size));
   }
-  if (dist.zero_stage != 0) {
-    throw InvalidArgument(what + ": every rank holds the whole optimizer state under context parallel; set "
-                          "STREAMBP_ZERO_STAGE=0 (got " + std::to_string(dist.zero_stage) + ")");
+  if (dist.zero_stage != 0 && dist.world_size == P) {
+    throw InvalidArgument(what + ": with context parallel alone every rank holds the whole optimizer state; set "
+                          "STREAMBP_ZERO_STAGE=0 (got " + std::to_string(dist.zero_stage) +
+                          "), or add data-parallel ranks (WORLD_SIZE a multiple of P) for ZeRO to shard it over");
   }
   if (config.trainer.engine.kind != EngineKind::kStream) {
     throw InvalidArgument(what + " runs the stream engine only; the configured engine is " +

@@ -151,6 +151,9 @@ int Train(const TrainArgs& args) {
   if (const auto& dp = parallel.groups.data) {
     std::printf("data parallel: %d ranks, each computing its share of every step's sequences\n", dp->world_size());
   }
+  // Every rank takes part in the checkpoint (with ZeRO it gathers the ranks' optimizer
+  // shards); rank 0 writes it.
+  if (!args.save.empty()) trainer->save_checkpoint(args.save);
   if (!writer) return 0;
   if (!args.save_adapter.empty()) {
     adapter->save(args.save_adapter);
@@ -163,7 +166,6 @@ int Train(const TrainArgs& args) {
     std::printf("saved the merged model (base + adapter) to %s\n", args.save_merged.c_str());
   }
   if (!args.save.empty()) {
-    trainer->save_checkpoint(args.save);
     std::printf("saved checkpoint (step %lld, policy version %lld) to %s\n", (long long)trainer->step(),
                 (long long)trainer->policy_version(), args.save.c_str());
   }

@@ -43,6 +43,8 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
   DistOptions four;
   four.world_size = 4;
   EXPECT_EQ(message([&] { CheckParallelLayout(config, four); }), "(accepted)");
+  four.zero_stage = 2;  // ZeRO over the 2 data-parallel ranks
+  EXPECT_EQ(message([&] { CheckParallelLayout(config, four); }), "(accepted)");
   DistOptions two;
   two.world_size = 2;
   two.zero_stage = 1;

@@ -180,8 +180,10 @@ class Communicator {
 /// the P ranks d x P .. d x P + P - 1, which split the positions of the same sequences;
 /// `data` the D ranks c, P + c, .., which compute different sequences. A kind with one rank
 /// is null; a kind with every rank is `world` itself. Every rank calls it (it makes the
-/// subgroups: the context groups first, then the data groups). InvalidArgument when P does
-/// not divide the world, or for ZeRO (STREAMBP_ZERO_STAGE > 0) with both kinds.
+/// subgroups: the context groups first, then the data groups). The data group keeps the
+/// world's ZeRO stage (the state sharded over the data ranks; a context group's ranks hold
+/// the same shard), the context group has none. InvalidArgument when P does not divide the
+/// world.
 struct ParallelGroups {
   std::shared_ptr<Communicator> data;
   std::shared_ptr<Communicator> context;

@@ -221,10 +221,6 @@ ParallelGroups SplitParallelGroups(const std::shared_ptr<Communicator>& world, i
     g.context = world;
     return g;
   }
-  if (world->options().zero_stage != 0) {
-    throw InvalidArgument("data parallel x context parallel keeps the whole optimizer state on every rank: set "
-                          "STREAMBP_ZERO_STAGE=0 (got " + std::to_string(world->options().zero_stage) + ")");
-  }
   const int d = world->rank() / P, c = world->rank() % P;
   std::vector<int> context, data;
   for (int i = 0; i < P; ++i) context.push_back(d * P + i);
@@ -232,7 +228,9 @@ ParallelGroups SplitParallelGroups(const std::shared_ptr<Communicator>& world, i
   // Every rank makes its context group first, then its data group: the groups of one kind
   // all complete before any of the other kind waits.
   g.context = world->subgroup("context" + std::to_string(d), context, 0);
-  g.data = world->subgroup("data" + std::to_string(c), data, 0);
+  // ZeRO shards the optimizer state (and with stage 2 the gradients) over the data group;
+  // the ranks of a context group hold the same shard.
+  g.data = world->subgroup("data" + std::to_string(c), data, world->options().zero_stage);
   return g;
 }
 
