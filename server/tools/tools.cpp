@@ -186,6 +186,7 @@ bool ToolGroups::writer() const { return world == nullptr || world->rank() == 0;
 
 ToolGroups ContextParallelGroups(int ranks, bool data_parallel) {
   if (ranks < 1) throw InvalidArgument("--context-parallel must be >= 1, got " + std::to_string(ranks));
+  if (ranks == 1) return {};  // one process, whatever WORLD_SIZE an enclosing job exported
   const auto dist = DistOptions::FromEnv();
   const std::string p = std::to_string(ranks);
   if (dist.world_size % ranks != 0 || (!data_parallel && dist.world_size != ranks)) {

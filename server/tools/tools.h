@@ -15,7 +15,8 @@ namespace streambp::tools {
 /// MASTER_ADDR and MASTER_PORT; WORLD_SIZE = D x P, and D > 1 adds data parallel (each data
 /// rank computes its share of the sequences, split over its P context ranks: SplitParallelGroups).
 /// InvalidArgument naming the variables when P does not divide WORLD_SIZE, or, without
-/// `data_parallel`, when WORLD_SIZE is not P; before any rendezvous.
+/// `data_parallel`, when WORLD_SIZE is not P; before any rendezvous. P = 1: one process (no
+/// groups, the environment not read).
 struct ToolGroups {
   std::shared_ptr<Communicator> world;  ///< every rank; null for one process
   ParallelGroups groups;
