@@ -136,6 +136,12 @@ grep -q "PASS: all engines" "$dir/verify-cp2-rank0.log" || fail "verify over 2 r
 [ ! -s "$dir/verify-cp2-rank1.log" ] || fail "rank 1 of verify printed: $(cat "$dir/verify-cp2-rank1.log")"
 echo "verify over 2 ranks: $(grep "^stream cp2 " "$dir/verify-cp2-rank0.log")"
 
+# --context-parallel 1 (the default) is one process even inside a job that exports WORLD_SIZE:
+# no rendezvous (MASTER_PORT 1 would refuse it), the gradient of one process.
+WORLD_SIZE=2 RANK=1 MASTER_PORT=1 STREAMBP_DIST_TIMEOUT=5 "$server" grad "${dpo[@]}" --out "$dir/dpo-env.safetensors" \
+  > "$dir/dpo-env.log" 2>&1 || fail "grad without --context-parallel inside a WORLD_SIZE=2 environment"
+out="$(compare "$dir/dpo-one.safetensors" "$dir/dpo-env.safetensors")" || fail "grad in a WORLD_SIZE environment: $out"
+
 # Without the processes' environment: the error says what to set, and nothing is written.
 out="$(env -u WORLD_SIZE -u RANK "$server" grad --context-parallel 2 --model "$dir/qwen3" --data "$dir/sft.jsonl" \
   --out "$dir/none.safetensors" 2>&1)" && fail "grad --context-parallel 2 without WORLD_SIZE succeeded"

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -183,6 +184,37 @@ TEST(ParallelGroups, ContextParallelMustDivideTheWorld) {
   }
 }
 
+// A step that fails on a 2-D grid of kWorld threads (P context ranks each): per rank, the
+// error, and whether the trainer was left with no gradient and its weights unchanged.
+struct FailedStep {
+  std::vector<std::string> errors;
+  std::vector<bool> no_grads, unchanged;
+};
+FailedStep RunFailingStep(int world_size, int context, double timeout_seconds, const std::vector<Sequence>& seqs,
+                          const std::function<void(int, TrainerOptions&)>& adjust) {
+  const auto config = testing::TinyConfig("qwen3");
+  const int port = FreeLoopbackPort();
+  FailedStep out{std::vector<std::string>(world_size), std::vector<bool>(world_size, false),
+                 std::vector<bool>(world_size, false)};
+  RunRanks(world_size, [&](int rank) {
+    auto world = Communicator::Create(testing::LoopbackRank(rank, world_size, port, 0, timeout_seconds));
+    const auto groups = SplitParallelGroups(world, context);
+    TrainerOptions o;
+    o.engine = EngineOptions{EngineKind::kStream, 5, 7, false, 3};
+    adjust(rank, o);
+    auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), o);
+    trainer->set_communicator(groups.data);
+    trainer->set_context_parallel(groups.context);
+    const auto before = trainer->model()->hf_tensors();
+    out.errors[rank] = ErrorOf([&] { trainer->train_step(seqs, *MakeObjective("sft")); });
+    bool none = true;
+    for (const auto& t : trainer->model()->parameters()) none = none && !t.grad().defined();
+    out.no_grads[rank] = none;
+    out.unchanged[rank] = CompareGradients(before, trainer->model()->hf_tensors()).max_abs == 0;
+  });
+  return out;
+}
+
 // A data rank whose micro-batch is shorter than its context group is refused on every rank
 // before anything runs (a context group refusing alone would leave the others waiting in
 // their next collective): the same error everywhere, no gradient, the weights unchanged.
@@ -191,33 +223,17 @@ TEST(ParallelGroups, AShardShorterThanTheContextGroupIsRefusedOnEveryRank) {
   const auto config = testing::TinyConfig("qwen3");
   // Data rank 0 computes the long pair, data rank 1 the pair of 2-token sequences.
   const auto seqs = GroupedSequences(config, {30, 28, 2, 2});
-  constexpr int kContext = 3, kWorld = 6;
-  const int port = FreeLoopbackPort();
-  std::vector<std::string> errors(kWorld);
-  std::vector<bool> unchanged(kWorld, false), no_grads(kWorld, false);
-  RunRanks(kWorld, [&](int rank) {
-    auto world = Communicator::Create(testing::LoopbackRank(rank, kWorld, port));
-    const auto groups = SplitParallelGroups(world, kContext);
-    TrainerOptions o;
-    o.engine = EngineOptions{EngineKind::kStream, 5, 7, false, 3};
-    auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), o);
-    trainer->set_communicator(groups.data);
-    trainer->set_context_parallel(groups.context);
-    const auto before = trainer->model()->hf_tensors();
-    errors[rank] = ErrorOf([&] { trainer->forward_backward(seqs, *MakeObjective("sft")); });
-    bool none = true;
-    for (const auto& t : trainer->model()->parameters()) none = none && !t.grad().defined();
-    no_grads[rank] = none;
-    unchanged[rank] = CompareGradients(before, trainer->model()->hf_tensors()).max_abs == 0;
-  });
+  constexpr int kWorld = 6;
+  const auto r = RunFailingStep(kWorld, 3, 60, seqs, [](int, TrainerOptions&) {});
+  const auto& errors = r.errors;
   for (int rank = 0; rank < kWorld; ++rank) {
     EXPECT_EQ(errors[rank], errors[0]) << rank;
     EXPECT_NE(errors[rank].find("a micro-batch of data-parallel rank 1 is 2 positions long, fewer than the 3 "
                                 "context-parallel ranks"),
               std::string::npos)
         << errors[rank];
-    EXPECT_TRUE(no_grads[rank]) << rank;
-    EXPECT_TRUE(unchanged[rank]) << rank;
+    EXPECT_TRUE(r.no_grads[rank]) << rank;
+    EXPECT_TRUE(r.unchanged[rank]) << rank;
   }
 }
 
@@ -230,30 +246,14 @@ TEST(ParallelGroups, ARankThatDiesMidStepFailsEveryRankWithinTheTimeoutAndNothin
   const auto config = testing::TinyConfig("qwen3");
   const auto seqs = GroupedSequences(config, {13, 8, 21, 11});
   constexpr int kWorld = 4;
-  const int port = FreeLoopbackPort();
-  std::vector<std::string> errors(kWorld);
-  std::vector<bool> unchanged(kWorld, false), no_grads(kWorld, false);
   const auto start = std::chrono::steady_clock::now();
-  RunRanks(kWorld, [&](int rank) {
-    auto world = Communicator::Create(testing::LoopbackRank(rank, kWorld, port, 0, 3));
-    const auto groups = SplitParallelGroups(world, 2);
-    TrainerOptions o;
-    o.engine = EngineOptions{EngineKind::kStream, 5, 7, false, 3};
-    if (rank == 3) {
-      o.engine.on_progress = [](const EngineProgress& p) {
-        if (p.phase == EngineProgress::Phase::kBackward) throw Error(ErrorCode::kCancelled, "rank 3 stops");
-      };
-    }
-    auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), o);
-    trainer->set_communicator(groups.data);
-    trainer->set_context_parallel(groups.context);
-    const auto before = trainer->model()->hf_tensors();
-    errors[rank] = ErrorOf([&] { trainer->train_step(seqs, *MakeObjective("sft")); });
-    bool none = true;
-    for (const auto& t : trainer->model()->parameters()) none = none && !t.grad().defined();
-    no_grads[rank] = none;
-    unchanged[rank] = CompareGradients(before, trainer->model()->hf_tensors()).max_abs == 0;
+  const auto r = RunFailingStep(kWorld, 2, 3, seqs, [](int rank, TrainerOptions& o) {
+    if (rank != 3) return;
+    o.engine.on_progress = [](const EngineProgress& p) {
+      if (p.phase == EngineProgress::Phase::kBackward) throw Error(ErrorCode::kCancelled, "rank 3 stops");
+    };
   });
+  const auto& errors = r.errors;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(errors[3].find("rank 3 stops"), std::string::npos) << errors[3];
   for (int rank = 0; rank < 3; ++rank) {
@@ -261,8 +261,8 @@ TEST(ParallelGroups, ARankThatDiesMidStepFailsEveryRankWithinTheTimeoutAndNothin
   }
   EXPECT_LT(seconds, 30.0);
   for (int rank = 0; rank < kWorld; ++rank) {
-    EXPECT_TRUE(no_grads[rank]) << rank;
-    EXPECT_TRUE(unchanged[rank]) << rank;
+    EXPECT_TRUE(r.no_grads[rank]) << rank;
+    EXPECT_TRUE(r.unchanged[rank]) << rank;
   }
 }
 

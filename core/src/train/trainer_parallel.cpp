@@ -55,6 +55,12 @@ int64_t Trainer::optimizer_state_bytes() const {
 // waiting in their next collective).
 void Trainer::check_context_shards(const std::vector<Sequence>& sequences) const {
   const int64_t P = cp_->world_size();
+  // A micro-batch is at least as long as its longest sequence: with none shorter than P (the
+  // usual step) no shard needs to be looked at.
+  if (std::all_of(sequences.begin(), sequences.end(),
+                  [P](const Sequence& s) { return static_cast<int64_t>(s.tokens.size()) >= P; })) {
+    return;
+  }
   for (int d = 0; d < comm_->world_size(); ++d) {
     std::vector<Sequence> shard;
     for (size_t i : local_shard(sequences, d)) shard.push_back(sequences[i]);
