@@ -148,14 +148,18 @@ void ExpectEqualRuns(const Run& expected, const std::vector<RankRun>& ranks, con
   }
 }
 
+using Exchange = EngineOptions::ContextExchange;
+
 struct FamilyCase {
   std::string family;
   Layout layout;
   int ranks;
+  Exchange exchange = Exchange::kAuto;  // heads where they split over the ranks, else K/V
 };
 
 void PrintTo(const FamilyCase& c, std::ostream* os) {
-  *os << c.family << " " << LayoutName(c.layout) << " " << c.ranks << " ranks";
+  *os << c.family << " " << LayoutName(c.layout) << " " << c.ranks << " ranks"
+      << (c.exchange == Exchange::kKeysValues ? " keys/values" : "");
 }
 
 class ContextParallelFamilies : public ::testing::TestWithParam<FamilyCase> {};
@@ -177,7 +181,12 @@ TEST_P(ContextParallelFamilies, RanksSumToOneProcessAndTheReference) {
   const auto batch = MakeBatch(seqs, p.layout, p.layout == Layout::kPacked ? 24 : 0);
   const auto single = OneProcess(model, batch, "sft", options);
   EXPECT_NEAR(single.result.loss, ref_loss, 1e-12 * ref_loss);
+  options.context_exchange = p.exchange;
   const auto ranks = ContextParallelRanks(p.ranks, make, nullptr, batch, "sft", options);
+  // Which exchange ran: the heads' traffic is there or not.
+  const bool heads = ContextExchangesHeads(config, p.ranks, p.exchange);
+  EXPECT_EQ(heads, p.exchange != Exchange::kKeysValues && p.ranks != 3) << p.family;
+  for (const auto& run : ranks) EXPECT_EQ(run.stats.head_bytes > 0, heads) << p.family;
   ExpectEqualRuns(single, ranks, p.family);
   for (size_t r = 0; r < ranks.size(); ++r) {
     const auto diff = CompareGradients(ref_grads, ranks[r].grads);
@@ -194,15 +203,21 @@ std::vector<FamilyCase> FamilyCases() {
   for (const auto& f : {"llama3_tied", "qwen3", "gemma3", "mistral_window", "qwen3_moe"}) {
     out.push_back({f, Layout::kPacked, 3});
   }
-  out.push_back({"qwen3", Layout::kRightPad, 4});  // 4 ranks, 2 kv heads
-  out.push_back({"llama_bias", Layout::kLeftPad, 4});  // 1 kv head
+  out.push_back({"qwen3", Layout::kRightPad, 4});  // 4 ranks, 2 kv heads: each on 2 ranks
+  out.push_back({"llama_bias", Layout::kLeftPad, 4});  // 1 kv head on all 4 ranks
+  // The whole sequence's K/V gathered where heads would split too.
+  for (const auto& f : {"llama_bias", "qwen3", "gemma3", "qwen3_moe"}) {
+    out.push_back({f, Layout::kPacked, 2, Exchange::kKeysValues});
+  }
+  out.push_back({"llama_bias", Layout::kLeftPad, 4, Exchange::kKeysValues});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(FamiliesLayoutsRanks, ContextParallelFamilies, ::testing::ValuesIn(FamilyCases()),
                          [](const auto& info) {
                            return info.param.family + "_" + LayoutName(info.param.layout) + "_" +
-                                  std::to_string(info.param.ranks);
+                                  std::to_string(info.param.ranks) +
+                                  (info.param.exchange == Exchange::kKeysValues ? "_kv" : "");
                          });
 
 // The reference log-probs of a context-parallel step, split over the ranks as the step is:
@@ -308,21 +323,80 @@ TEST(ContextParallel, OffloadedLayerInputsAreBitIdentical) {
   }
 }
 
-// The communication is what the formula says: per layer, K/V gathered in the forward and in
-// the backward (2 B T kv_dim values each, in the model's dtype) and dK/dV reduced once.
+// The communication is what the formula says. K/V gathered: per layer, K/V in the forward
+// and in the backward (2 B T kv_dim values each, in the model's dtype) and dK/dV reduced
+// once. Heads exchanged: what ContextParallelStats' comment says, per rank.
 TEST(ContextParallel, CommunicationPerLayerMatchesTheFormula) {
   RegisterBuiltinObjectives();
   const auto config = testing::TinyConfig("qwen3");
   const auto batch = MakeBatch(Sequences(config), Layout::kRightPad);
   auto make = [&] { return testing::RandomModel(config, 31, torch::kFloat64); };
-  const auto ranks = ContextParallelRanks(2, make, nullptr, batch, "sft", Chunked());
-  const int64_t L = config.num_hidden_layers, per_kv = batch.rows() * batch.length() * config.kv_dim() * 8;
-  for (const auto& run : ranks) {
+  auto gathered = Chunked();
+  gathered.context_exchange = Exchange::kKeysValues;
+  const int64_t L = config.num_hidden_layers, B = batch.rows(), T = batch.length();
+  const int64_t per_kv = B * T * config.kv_dim() * 8;
+  for (const auto& run : ContextParallelRanks(2, make, nullptr, batch, "sft", gathered)) {
     EXPECT_EQ(run.stats.layers, L);
     EXPECT_EQ(run.stats.kv_bytes, L * 2 * 2 * per_kv);
     EXPECT_EQ(run.stats.grad_kv_bytes, L * 2 * per_kv);
+    EXPECT_EQ(run.stats.head_bytes, 0);
     EXPECT_EQ(run.stats.collectives, L * 3 * 2 + 1);  // per layer 3 exchanges of 2 collectives; the sums
     EXPECT_GE(run.stats.seconds, 0.0);
+  }
+  // Heads, over 2 and over 4 ranks (2 kv heads: each on two ranks, R = 2).
+  for (const int P : {2, 4}) {
+    const auto ranks = ContextParallelRanks(P, make, nullptr, batch, "sft", Chunked());
+    const int64_t R = std::max<int64_t>(1, P / config.num_key_value_heads), chunk = Chunked().chunk;
+    const int64_t chunks = ((T + P - 1) / P + chunk - 1) / chunk;
+    for (int r = 0; r < P; ++r) {
+      const auto& stats = ranks[static_cast<size_t>(r)].stats;
+      const auto [s, e] = ContextShardRange(T, r, P);
+      EXPECT_EQ(stats.kv_bytes, L * 2 * 2 * B * (e - s) * config.kv_dim() * R * 8) << P << " ranks, rank " << r;
+      EXPECT_EQ(stats.grad_kv_bytes, L * 2 * B * T * config.kv_dim() * R / P * 8) << P << " ranks, rank " << r;
+      EXPECT_EQ(stats.head_bytes, L * 3 * B * ((e - s) * config.q_dim() + T * config.q_dim() / P) * 8) << P << " ranks, rank " << r;
+      // Per layer: K/V twice and dK/dV once; every chunk's queries and outputs in the forward,
+      // and in the backward with their gradients. Then the step's sums.
+      EXPECT_EQ(stats.collectives, L * (3 + 6 * chunks) + 1) << P << " ranks, rank " << r;
+    }
+  }
+}
+
+// Heads asked for where they do not split over the group: refused on every rank before any
+// collective, naming the head counts, with nothing accumulated.
+TEST(ContextParallel, HeadsThatDoNotSplitAreRefused) {
+  RegisterBuiltinObjectives();
+  auto config = testing::TinyConfig("qwen3");
+  config.num_attention_heads = 3;  // 3 query heads over 1 kv head do not split over 2 ranks
+  config.num_key_value_heads = 1;
+  const auto batch = MakeBatch(Sequences(config), Layout::kRightPad);
+  const int port = FreeLoopbackPort();
+  std::vector<std::string> errors(2);
+  std::vector<bool> untouched(2, false);
+  RunRanks(2, [&](int rank) {
+    auto model = testing::RandomModel(config, 31, torch::kFloat64);
+    auto group = Communicator::Create(testing::LoopbackRank(rank, 2, port));
+    auto heads = Chunked();
+    heads.context_exchange = Exchange::kHeads;
+    errors[static_cast<size_t>(rank)] = ErrorOf([&] {
+      auto sft = CreateObjective("sft", nlohmann::json::object());
+      ContextParallelForwardBackward(model, batch, *sft, heads, *group);
+    });
+    bool none = true;
+    for (const auto& p : model->parameters()) none = none && !p.grad().defined();
+    untouched[static_cast<size_t>(rank)] = none;
+    // Auto falls back to the K/V exchange and runs.
+    auto sft = CreateObjective("sft", nlohmann::json::object());
+    ContextParallelStats stats;
+    ContextParallelForwardBackward(model, batch, *sft, Chunked(), *group, &stats);
+    EXPECT_EQ(stats.head_bytes, 0);
+    EXPECT_GT(stats.kv_bytes, 0);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("needs the 3 query heads divisible by the 2 ranks and the 1 kv heads dividing or "
+                             "divided by them"),
+              std::string::npos)
+        << errors[r];
+    EXPECT_TRUE(untouched[r]) << "rank " << r;
   }
 }
 

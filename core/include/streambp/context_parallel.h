@@ -33,9 +33,17 @@ std::pair<int64_t, int64_t> ContextShardRange(int64_t seq_len, int rank, int ran
 /// the model's dtype (e bytes) and their gradients in the attention's (f bytes: 4, or 8 for
 /// float64): K/V gathered 2 x B x T x kv_dim x e in the forward and again in the backward,
 /// dK/dV reduced 2 x B x T x kv_dim x f.
+/// Heads exchanged (EngineOptions::ContextExchange::kHeads, Ulysses), per layer and step: K/V
+/// sent twice (forward, backward) and dK/dV once as all-to-alls, B x T x kv_dim x R values
+/// each over the group (R: the ranks sharing a kv head when there are fewer kv heads than
+/// ranks), a rank sending the (P - 1) / P of its part that other ranks own (its own part is
+/// counted too, as Communicator counts payloads); and every query chunk's queries and
+/// attention outputs, there and back, in the forward and again (with their gradients) in
+/// the backward: 6 x B x T x q_dim values of the whole sequence per layer.
 struct ContextParallelStats {
-  int64_t kv_bytes = 0;       ///< K/V all-gathers (forward and backward)
-  int64_t grad_kv_bytes = 0;  ///< dK/dV reduce-scatters
+  int64_t kv_bytes = 0;       ///< K/V all-gathers or all-to-alls (forward and backward)
+  int64_t grad_kv_bytes = 0;  ///< dK/dV reduce-scatters or all-to-alls
+  int64_t head_bytes = 0;     ///< heads exchanged: queries, outputs and their gradients
   int64_t other_bytes = 0;    ///< load-balancing statistics, the step's sums
   double seconds = 0;         ///< time in all of them
   int64_t collectives = 0;
@@ -50,18 +58,28 @@ struct ContextParallelStats {
 /// and token counts, routing counts summed over the group.
 /// Objectives with a sequence pass (DPO, GSPO) observe each rank's chunks and sum their
 /// per-sequence quantities over the group before any gradient (Objective::sequence_pass_sums).
+/// How the ranks exchange attention's inputs: options.context_exchange (ContextExchangesHeads).
 /// InvalidArgument (on every rank alike, before any collective) for an engine other than
-/// stream, the recompute ablation, or a batch shorter than the group; (on every rank alike,
+/// stream, the recompute ablation, a batch shorter than the group, or heads asked for where
+/// the model's do not split over the group; (on every rank alike,
 /// mid-step) for an objective whose sequence pass gives no sums or whose loss is not its
 /// chunk terms' sum without a sequence pass.
 StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, Objective& objective,
                                           const EngineOptions& options, Communicator& group,
                                           ContextParallelStats* stats = nullptr);
 
+/// Whether `requested` runs as heads exchanged (Ulysses) for a model of `config` over
+/// `ranks` ranks: kHeads and kAuto where the query heads are divisible by the ranks and the
+/// kv heads divide or are divided by them (each rank then attends H / P query heads and
+/// max(1, KVH / P) kv heads); kAuto falls back to K/V gathered otherwise, and kHeads is an
+/// InvalidArgument naming the head counts.
+bool ContextExchangesHeads(const ModelConfig& config, int ranks, EngineOptions::ContextExchange requested);
+
 /// TokenLogprobs (no gradients) of the whole batch with its positions split over the ranks of
 /// `group` as in ContextParallelForwardBackward: each rank runs its positions' layers (K/V
 /// gathered per layer) and head, then the ranks' columns are summed, so every rank returns
-/// the [B, T] float64 CPU result of one process. The reference log-probs of a
+/// the [B, T] float64 CPU result of one process (heads exchanged where they split, as
+/// kAuto). The reference log-probs of a
 /// context-parallel step. Every rank calls it with the same batch; InvalidArgument on every
 /// rank alike for a batch shorter than the group.
 torch::Tensor ContextParallelTokenLogprobs(CausalLM& model, const Batch& batch, int64_t logits_chunk,

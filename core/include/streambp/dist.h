@@ -151,6 +151,12 @@ class Communicator {
   void reduce_sum(const std::vector<torch::Tensor>& tensors, int root);
   /// Copies root's tensors into everyone's, in place.
   void broadcast(const std::vector<torch::Tensor>& tensors, int root);
+  /// All-to-all of unequal parts: `send` (1-D, contiguous) is cut into world_size() parts of
+  /// `send_counts` elements in rank order, part j going to rank j; returns what every rank
+  /// sent this one, 1-D, in rank order (`recv_counts` elements from each). Every rank's
+  /// send_counts[j] must be rank j's recv_counts of it. Parts may be empty.
+  torch::Tensor all_to_all(const torch::Tensor& send, const std::vector<int64_t>& send_counts,
+                           const std::vector<int64_t>& recv_counts);
   double all_reduce_scalar(double value, bool max = false);
   /// Sums each value over the ranks, all in one collective (float64).
   std::vector<double> all_reduce_scalars(const std::vector<double>& values);

@@ -88,6 +88,14 @@ struct EngineOptions {
   /// Non-padding tokens of the whole step when the batch is one part of it (micro-batches,
   /// data-parallel ranks): each part adds its aux loss weighted by its share. 0 = the batch's.
   int64_t aux_loss_step_tokens = 0;
+  /// Context parallel (ContextParallelForwardBackward): how the ranks exchange attention's
+  /// inputs (docs/architecture.md: Context parallel). kHeads: Ulysses, each rank attends a
+  /// share of the heads over the whole sequence (K/V and their gradients per rank divided
+  /// by the ranks); needs the query heads divisible by the ranks and the kv heads dividing or
+  /// divided by them. kKeysValues: every rank gathers the whole sequence's K/V of all heads.
+  /// kAuto: heads where the shapes allow, else keys and values.
+  enum class ContextExchange { kAuto, kHeads, kKeysValues };
+  ContextExchange context_exchange = ContextExchange::kAuto;
 };
 
 /// The load-balancing coefficient `options` give for `config`: 0 when there is no such loss.

@@ -73,6 +73,8 @@ struct KeysValues {
   torch::Tensor v;
 };
 
+class HeadExchange;
+
 /// How forward_queries computes attention. With key_tile > 0 and more keys than that, or
 /// query_tile > 0 and more queries than that, it runs over blocks of queries and tiles of
 /// keys with an online softmax (the FlashAttention recurrences; the backward recomputes
@@ -87,6 +89,23 @@ struct AttentionTiling {
   /// stream engine: one call per query chunk over a growing prefix) accumulates them in
   /// place, without a prefix-sized gradient per call. The buffers must outlive the graph.
   const KeysValues* grad_sink = nullptr;
+  /// Context parallel over heads (docs/architecture.md: Context parallel): when set, the
+  /// layer hands its query rows to this exchange instead of attending itself (the K/V and
+  /// pattern of the call are the exchange's).
+  const HeadExchange* heads = nullptr;
+};
+
+/// Attention with the heads split over the ranks of a context-parallel group (Ulysses): the
+/// layer's query rows of this rank's positions go to the ranks that own their heads, each
+/// rank attends its heads' queries from every rank against the whole sequence's K/V of
+/// those heads, and the outputs come back; differentiable (the backward exchanges the
+/// gradients the other way). Built by the stream engine for one query chunk.
+class HeadExchange {
+ public:
+  virtual ~HeadExchange() = default;
+  /// qg [B, KVH, C*G, hd] in the layer's layout (AttentionCall's q: all heads of this rank's
+  /// C query positions) -> the attention output in the same layout.
+  virtual torch::Tensor attend(const torch::Tensor& qg, int64_t groups, double scale) const = 0;
 };
 
 /// A linear projection y = x W^T (+ b), HF's nn.Linear (parameters "weight", "bias"), plus

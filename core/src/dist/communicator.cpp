@@ -342,6 +342,25 @@ void Communicator::broadcast(const std::vector<torch::Tensor>& tensors, int root
   }
 }
 
+torch::Tensor Communicator::all_to_all(const torch::Tensor& send, const std::vector<int64_t>& send_counts,
+                                       const std::vector<int64_t>& recv_counts) {
+  torch::NoGradGuard no_grad;
+  const auto P = static_cast<size_t>(world_size());
+  TORCH_CHECK(send.dim() == 1 && send_counts.size() == P && recv_counts.size() == P,
+              "all_to_all: a 1-D tensor and one count per rank expected");
+  int64_t sent = 0, received = 0;
+  for (size_t j = 0; j < P; ++j) sent += send_counts[j], received += recv_counts[j];
+  TORCH_CHECK(sent == send.numel(), "all_to_all: the send counts add up to ", sent, ", the tensor has ", send.numel());
+  auto in = send.contiguous();
+  auto out = torch::empty({received}, in.options());
+  if (P == 1) return out.copy_(in);
+  auto in_counts = send_counts;
+  auto out_counts = recv_counts;
+  wait("all_to_all", [&] { group_->alltoall_base(out, in, out_counts, in_counts)->wait(); },
+       in.numel() * static_cast<int64_t>(in.element_size()));
+  return out;
+}
+
 double Communicator::all_reduce_scalar(double value, bool max) {
   if (world_size() == 1) return value;
   auto t = torch::tensor({value}, torch::kFloat64).to(device_);

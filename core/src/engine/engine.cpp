@@ -192,9 +192,9 @@ StepResult engine::ForwardBackwardShard(CausalLM& model, const Batch& batch, Obj
   engine::ValidateBatch(*model, batch);
   EngineOptions on_device = options;
   on_device.device = DeviceOf(*model);
-  // A shard's chunks are of its own positions.
-  const auto chunks =
-      ResolveChunks(on_device, shard ? shard->length() : batch.length(), model->config(), Dtype(*model));
+  // A shard's chunks are of its own positions, the same on every rank of its group.
+  const auto chunks = ResolveChunks(on_device, shard ? std::max(shard->longest, shard->length()) : batch.length(),
+                                    model->config(), Dtype(*model));
   if (options.offload_layer_inputs && options.kind != EngineKind::kStream) {
     throw InvalidArgument("offload_layer_inputs needs the stream engine (engine " + EngineName(options.kind) + ")");
   }
@@ -404,7 +404,8 @@ torch::Tensor ShardTokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_
   ScopedRoutingReplay routing(*model, &replay);
   torch::NoGradGuard no_grad;
   const int64_t begin = shard.begin, T = shard.length();
-  const auto chunks = DefaultChunks(model->config(), Dtype(*model), T, DeviceOf(*model));
+  const auto chunks =
+      DefaultChunks(model->config(), Dtype(*model), std::max(shard.longest, T), DeviceOf(*model));
   const auto ids = batch.input_ids.slice(1, begin, begin + T);
   auto x = model->embed(ids);
   const auto rope = model->rope_tables(batch.position_ids.slice(1, begin, begin + T), x);

@@ -43,7 +43,21 @@ struct SequenceShard {
   std::function<KeysValues(const KeysValues& whole)> reduce_grad_kv;
   /// Sums tensors over the ranks, in place (a mixture of experts' load-balancing statistics).
   std::function<void(const std::vector<torch::Tensor>&)> all_reduce;
+  /// The most positions any rank of the group holds: every rank resolves its chunk sizes
+  /// from it, so chunk c covers the same rows [c x chunk, ...) of every rank's part.
+  int64_t longest = 0;
+  /// Set when the ranks exchange heads (Ulysses) instead of gathering K/V: gather_kv then
+  /// returns this rank's heads of the whole sequence's K/V, reduce_grad_kv takes their
+  /// gradients and returns all heads of this rank's rows, and query chunk c attends through
+  /// exchange(c, chunk, batch, kv, sink, window, key_chunk), a collective: every rank runs
+  /// the same chunks(chunk) query chunks per layer, in order (a rank whose part is shorter
+  /// runs empty ones). `batch` is the step's on the model's device.
+  std::function<std::unique_ptr<HeadExchange>(int64_t c, int64_t chunk, const Batch& batch, const KeysValues& kv,
+                                               const KeysValues* sink, int64_t window, int64_t key_chunk)>
+      exchange;
   int64_t length() const { return end - begin; }
+  /// Query chunks per layer: this rank's own without an exchange, the longest rank's with one.
+  int64_t chunks(int64_t chunk) const { return ((exchange ? longest : length()) + chunk - 1) / chunk; }
 };
 
 HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,

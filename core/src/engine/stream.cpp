@@ -90,25 +90,42 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, LayerStore& store, in
   // T: this rank's positions (all of them without a shard), from `offset` in the batch.
   const int64_t T = grad.size(1), chunk = chunks.chunk, offset = shard ? shard->begin : 0;
   const int64_t n_chunks = (T + chunk - 1) / chunk;
+  // Heads exchanged: every rank runs the group's chunks (empty ones past its own).
+  const int64_t n_steps = shard ? shard->chunks(chunk) : n_chunks;
   ChunkReader reader(store, slot, T, chunk, 3, then);
   int64_t s = 0, e = 0;
   KeysValues kv_hat = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t, int64_t) { return reader.next(&s, &e); });
-  if (shard) kv_hat = shard->gather_kv(kv_hat);  // every rank's keys, in the batch's order
+  // Every rank's keys, in the batch's order (heads exchanged: this rank's heads of them).
+  if (shard) kv_hat = shard->gather_kv(kv_hat);
   // dK^, dV^: every chunk's attention backward adds its part here in place (the grad sink),
   // in the attention's compute dtype.
   const auto cd = grad.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   KeysValues grad_kv{torch::zeros(kv_hat.k.sizes(), kv_hat.k.options().dtype(cd)),
                      torch::zeros(kv_hat.v.sizes(), kv_hat.v.options().dtype(cd))};
   torch::AutoGradMode grad_mode(true);
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    auto x_q = Leaf(reader.next(&s, &e));
-    Report(progress, EngineProgress::Phase::kBackward, slot, layers, c, n_chunks);
+  for (int64_t c = 0; c < n_steps; ++c) {
+    torch::Tensor x_q;
+    if (c < n_chunks) {
+      x_q = Leaf(reader.next(&s, &e));
+    } else {
+      s = e = T;
+      x_q = Leaf(grad.new_empty({grad.size(0), 0, grad.size(2)}));
+    }
+    Report(progress, EngineProgress::Phase::kBackward, slot, layers, c, n_steps);
     const int64_t qs = offset + s, qe = offset + e;  // the chunk's positions in the batch
-    KeysValues prefix{kv_hat.k.slice(2, 0, qe), kv_hat.v.slice(2, 0, qe)};
-    auto y = layer.forward_queries(x_q, rope.slice(s, e), prefix, AttentionPattern::Causal(batch, qs, qe, qe, window),
-                                   AttentionTiling{chunks.key_chunk, 0, &grad_kv});
+    AttentionTiling tiling{chunks.key_chunk, 0, &grad_kv};
+    std::unique_ptr<HeadExchange> heads;
+    KeysValues keys{kv_hat.k.slice(2, 0, qe), kv_hat.v.slice(2, 0, qe)};
+    if (shard && shard->exchange) {
+      heads = shard->exchange(c, chunk, batch, kv_hat, &grad_kv, window, chunks.key_chunk);
+      tiling.heads = heads.get();
+      keys = kv_hat;
+    }
+    auto y = layer.forward_queries(x_q, rope.slice(s, e), keys, AttentionPattern::Causal(batch, qs, qe, qe, window),
+                                   tiling);
     torch::autograd::backward({y}, {grad.slice(1, s, e).contiguous()});
-    grad.slice(1, s, e).copy_(x_q.grad());  // g[s:e] is done with: dx[s:e] takes its place
+    // g[s:e] is done with: dx[s:e] takes its place.
+    if (e > s) grad.slice(1, s, e).copy_(x_q.grad());
   }
   kv_hat = KeysValues{};
   // Every rank's queries saw this rank's keys: their dK/dV parts summed, this rank's rows.
@@ -156,12 +173,20 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
   auto kv = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t s, int64_t e) { return x.slice(1, s, e); });
   if (shard) kv = shard->gather_kv(kv);
   auto y = torch::empty_like(x);
-  for (int64_t s = 0; s < T; s += chunk) {
-    const int64_t e = std::min(T, s + chunk), qs = offset + s, qe = offset + e;
-    KeysValues prefix{kv.k.slice(2, 0, qe), kv.v.slice(2, 0, qe)};
-    y.slice(1, s, e).copy_(layer.forward_queries(x.slice(1, s, e), rope.slice(s, e), prefix,
-                                                 AttentionPattern::Causal(batch, qs, qe, qe, window),
-                                                 AttentionTiling{key_chunk}));
+  const int64_t n_steps = shard ? shard->chunks(chunk) : (T + chunk - 1) / chunk;
+  for (int64_t c = 0; c < n_steps; ++c) {
+    // Heads exchanged: past this rank's positions, an empty chunk for the others' queries.
+    const int64_t s = std::min(T, c * chunk), e = std::min(T, s + chunk), qs = offset + s, qe = offset + e;
+    AttentionTiling tiling{key_chunk};
+    std::unique_ptr<HeadExchange> heads;
+    KeysValues keys{kv.k.slice(2, 0, qe), kv.v.slice(2, 0, qe)};
+    if (shard && shard->exchange) {
+      heads = shard->exchange(c, chunk, batch, kv, nullptr, window, key_chunk);
+      tiling.heads = heads.get();
+      keys = kv;
+    }
+    y.slice(1, s, e).copy_(layer.forward_queries(x.slice(1, s, e), rope.slice(s, e), keys,
+                                                 AttentionPattern::Causal(batch, qs, qe, qe, window), tiling));
   }
   return y;
 }

@@ -186,8 +186,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& h_q, const Rope& rope_
         {B, kv_heads_, C * groups, head_dim_});
   }
   // [B, KVH, C*G, hd] from the first backend that computes this call exactly
-  // (docs/architecture.md: Attention backends).
-  auto attn = Attend(AttentionCall{qg, kv.k, kv.v, pattern, groups, scale_, tiling}).out;
+  // (docs/architecture.md: Attention backends). Context parallel over heads: the exchange's.
+  auto attn = tiling.heads ? tiling.heads->attend(qg, groups, scale_)
+                           : Attend(AttentionCall{qg, kv.k, kv.v, pattern, groups, scale_, tiling}).out;
   {
     RECORD_USER_SCOPE("streambp::layout");
     attn = attn.view({B, kv_heads_, C, groups, head_dim_}).permute({0, 2, 1, 3, 4}).reshape({B, C, heads_ * head_dim_});
