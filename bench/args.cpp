@@ -87,6 +87,11 @@ void AddOptions(CLI::App& app, Args& a) {
                  "first --seq-lens with --threads split over the ranks; only this runs")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  app.add_option("--context-exchange", a.context_exchange,
+                 "context-parallel mode: how the ranks exchange attention's inputs: heads (Ulysses: each rank attends "
+                 "a share of the heads, so K/V per rank shrink with P), kv (every rank gathers the whole sequence's "
+                 "K/V), auto (heads where they split over P, else kv)")
+      ->check(CLI::IsMember({"auto", "heads", "kv"}));
   app.add_option("--cp-worker", a.cp_worker, "internal: run as a rank, write results to this folder")->group("");
   app.add_option("--cp-seq-len", a.cp_seq_len, "internal")->group("");
   app.add_option("--cp-budget", a.cp_budget, "internal")->group("");

@@ -38,6 +38,7 @@ struct Args {
   int64_t dist_seq_len = 0;
   // Context-parallel mode (--context-parallel).
   std::vector<int> context_parallel;
+  std::string context_exchange = "auto";
   std::string cp_worker;  // set in the rank processes the mode starts
   int64_t cp_seq_len = 0, cp_budget = 0, cp_steps = 0;
   // LoRA vs full fine-tuning mode (--lora-rank).

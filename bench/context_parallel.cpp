@@ -34,14 +34,27 @@ ModelConfig PlanConfig(const CpPlan& plan) {
                                 : ModelConfig::FromFile(plan.model_dir + "/config.json");
 }
 
-// K/V bytes per layer and step by the formula (docs/architecture.md: Context parallel):
-// gathered in the forward and the backward, their gradients reduced once.
-std::pair<int64_t, int64_t> FormulaBytesPerLayer(const CpPlan& plan, int64_t rows, int64_t T) {
+// What rank 0 sends per layer and step by the formula (docs/architecture.md: Context
+// parallel; ContextParallelStats): K/V gathered in the forward and the backward and their
+// gradients reduced once; or, heads exchanged, its rows' K/V to the ranks of their heads
+// twice, its heads' dK/dV once, and the chunks' queries and outputs.
+struct Traffic {
+  int64_t kv = 0, grad_kv = 0, heads = 0;
+};
+Traffic FormulaBytesPerLayer(const CpPlan& plan, int64_t rows, int64_t T, int P) {
   const auto c = PlanConfig(plan);
   const auto dtype = ParseDtype(plan.dtype);
   const int64_t e = static_cast<int64_t>(c10::elementSize(dtype)), f = dtype == torch::kFloat64 ? 8 : 4;
-  const int64_t kv = 2 * rows * T * c.kv_dim();
-  return {2 * kv * e, kv * f};
+  if (P <= 1) return {};
+  if (!ContextExchangesHeads(c, P, plan.engine.context_exchange)) {
+    const int64_t kv = 2 * rows * T * c.kv_dim();
+    return {2 * kv * e, kv * f, 0};
+  }
+  const int64_t R = std::max<int64_t>(1, P / c.num_key_value_heads);
+  const auto [s, end] = ContextShardRange(T, 0, P);
+  const int64_t mine = end - s;
+  return {2 * 2 * rows * mine * c.kv_dim() * R * e, 2 * rows * T * c.kv_dim() * R / P * f,
+          3 * rows * (mine * c.q_dim() + T * c.q_dim() / P) * e};
 }
 
 // One run of P ranks at T under `budget` (0: none): every rank's report.
@@ -128,6 +141,7 @@ int RunCpWorker(const CpPlan& plan, const std::string& dir, int64_t seq_len, int
   report["activation_bytes"] = activation;
   report["kv_bytes"] = stats.kv_bytes;
   report["grad_kv_bytes"] = stats.grad_kv_bytes;
+  report["head_bytes"] = stats.head_bytes;
   report["comm_seconds"] = stats.seconds;
   report["layers"] = stats.layers;
   std::ofstream out(fs::path(dir) / ("rank" + std::to_string(dist.rank) + ".json"));
@@ -190,7 +204,7 @@ json RunContextParallel(const CpPlan& plan, const std::vector<std::string>& args
     for (const auto& r : ranks) slowest = std::max(slowest, r.at("step_seconds").get<double>());
     if (P == plan.ranks.front()) base_seconds = slowest;
     const int64_t layers = std::max<int64_t>(1, ranks[0].at("layers").get<int64_t>());
-    const auto [kv_formula, grad_formula] = FormulaBytesPerLayer(plan, ranks[0].at("rows").get<int64_t>(), plan.seq_len);
+    const auto formula_bytes = FormulaBytesPerLayer(plan, ranks[0].at("rows").get<int64_t>(), plan.seq_len, P);
     bool same_loss = true;
     for (const auto& r : ranks) same_loss = same_loss && r.at("loss") == ranks[0].at("loss");
     run["seq_len"] = plan.seq_len;
@@ -204,8 +218,13 @@ json RunContextParallel(const CpPlan& plan, const std::vector<std::string>& args
             .activation_bytes;
     run["kv_bytes_per_layer"] = P > 1 ? ranks[0].at("kv_bytes").get<int64_t>() / layers : 0;
     run["grad_kv_bytes_per_layer"] = P > 1 ? ranks[0].at("grad_kv_bytes").get<int64_t>() / layers : 0;
-    run["kv_bytes_per_layer_formula"] = P > 1 ? kv_formula : 0;
-    run["grad_kv_bytes_per_layer_formula"] = P > 1 ? grad_formula : 0;
+    run["head_bytes_per_layer"] = P > 1 ? ranks[0].at("head_bytes").get<int64_t>() / layers : 0;
+    run["kv_bytes_per_layer_formula"] = formula_bytes.kv;
+    run["grad_kv_bytes_per_layer_formula"] = formula_bytes.grad_kv;
+    run["head_bytes_per_layer_formula"] = formula_bytes.heads;
+    run["exchange"] = P > 1 && ContextExchangesHeads(PlanConfig(plan), P, plan.engine.context_exchange) ? "heads"
+                      : P > 1                                                                           ? "kv"
+                                                                                                        : "none";
     run["comm_seconds"] = ranks[0].at("comm_seconds");
     run["loss"] = ranks[0].at("loss");
     run["same_loss_on_every_rank"] = same_loss;
@@ -217,8 +236,9 @@ json RunContextParallel(const CpPlan& plan, const std::vector<std::string>& args
       std::snprintf(vs_len, sizeof vs_len, "%.3f", run["max_seq_len_vs_first"].get<double>());
     }
     const double measured = static_cast<double>(run["kv_bytes_per_layer"].get<int64_t>() +
-                                                run["grad_kv_bytes_per_layer"].get<int64_t>()) / mib;
-    const double formula = P > 1 ? static_cast<double>(kv_formula + grad_formula) / mib : 0.0;
+                                                run["grad_kv_bytes_per_layer"].get<int64_t>() +
+                                                run["head_bytes_per_layer"].get<int64_t>()) / mib;
+    const double formula = static_cast<double>(formula_bytes.kv + formula_bytes.grad_kv + formula_bytes.heads) / mib;
     std::printf("%3d %8d %9s %7s %12s %9.3f %7.3f %12.3f %12.3f %8.3f %12.8f\n", P, std::max(1, plan.threads / P), max_len,
                 vs_len, HumanBytes(run["activation_bytes_per_rank"].get<int64_t>()).c_str(), slowest,
                 run["step_seconds_vs_first"].get<double>(), measured, formula, run["comm_seconds"].get<double>(),
@@ -247,10 +267,11 @@ std::vector<std::string> CheckContextParallel(const json& section) {
       problems.push_back(name + ": loss " + std::to_string(r.value("loss", 0.0)) + " differs from the first run's " +
                          std::to_string(first_loss));
     }
-    if (r.value("ranks", 1) > 1 && (r.value("kv_bytes_per_layer", int64_t{-1}) != r.value("kv_bytes_per_layer_formula", int64_t{-2}) ||
-                                    r.value("grad_kv_bytes_per_layer", int64_t{-1}) !=
-                                        r.value("grad_kv_bytes_per_layer_formula", int64_t{-2}))) {
-      problems.push_back(name + ": K/V traffic per layer differs from the formula");
+    for (const std::string kind : {"kv", "grad_kv", "head"}) {
+      if (r.value("ranks", 1) > 1 && r.value(kind + "_bytes_per_layer", int64_t{-1}) !=
+                                         r.value(kind + "_bytes_per_layer_formula", int64_t{-2})) {
+        problems.push_back(name + ": " + kind + " traffic per layer differs from the formula");
+      }
     }
     // The estimate may be conservative but never far below the measured peak (as the
     // one-process estimate is held to in tests/unit/engine_test.cpp).

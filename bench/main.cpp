@@ -223,14 +223,16 @@ int main(int argc, char** argv) {
                   (long long)resolved.key_chunk, (long long)plan.seq_len, (long long)a.batch, plan.threads,
                   plan.budget > 0 ? ("; search under " + HumanBytes(plan.budget) + " of activations per rank").c_str() : "");
       std::printf("   max T: longest sequence fitting the budget (to the first OOM); act/rank: activation peak of the "
-                  "most loaded rank at T=%lld; step s: its slowest rank; K/V MiB/layer: gathered K/V + reduced dK/dV per "
-                  "layer and step, measured and by the formula\n",
-                  (long long)plan.seq_len);
+                  "most loaded rank at T=%lld; step s: its slowest rank; K/V MiB/layer: what rank 0 sends per layer and "
+                  "step (K/V and dK/dV; heads exchanged, also the chunks' queries and outputs), measured and by the "
+                  "formula; --context-exchange %s\n",
+                  (long long)plan.seq_len, a.context_exchange.c_str());
       std::printf("%3s %8s %9s %7s %12s %9s %7s %12s %12s %8s %12s\n", "P", "thr/rank", "max T", "vs P1", "act/rank",
                   "step s", "vs P1", "K/V MiB/lyr", "formula MiB", "comm s", "loss");
       std::vector<std::string> args(argv, argv + argc);
       report["context_parallel"] = {{"seq_len", plan.seq_len},
                                     {"engine", EngineOptionsToJson(plan.engine)},
+                                    {"context_exchange", a.context_exchange},
                                     {"batch", a.batch},
                                     {"threads", plan.threads},
                                     {"budget_bytes_per_rank", plan.budget},

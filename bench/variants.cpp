@@ -4,6 +4,7 @@
 
 #include "args.h"
 #include "bench.h"
+#include "streambp/context_parallel.h"
 
 namespace streambp::bench {
 
@@ -90,6 +91,7 @@ CpPlan MakeCpPlan(const Args& a) {
   p.seed = a.seed;
   p.workload = {a.objective, a.batch, 1};
   p.engine = Engine(a, EngineKind::kStream, a.chunk, a.logits_chunk);
+  p.engine.context_exchange = ParseContextExchange(a.context_exchange);
   p.ranks = a.context_parallel;
   p.seq_len = a.seq_lens.front();
   p.repeat = a.repeat;

@@ -39,6 +39,10 @@ void AddEngineFlags(CLI::App* cmd, streambp::tools::EngineFlags& f) {
       ->check(CLI::Range(-1, 1 << 30));
   cmd->add_option("--key-chunk", f.key_chunk, "stream: keys per attention tile inside a chunk (0 = default)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--context-exchange", f.context_exchange,
+                  "with --context-parallel: heads (each rank attends a share of the heads over the whole sequence), "
+                  "kv (each rank gathers every rank's K/V), auto (heads where they split over the ranks)")
+      ->check(CLI::IsMember({"auto", "heads", "kv"}));
 }
 
 // `--version`: what was built and what it runs on (docs/architecture.md: Build and runtime: speed depends on the BLAS).

@@ -253,6 +253,7 @@ int Grad(const GradArgs& args) {
   auto batch = MakeBatch(sequences, ParseLayout(args.layout));
   EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false,
                         args.flags.key_chunk};
+  options.context_exchange = ParseContextExchange(args.flags.context_exchange);
   TerminalProgress line(args.engine);
   if (writer) options = line.wrap(options);
   auto t0 = std::chrono::steady_clock::now();
@@ -300,11 +301,14 @@ int Grad(const GradArgs& args) {
                 parallel.groups.data->world_size(), group ? group->world_size() : 1);
   } else if (group) {
     const auto [begin, end] = ContextShardRange(batch.length(), 0, group->world_size());
-    std::printf("context parallel: %d ranks (rank 0 holds positions [%lld, %lld) of %lld); per layer K/V %.3f MiB, "
-                "dK/dV %.3f MiB; %.3f s in collectives on rank 0\n",
+    const bool heads = ContextExchangesHeads(m.model->config(), group->world_size(), options.context_exchange);
+    std::printf("context parallel: %d ranks (rank 0 holds positions [%lld, %lld) of %lld), %s; rank 0 sent per "
+                "layer K/V %.3f MiB, dK/dV %.3f MiB, queries and outputs %.3f MiB; %.3f s in collectives on rank 0\n",
                 group->world_size(), (long long)begin, (long long)end, (long long)batch.length(),
+                heads ? "heads exchanged" : "K/V gathered",
                 static_cast<double>(cp.kv_bytes) / static_cast<double>(cp.layers) / (1 << 20),
-                static_cast<double>(cp.grad_kv_bytes) / static_cast<double>(cp.layers) / (1 << 20), cp.seconds);
+                static_cast<double>(cp.grad_kv_bytes) / static_cast<double>(cp.layers) / (1 << 20),
+                static_cast<double>(cp.head_bytes) / static_cast<double>(cp.layers) / (1 << 20), cp.seconds);
   }
   return 0;
 }
@@ -356,6 +360,7 @@ int Verify(const VerifyArgs& args) {
     const bool split = group && row == 3;
     EngineOptions options{kind, 0, -1};
     if (kind == EngineKind::kStream) options = {kind, stream.chunk, stream.logits_chunk, false, stream.key_chunk};
+    options.context_exchange = ParseContextExchange(stream.context_exchange);
     // Split: each rank's engine resolves its chunks for its share of the positions.
     const auto chunks = ResolveChunks(options, split ? ContextShardRange(T, 0, group->world_size()).second : T,
                                       config, dtype);

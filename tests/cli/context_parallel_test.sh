@@ -64,10 +64,18 @@ for model in qwen3 gemma3; do
   for ranks in 2 3; do
     cp_grad "$ranks" "$model-cp$ranks" "${common[@]}"
     grep -q "context parallel: $ranks ranks" "$dir/$model-cp$ranks-rank0.log" || fail "rank 0 does not report the split"
+    # 4 query heads over 2 kv heads split over 2 ranks (heads exchanged), not over 3.
+    exchange="heads exchanged"; [ "$ranks" = 3 ] && exchange="K/V gathered"
+    grep -q "), $exchange;" "$dir/$model-cp$ranks-rank0.log" || fail "$model, $ranks ranks: not $exchange"
     ! grep -q "gradients written" "$dir/$model-cp$ranks-rank1.log" || fail "rank 1 reports writing gradients too"
     out="$(compare "$dir/$model-one.safetensors" "$dir/$model-cp$ranks.safetensors")" || fail "$model sft, $ranks ranks: $out"
-    echo "$model sft, $ranks ranks: $out"
+    echo "$model sft, $ranks ranks ($exchange): $out"
   done
+  # K/V gathered where the heads would split.
+  cp_grad 2 "$model-cp2kv" "${common[@]}" --context-exchange kv
+  grep -q "), K/V gathered;" "$dir/$model-cp2kv-rank0.log" || fail "$model --context-exchange kv: not K/V gathered"
+  out="$(compare "$dir/$model-one.safetensors" "$dir/$model-cp2kv.safetensors")" || fail "$model sft, 2 ranks, kv: $out"
+  echo "$model sft, 2 ranks (K/V gathered): $out"
 done
 
 dpo=(--model "$dir/qwen3" --dtype float64 --data "$dir/dpo.jsonl" --objective dpo --chunk 2 --logits-chunk 3)

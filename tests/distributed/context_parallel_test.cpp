@@ -278,7 +278,8 @@ INSTANTIATE_TEST_SUITE_P(Objectives, ContextParallelObjectives,
                                            "cross_entropy", "cross_entropy_top_k"));
 
 // LoRA with nonzero B on every projection (the lm_head too): the adapter's gradients,
-// summed over the ranks, are one process's; the base takes no gradient.
+// summed over the ranks, are one process's, heads exchanged or K/V gathered; the base takes
+// no gradient.
 TEST(ContextParallel, LoraAdapterGradientsEqualOneProcess) {
   RegisterBuiltinObjectives();
   const auto config = testing::TinyConfig("qwen2");
@@ -301,8 +302,12 @@ TEST(ContextParallel, LoraAdapterGradientsEqualOneProcess) {
   auto adapter = make_adapter();
   Attach(model, adapter);
   const auto single = OneProcess(model, batch, "sft", Chunked(), adapter);
-  const auto ranks = ContextParallelRanks(3, make, make_adapter, batch, "sft", Chunked());
-  ExpectEqualRuns(single, ranks, "lora");
+  // 2 ranks exchange heads, 3 gather K/V (4 query heads do not split over 3).
+  for (const int P : {2, 3}) {
+    const auto ranks = ContextParallelRanks(P, make, make_adapter, batch, "sft", Chunked());
+    ExpectEqualRuns(single, ranks, "lora over " + std::to_string(P) + " ranks");
+    EXPECT_EQ(ranks[0].stats.head_bytes > 0, P == 2);
+  }
   for (const auto& [name, g] : single.grads) EXPECT_GT(g.abs().max().item<double>(), 0) << name;
 }
 
@@ -512,6 +517,8 @@ TEST_P(ContextParallelTrainer, RanksApplyTheOneProcessUpdate) {
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_EQ(metrics[rank].back().count("context_parallel_kv_bytes_per_layer"), 1u) << rank;
     EXPECT_GT(metrics[rank].back().at("context_parallel_kv_bytes_per_layer"), 0.0);
+    // 2 ranks of the tiny models' 4 query and 2 kv heads: heads exchanged.
+    EXPECT_GT(metrics[rank].back().at("context_parallel_head_bytes_per_layer"), 0.0);
     EXPECT_GE(metrics[rank].back().at("context_parallel_seconds"), 0.0);
     for (int i = 0; i < 3; ++i) {
       testing::ExpectWholeStepMetrics(single_metrics[i], metrics[rank][i],

@@ -190,9 +190,11 @@ TEST(ChooseChunks, StartsFromTheDefaultsAndHalvesToFit) {
 }
 
 // Context parallel (streambp/context_parallel.h): one rank's estimate. The stored layer
-// inputs shrink with P, the gathered K/V and their gradients (4 x T x kv_dim) do not; the
-// weights, gradients and optimizer state are each rank's whole copy; the chunks are those of
-// T/P positions. The measured side of this is the bench's context_parallel section, whose
+// inputs shrink with P; the whole sequence's K/V and their gradients (4 x T x kv_dim) do not
+// when gathered, and shrink to the rank's kv heads (max(1, KVH / P) of KVH) when the heads
+// are exchanged (the default where they split: the small preset's 8 query and 4 kv heads
+// do for P = 2, 4, 8); the weights, gradients and optimizer state are each rank's whole
+// copy; the chunks are those of T/P positions. The measured side of this is the bench's context_parallel section, whose
 // --check holds the estimate to 0.9x..2.5x of each rank's measured peak.
 TEST(EstimateStepMemory, ContextParallelIsOneRanksShare) {
   const auto config = PresetConfig("small");
@@ -204,15 +206,23 @@ TEST(EstimateStepMemory, ContextParallelIsOneRanksShare) {
   EXPECT_EQ(same.chunk, one.chunk);
   const double kv_floor = 4.0 * T * config.kv_dim() * 4;  // K, V, dK, dV over the whole sequence
   const double inputs = static_cast<double>(config.num_hidden_layers) * T * config.hidden_size * 4;
+  auto gathered = stream;
+  gathered.context_exchange = EngineOptions::ContextExchange::kKeysValues;
   int64_t previous = one.activation_bytes;
   for (int64_t P : {2, 4, 8}) {
-    const auto rank = EstimateStepMemory(config, torch::kFloat32, 1, T, stream, "adamw", nullptr, P);
+    const auto rank = EstimateStepMemory(config, torch::kFloat32, 1, T, gathered, "adamw", nullptr, P);
     SCOPED_TRACE("P=" + std::to_string(P));
     EXPECT_EQ(rank.weights_bytes, one.weights_bytes);
     EXPECT_EQ(rank.gradient_bytes, one.gradient_bytes);
     EXPECT_EQ(rank.optimizer_bytes, one.optimizer_bytes);
     EXPECT_LT(rank.activation_bytes, previous);
     EXPECT_GE(static_cast<double>(rank.activation_bytes), kv_floor + inputs / P);
+    // Heads exchanged: the K/V term is the rank's kv heads' share, the rest as gathered.
+    const auto heads = EstimateStepMemory(config, torch::kFloat32, 1, T, stream, "adamw", nullptr, P);
+    const double share = std::max<double>(1.0, 4.0 / static_cast<double>(P)) / 4.0;
+    EXPECT_GE(static_cast<double>(heads.activation_bytes), kv_floor * share + inputs / P);
+    EXPECT_NEAR(static_cast<double>(rank.activation_bytes - heads.activation_bytes),
+                kv_floor * (1.0 - share) - 4.0 * rank.chunk * config.q_dim() * 4, 1024.0);
     // Above the floor by no more than one process's estimate minus the inputs the others hold.
     EXPECT_LE(static_cast<double>(rank.activation_bytes),
               static_cast<double>(one.activation_bytes) - inputs * (1.0 - 1.0 / P) + 4.0 * T * config.kv_dim() * 4 / P);

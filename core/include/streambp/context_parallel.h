@@ -1,14 +1,19 @@
 #pragma once
 /// Context parallelism (docs/architecture.md: Context parallel): the positions of every
 /// sequence of a step split over the ranks of a c10d group, each rank running StreamBP on
-/// its own contiguous part. Per layer the ranks exchange keys and values, which StreamBP
-/// computes once per layer anyway: each rank computes K/V of its positions and receives the
-/// others' (all-gather) before its query chunks attend to them, and after its backward the
-/// dK/dV its queries produced for every position are summed onto the rank that owns them
-/// (reduce-scatter). Everything else (norms, projections, MLP, lm_head + loss) acts on a
-/// rank's own positions only, so a rank stores 1/P of the layer inputs: the term that
-/// limits StreamBP's sequence length. The sum of the ranks' contributions is the
-/// single-process gradient, exactly (the same arithmetic, summed in another order).
+/// its own contiguous part. Around attention the ranks exchange one of two ways:
+///  - heads (Ulysses; the default where the heads split over the ranks): K/V, computed once
+///    per layer by each rank for its positions, go to the ranks of their heads (all-to-all);
+///    every query chunk's queries go to the ranks of their heads and the outputs come back
+///    (all-to-alls inside the chunk's graph); the dK/dV of each rank's heads return to the
+///    positions' ranks. A rank holds its heads' share of the whole sequence's K/V.
+///  - K/V gathered: each rank receives every rank's K/V (all-gather) before its query chunks
+///    attend to them, and after its backward the dK/dV its queries produced for every
+///    position are summed onto the rank that owns them (reduce-scatter).
+/// Everything else (norms, projections, MLP, lm_head + loss) acts on a rank's own positions
+/// only, so a rank stores 1/P of the layer inputs: the term that limits StreamBP's sequence
+/// length. The sum of the ranks' contributions is the single-process gradient, exactly (the
+/// same arithmetic, summed in another order).
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -74,6 +79,9 @@ StepResult ContextParallelForwardBackward(CausalLM& model, const Batch& batch, O
 /// max(1, KVH / P) kv heads); kAuto falls back to K/V gathered otherwise, and kHeads is an
 /// InvalidArgument naming the head counts.
 bool ContextExchangesHeads(const ModelConfig& config, int ranks, EngineOptions::ContextExchange requested);
+
+/// auto | heads | kv (EngineOptions::context_exchange); InvalidArgument otherwise.
+EngineOptions::ContextExchange ParseContextExchange(const std::string& name);
 
 /// TokenLogprobs (no gradients) of the whole batch with its positions split over the ranks of
 /// `group` as in ContextParallelForwardBackward: each rank runs its positions' layers (K/V

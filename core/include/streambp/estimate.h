@@ -47,8 +47,10 @@ double FeedForwardParameters(const ModelConfig& config, bool active);
 /// adapter's only.
 /// `context_parallel` P > 1: one rank's peak when the positions are split over P ranks
 /// (streambp/context_parallel.h; the stream engine): the stored layer inputs, the head and
-/// the chunks shrink to the rank's T/P positions; the gathered K/V and their gradients
-/// (4 x T x kv_dim) and the batch's tensors stay whole-sequence.
+/// the chunks shrink to the rank's T/P positions; the whole sequence's K/V and their
+/// gradients (4 x T x kv_dim) are the rank's kv heads' share where the ranks exchange heads
+/// (engine.context_exchange, ContextExchangesHeads), else all of them; the batch's tensors
+/// stay whole-sequence.
 MemoryEstimate EstimateStepMemory(const ModelConfig& config, torch::Dtype dtype, int64_t rows,
                                   int64_t seq_len, const EngineOptions& engine,
                                   const std::string& optimizer = "adamw", const LoraConfig* lora = nullptr,
@@ -57,7 +59,8 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& config, torch::Dtype dtype,
 /// Peak of a no-grad forward with log-probs (ComputeLogprobs: TokenLogprobs over `rows` x
 /// `seq_len`): weights and activations only (no gradient or optimizer state is touched).
 /// `context_parallel` P > 1: one rank's peak in ContextParallelTokenLogprobs (its T/P
-/// positions' activations beside the whole sequence's K/V of one layer).
+/// positions' activations beside the whole sequence's K/V of one layer, or of its kv heads
+/// where the heads split over the ranks).
 MemoryEstimate EstimateForwardMemory(const ModelConfig& config, torch::Dtype dtype, int64_t rows, int64_t seq_len,
                                      int64_t logits_chunk = 0, c10::DeviceType device = c10::DeviceType::CPU,
                                      int64_t context_parallel = 1);

@@ -395,6 +395,14 @@ torch::Tensor ContextParallelTokenLogprobs(CausalLM& model, const Batch& batch, 
   return staged.cpu();
 }
 
+EngineOptions::ContextExchange ParseContextExchange(const std::string& name) {
+  using Exchange = EngineOptions::ContextExchange;
+  if (name == "auto") return Exchange::kAuto;
+  if (name == "heads") return Exchange::kHeads;
+  if (name == "kv") return Exchange::kKeysValues;
+  throw InvalidArgument("unknown context exchange '" + name + "' (known: auto, heads, kv)");
+}
+
 bool ContextExchangesHeads(const ModelConfig& config, int ranks, EngineOptions::ContextExchange requested) {
   using Exchange = EngineOptions::ContextExchange;
   if (requested == Exchange::kKeysValues || ranks <= 1) return false;

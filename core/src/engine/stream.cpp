@@ -16,6 +16,9 @@
 // a second tier (a scratch file, pinned host memory) and come back a chunk at a time, so
 // the device holds bytes·T·(d + 4·d_kv) plus the chunk (the forward: x, y, K, V); the
 // arithmetic is the same, so the gradients are bit-identical.
+// Context parallel (a SequenceShard): x, g and the chunks are the rank's positions; K^, V^
+// (and dK^, dV^) are the whole sequence's, of all heads when gathered, of the rank's heads
+// when heads are exchanged (each chunk's attention then goes through the exchange).
 #include "engine_common.h"
 #include "layer_store.h"
 #include "streambp/error.h"

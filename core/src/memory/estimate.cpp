@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "streambp/context_parallel.h"
 #include "streambp/error.h"
 
 namespace streambp {
@@ -37,6 +38,21 @@ double ParameterCount(const ModelConfig& c) {
 int64_t RankLength(int64_t seq_len, int64_t context_parallel) {
   const int64_t P = std::max<int64_t>(context_parallel, 1);
   return (std::max<int64_t>(seq_len, 1) + P - 1) / P;
+}
+
+// The share of the whole sequence's K/V (and their gradients) one rank holds under context
+// parallel: all of them when the ranks gather K/V, its kv heads' when they exchange heads
+// (max(1, KVH / P) of the KVH).
+double KeysValuesShare(const ModelConfig& c, int64_t context_parallel, EngineOptions::ContextExchange exchange) {
+  if (context_parallel <= 1) return 1.0;
+  bool heads = false;
+  try {
+    heads = ContextExchangesHeads(c, static_cast<int>(context_parallel), exchange);
+  } catch (const Error&) {  // heads asked for where they do not split: the step refuses it
+  }
+  if (!heads) return 1.0;
+  const double kv_heads = static_cast<double>(c.num_key_value_heads);
+  return std::max(1.0, kv_heads / static_cast<double>(context_parallel)) / kv_heads;
 }
 
 }  // namespace
@@ -123,13 +139,18 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   const double Td = B * Tl * d * e, Tkv = B * T * kvd * e;
   // K^, V^ (the model's dtype) and dK^, dV^ (the stream engine's grad sinks: float32, or
   // float64 for a float64 model) over the whole sequence.
-  const double kv_and_grads = 2 * Tkv + 2 * B * T * kvd * std::max(e, 4.0);
+  // Context parallel: every rank's (K/V gathered) or its kv heads' share (heads exchanged).
+  const double kv_share = KeysValuesShare(c, context_parallel, engine.context_exchange);
+  const double all_kv_and_grads = 2 * Tkv + 2 * B * T * kvd * std::max(e, 4.0);
+  const double kv_and_grads = all_kv_and_grads * kv_share;
   // Alive through the whole step: the RoPE tables (cos, sin) and the batch's int64 tensors.
   const double per_step = B * T * (2 * c.head_dim * e + 6 * 8);
   const double tile = std::min<double>(chunks.key_chunk, T);
-  // Context parallel: the rank's own K/V (before the gather) and its share of dK/dV (after
-  // the reduce-scatter) beside the whole-sequence ones.
-  const double own_kv = context_parallel > 1 ? kv_and_grads / P : 0.0;
+  // Context parallel: the rank's own K/V (before the exchange) and its rows' dK/dV (after
+  // it) beside the whole-sequence ones; heads exchanged, a chunk's queries and outputs in
+  // the exchange's buffers (sent, received, and both ways again for the outputs).
+  const double own_kv = context_parallel > 1 ? all_kv_and_grads / P : 0.0;
+  const double exchange = kv_share < 1.0 ? 4 * B * static_cast<double>(chunks.chunk) * qd * e : 0.0;
   if (engine.kind == EngineKind::kFull) {
     m.activation_bytes = Bytes(L * layer_graph(T, T, false, T, T, 4) + 2 * Td + 3 * B * T * V * f);
   } else if (engine.kind == EngineKind::kCheckpoint) {
@@ -144,16 +165,18 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     // attention adds its K/V gradients there in place) and one chunk.
     const double head_phase = L * Td + head;
     const double layer_phase =
-        (L - 1) * Td + Td + kv_and_grads + own_kv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+        (L - 1) * Td + Td + kv_and_grads + own_kv + exchange + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max(head_phase, layer_phase) + per_step);
   } else {
     // Layer inputs and h_last in the second tier. On the device: the forward's x (being
     // copied out), y and K/V; the head's dL/dh_last; a layer's g/dx, K^, V^, dK^, dV^ and one
     // chunk; and two chunks of rows read back (the one in use, the one prefetched).
     const double rows = 2 * B * std::max<double>(chunks.chunk, lc) * d * e;
-    const double forward_phase = 2 * Td + 2 * Tkv + own_kv / 2 + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    const double forward_phase =
+        2 * Td + 2 * Tkv * kv_share + own_kv / 2 + exchange + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     const double head_phase = Td + head;
-    const double layer_phase = Td + kv_and_grads + own_kv + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    const double layer_phase =
+        Td + kv_and_grads + own_kv + exchange + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max({forward_phase, head_phase, layer_phase}) + rows + per_step);
     m.offloaded_bytes = Bytes(L * Td);  // the inputs of layers 1..L-1 and h_last
   }
@@ -179,8 +202,10 @@ MemoryEstimate EstimateForwardMemory(const ModelConfig& c, torch::Dtype dtype, i
   MemoryEstimate m;
   m.weights_bytes = Bytes(ParameterCount(c) * e);
   const double own_kv = context_parallel > 1 ? 2 * B * Tl * kvd * e : 0.0;
-  const double layer = 3 * B * Tl * d * e + 2 * B * T * kvd * e + own_kv + 3 * B * H * q * tile * f +
-                       B * q * FeedForwardBytesPerRow(c, e, f);
+  const double kv_share = KeysValuesShare(c, context_parallel, EngineOptions::ContextExchange::kAuto);
+  const double exchange = kv_share < 1.0 ? 4 * B * q * c.q_dim() * e : 0.0;
+  const double layer = 3 * B * Tl * d * e + 2 * B * T * kvd * e * kv_share + own_kv + exchange +
+                       3 * B * H * q * tile * f + B * q * FeedForwardBytesPerRow(c, e, f);
   const double head = (3 * f + (e < f ? e : 0.0)) * B * lc * V + B * Tl * d * e;  // as the step's head
   m.activation_bytes = Bytes(std::max(layer, head) + 2 * B * T * 8);
   m.chunk = static_cast<int64_t>(q);

@@ -325,6 +325,7 @@ StepResult Trainer::run_step(const std::vector<Sequence>& sequences, Objective& 
       const double layers = static_cast<double>(std::max<int64_t>(1, cp_stats.layers));
       total.metrics["context_parallel_kv_bytes_per_layer"] =
           static_cast<double>(cp_stats.kv_bytes + cp_stats.grad_kv_bytes) / layers;
+      total.metrics["context_parallel_head_bytes_per_layer"] = static_cast<double>(cp_stats.head_bytes) / layers;
       total.metrics["context_parallel_seconds"] = cp_stats.seconds;
     }
     // HF's aux_loss (before the coefficient; the loss includes coef x it).
