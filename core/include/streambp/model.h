@@ -4,7 +4,8 @@
 /// and values once per layer and queries chunk by chunk:
 ///   kv = layer->keys_values(x, positions)            (N1, k/v projections, k-norm, RoPE)
 ///   y  = layer->forward_queries(x_c, positions_c, kv, mask_c)  (queries of one chunk)
-/// and layer->forward(x, positions, mask) is both over the whole sequence.
+/// and layer->forward(x, positions, mask) is both over the whole sequence. The *_normed
+/// variants take input_layernorm's output, so rows that feed both halves are normalized once.
 #include <memory>
 #include <string>
 #include <utility>
@@ -296,6 +297,9 @@ class DecoderLayerImpl : public torch::nn::Module {
 
   /// K/V for all positions of x [B, T, d] (graph recorded if grad mode is on).
   KeysValues keys_values(const torch::Tensor& x, const Rope& rope);
+  /// K/V from h = input_layernorm(x): an engine that needs both halves of the same rows
+  /// normalizes them once and passes h here and to forward_queries.
+  KeysValues keys_values_normed(const torch::Tensor& h, const Rope& rope);
   /// Output rows for the query positions x_q [B, c, d] (a contiguous slice [s, s+c) of the
   /// layer input) attending to kv restricted to the first kv.k.size(2) positions.
   /// `mask` (a [B, c, kv_len] tensor or a pattern built tile by tile) says where attention
@@ -303,6 +307,10 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
                                 const KeysValues& kv, const AttentionPattern& mask,
                                 const AttentionTiling& tiling = {});
+  /// forward_queries with the query rows already normalized: h_q = input_layernorm(x_q).
+  torch::Tensor forward_queries_normed(const torch::Tensor& x_q, const torch::Tensor& h_q, const Rope& rope_q,
+                                       const KeysValues& kv, const AttentionPattern& mask,
+                                       const AttentionTiling& tiling = {});
   /// The whole layer on the whole sequence.
   torch::Tensor forward(const torch::Tensor& x, const Rope& rope, const AttentionPattern& mask,
                         const AttentionTiling& tiling = {});

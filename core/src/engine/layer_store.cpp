@@ -419,8 +419,15 @@ std::unique_ptr<LayerStore> LayerStore::Offloaded(const std::string& dir, int64_
   return std::make_unique<ScratchFileStore>(dir, slots, like);
 }
 
-ChunkReader::ChunkReader(LayerStore& store, int64_t slot, int64_t T, int64_t chunk, int passes, Next then)
-    : store_(store), slot_(slot), T_(T), chunk_(chunk), per_pass_((T + chunk - 1) / chunk), then_(then) {
+ChunkReader::ChunkReader(LayerStore& store, int64_t slot, int64_t T, int64_t chunk, int passes, Next then,
+                         bool last_reversed)
+    : store_(store),
+      slot_(slot),
+      T_(T),
+      chunk_(chunk),
+      per_pass_((T + chunk - 1) / chunk),
+      then_(then),
+      last_reversed_(last_reversed) {
   total_ = per_pass_ * passes;
   const auto first = at(0);
   store_.prefetch(first.slot, first.s, first.e);
@@ -428,7 +435,9 @@ ChunkReader::ChunkReader(LayerStore& store, int64_t slot, int64_t T, int64_t chu
 
 ChunkReader::Next ChunkReader::at(int64_t index) const {
   if (index >= total_) return then_;
-  const int64_t s = (index % per_pass_) * chunk_;
+  int64_t i = index % per_pass_;
+  if (last_reversed_ && index >= total_ - per_pass_) i = per_pass_ - 1 - i;
+  const int64_t s = i * chunk_;
   return {slot_, s, std::min(T_, s + chunk_)};
 }
 

@@ -46,12 +46,14 @@ struct ChunkRef {
   int64_t slot = -1, s = 0, e = 0;
 };
 
-/// Reads of one slot chunk by chunk in `passes` passes over [0, T), each read prefetched
-/// while the previous chunk is in use; after the last, `then` (if any) is prefetched.
+/// Reads of one slot chunk by chunk in `passes` passes over [0, T) (the last one from the
+/// end backwards if `last_reversed`), each read prefetched while the previous chunk is in
+/// use; after the last, `then` (if any) is prefetched.
 class ChunkReader {
  public:
   using Next = ChunkRef;
-  ChunkReader(LayerStore& store, int64_t slot, int64_t T, int64_t chunk, int passes, Next then = Next{});
+  ChunkReader(LayerStore& store, int64_t slot, int64_t T, int64_t chunk, int passes, Next then = Next{},
+              bool last_reversed = false);
   /// The next chunk's positions [s, e) and its rows.
   torch::Tensor next(int64_t* s, int64_t* e);
 
@@ -60,6 +62,7 @@ class ChunkReader {
   LayerStore& store_;
   int64_t slot_, T_, chunk_, per_pass_, total_, index_ = 0;
   Next then_;
+  bool last_reversed_;
 };
 
 }  // namespace streambp::engine

@@ -1,13 +1,16 @@
 // stream: StreamBP (docs/architecture.md: Engines). Per layer, given the stored input x and g = dL/dy:
 //  1. K/V for the whole sequence from x, without a graph: the leaves K^, V^.
-//  2. For each query chunk [s, e): recompute y[s:e] from x[s:e], K^[:e], V^[:e] with a
-//     graph (queries never meet later keys; keys are visited tile by tile with an online
-//     softmax, so scores are chunk x key_chunk) and backprop g[s:e]; this accumulates the
-//     parameter gradients, dK^, dV^ and the chunk's part of dx. The chunk graph is freed.
-//  3. Backprop (dK^, dV^) into dx and the k/v weights through K/V recomputed with a graph,
-//     chunk by chunk: norm, projections and RoPE act on each position alone, so the
-//     chunks' VJPs sum to the whole K/V VJP and no B x T K/V graph ever exists.
-// The sum of the chunk VJPs is the VJP of the whole layer, so the gradients are exact.
+//  2. For each query chunk [s, e), the last first: h = norm(x[s:e]) once with a graph;
+//     recompute y[s:e] from x[s:e], h, K^[:e], V^[:e] with a graph (queries never meet later
+//     keys; keys are visited tile by tile with an online softmax, so scores are chunk x
+//     key_chunk) and backprop g[s:e]; this accumulates the parameter gradients, dK^ and dV^
+//     (rows [0, e)), dh and the residual's part of dx. Every chunk after this one has run,
+//     so dK^[s:e], dV^[s:e] are complete: backprop them through the chunk's K/V recomputed
+//     from h (projections and RoPE act on each position alone, so the chunks' VJPs sum to
+//     the whole K/V VJP and no B x T K/V graph ever exists), then dh through the norm. The
+//     chunk's graphs are freed.
+// The sum of the chunk VJPs is the VJP of the whole layer, so the gradients are exact. The
+// input norm runs once per chunk in each pass; queries and K/V share it.
 // What lives across a layer's backward is x (stored), g (which becomes dx chunk by chunk),
 // K^, V^, dK^, dV^: bytes·T·(L·d + 4·d_kv) at the top layer (the inputs of layers 1..L-1
 // and g; layer 0's input is the token embedding, looked up again when its backward reads
@@ -18,7 +21,9 @@
 // arithmetic is the same, so the gradients are bit-identical.
 // Context parallel (a SequenceShard): x, g and the chunks are the rank's positions; K^, V^
 // (and dK^, dV^) are the whole sequence's, of all heads when gathered, of the rank's heads
-// when heads are exchanged (each chunk's attention then goes through the exchange).
+// when heads are exchanged (each chunk's attention then goes through the exchange). A
+// rank's dK^, dV^ are complete only after every rank's queries ran, so there the K/V
+// backward is a third pass, in order, after the exchange of dK^, dV^.
 #include "engine_common.h"
 #include "layer_store.h"
 #include "streambp/error.h"
@@ -59,6 +64,19 @@ class LayerInputs final : public LayerStore {
   std::unique_ptr<LayerStore> inner_;
 };
 
+// Writes the K/V of positions [s, s + c) into `all`, the buffers of all T positions
+// (allocated at the first write).
+void PutKeysValues(KeysValues& all, const KeysValues& part, int64_t T, int64_t s) {
+  if (!all.k.defined()) {
+    auto sizes = part.k.sizes().vec();
+    sizes[2] = T;
+    all = {torch::empty(sizes, part.k.options()), torch::empty(sizes, part.v.options())};
+  }
+  const int64_t e = s + part.k.size(2);
+  all.k.slice(2, s, e).copy_(part.k);
+  all.v.slice(2, s, e).copy_(part.v);
+}
+
 // K/V of all T positions without a graph, chunk by chunk (norm, projections and RoPE act on
 // each position alone), so no B x T intermediate of their computation exists; `rows(s, e)`
 // gives the layer input's rows [s, e), in order.
@@ -68,43 +86,75 @@ KeysValues KeysValuesInChunks(DecoderLayerImpl& layer, int64_t T, int64_t chunk,
   KeysValues out;
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t e = std::min(T, s + chunk);
-    auto kv = layer.keys_values(rows(s, e), rope.slice(s, e));
-    if (!out.k.defined()) {
-      auto sizes = kv.k.sizes().vec();
-      sizes[2] = T;
-      out = {torch::empty(sizes, kv.k.options()), torch::empty(sizes, kv.v.options())};
-    }
-    out.k.slice(2, s, e).copy_(kv.k);
-    out.v.slice(2, s, e).copy_(kv.v);
+    PutKeysValues(out, layer.keys_values(rows(s, e), rope.slice(s, e)), T, s);
   }
   return out;
 }
 
-// Backprop of one layer by StreamBP; returns dL/dx. The layer's input is read from `store`
-// chunk by chunk, in three passes (K/V, the chunks, the K/V backward), so a second tier
-// never brings more than a chunk of it to the device; `then` is prefetched after the last
-// read. Takes g by value (the caller passes it with std::move) and returns dx in the same
-// buffer: chunk c reads only g[s:e] and then overwrites it with its part of dx, so g and dx
-// never both exist.
-torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int64_t slot, torch::Tensor grad,
-                                  const Rope& rope, const Batch& batch, const ResolvedChunks& chunks, int64_t window,
-                                  const Progress& progress, int64_t layers, ChunkReader::Next then,
-                                  const SequenceShard* shard) {
-  // T: this rank's positions (all of them without a shard), from `offset` in the batch.
-  const int64_t T = grad.size(1), chunk = chunks.chunk, offset = shard ? shard->begin : 0;
+// dK^, dV^ zeroed: every chunk's attention backward adds its part here in place (the grad
+// sink), in the attention's compute dtype.
+KeysValues GradSink(const KeysValues& kv_hat, const torch::Tensor& grad) {
+  const auto cd = grad.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  return {torch::zeros(kv_hat.k.sizes(), kv_hat.k.options().dtype(cd)),
+          torch::zeros(kv_hat.v.sizes(), kv_hat.v.options().dtype(cd))};
+}
+
+// Backprop of one layer by StreamBP on the whole sequence; returns dL/dx. The layer's input
+// is read from `store` chunk by chunk, in two passes (K/V in order, then the chunks from the
+// last), so a second tier never brings more than a chunk of it to the device; `then` is
+// prefetched after the last read. Takes g by value (the caller passes it with std::move) and
+// returns dx in the same buffer: chunk c reads only g[s:e] and then overwrites it with its
+// part of dx, so g and dx never both exist.
+torch::Tensor WholeLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int64_t slot, torch::Tensor grad,
+                                 const Rope& rope, const Batch& batch, const ResolvedChunks& chunks, int64_t window,
+                                 const Progress& progress, int64_t layers, ChunkReader::Next then) {
+  const int64_t T = grad.size(1), chunk = chunks.chunk;
+  const int64_t n_chunks = (T + chunk - 1) / chunk;
+  ChunkReader reader(store, slot, T, chunk, 2, then, /*last_reversed=*/true);
+  int64_t s = 0, e = 0;
+  KeysValues kv_hat = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t, int64_t) { return reader.next(&s, &e); });
+  KeysValues grad_kv = GradSink(kv_hat, grad);
+  torch::AutoGradMode grad_mode(true);
+  for (int64_t step = 0; step < n_chunks; ++step) {
+    auto x_q = Leaf(reader.next(&s, &e));
+    Report(progress, EngineProgress::Phase::kBackward, slot, layers, step, n_chunks);
+    const auto rope_q = rope.slice(s, e);
+    auto h = layer.input_layernorm(x_q);
+    auto h_q = Leaf(h);  // dh from the queries and from the chunk's K/V meet here
+    auto y = layer.forward_queries_normed(x_q, h_q, rope_q, {kv_hat.k.slice(2, 0, e), kv_hat.v.slice(2, 0, e)},
+                                          AttentionPattern::Causal(batch, s, e, e, window),
+                                          AttentionTiling{chunks.key_chunk, 0, &grad_kv});
+    torch::autograd::backward({y}, {grad.slice(1, s, e).contiguous()});
+    y = torch::Tensor();
+    // Chunks [s, T) have all attended to keys [s, e): their dK^, dV^ are complete.
+    KeysValues kv = layer.keys_values_normed(h_q, rope_q);
+    torch::autograd::backward({kv.k, kv.v}, {grad_kv.k.slice(2, s, e).to(kv.k.scalar_type()),
+                                             grad_kv.v.slice(2, s, e).to(kv.v.scalar_type())});
+    torch::autograd::backward({h}, {h_q.grad()});
+    // g[s:e] is done with: dx[s:e] takes its place.
+    grad.slice(1, s, e).copy_(x_q.grad());
+  }
+  return grad;
+}
+
+// Backprop of one layer by StreamBP on this rank's positions of a context-parallel group;
+// returns dL/dx. As WholeLayerBackward, but in three passes (K/V, the chunks in order, the
+// K/V backward after the ranks' dK^, dV^ are summed).
+torch::Tensor ShardLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int64_t slot, torch::Tensor grad,
+                                 const Rope& rope, const Batch& batch, const ResolvedChunks& chunks, int64_t window,
+                                 const Progress& progress, int64_t layers, ChunkReader::Next then,
+                                 const SequenceShard& shard) {
+  // T: this rank's positions, from `offset` in the batch.
+  const int64_t T = grad.size(1), chunk = chunks.chunk, offset = shard.begin;
   const int64_t n_chunks = (T + chunk - 1) / chunk;
   // Heads exchanged: every rank runs the group's chunks (empty ones past its own).
-  const int64_t n_steps = shard ? shard->chunks(chunk) : n_chunks;
+  const int64_t n_steps = shard.chunks(chunk);
   ChunkReader reader(store, slot, T, chunk, 3, then);
   int64_t s = 0, e = 0;
   KeysValues kv_hat = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t, int64_t) { return reader.next(&s, &e); });
   // Every rank's keys, in the batch's order (heads exchanged: this rank's heads of them).
-  if (shard) kv_hat = shard->gather_kv(kv_hat);
-  // dK^, dV^: every chunk's attention backward adds its part here in place (the grad sink),
-  // in the attention's compute dtype.
-  const auto cd = grad.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  KeysValues grad_kv{torch::zeros(kv_hat.k.sizes(), kv_hat.k.options().dtype(cd)),
-                     torch::zeros(kv_hat.v.sizes(), kv_hat.v.options().dtype(cd))};
+  kv_hat = shard.gather_kv(kv_hat);
+  KeysValues grad_kv = GradSink(kv_hat, grad);
   torch::AutoGradMode grad_mode(true);
   for (int64_t c = 0; c < n_steps; ++c) {
     torch::Tensor x_q;
@@ -119,8 +169,8 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, LayerStore& store, in
     AttentionTiling tiling{chunks.key_chunk, 0, &grad_kv};
     std::unique_ptr<HeadExchange> heads;
     KeysValues keys{kv_hat.k.slice(2, 0, qe), kv_hat.v.slice(2, 0, qe)};
-    if (shard && shard->exchange) {
-      heads = shard->exchange(c, chunk, batch, kv_hat, &grad_kv, window, chunks.key_chunk);
+    if (shard.exchange) {
+      heads = shard.exchange(c, chunk, batch, kv_hat, &grad_kv, window, chunks.key_chunk);
       tiling.heads = heads.get();
       keys = kv_hat;
     }
@@ -132,7 +182,7 @@ torch::Tensor StreamLayerBackward(DecoderLayerImpl& layer, LayerStore& store, in
   }
   kv_hat = KeysValues{};
   // Every rank's queries saw this rank's keys: their dK/dV parts summed, this rank's rows.
-  if (shard) grad_kv = shard->reduce_grad_kv(grad_kv);
+  grad_kv = shard.reduce_grad_kv(grad_kv);
   for (int64_t c = 0; c < n_chunks; ++c) {
     auto x = Leaf(reader.next(&s, &e));
     KeysValues kv = layer.keys_values(x, rope.slice(s, e));
@@ -173,17 +223,33 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
                                  const SequenceShard* shard) {
   torch::NoGradGuard no_grad;
   const int64_t T = x.size(1), offset = shard ? shard->begin : 0;
-  auto kv = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t s, int64_t e) { return x.slice(1, s, e); });
-  if (shard) kv = shard->gather_kv(kv);
   auto y = torch::empty_like(x);
-  const int64_t n_steps = shard ? shard->chunks(chunk) : (T + chunk - 1) / chunk;
+  if (!shard) {
+    // Chunk c's queries need keys [0, e) only: its K/V are computed just before them, from
+    // the same normalized rows.
+    KeysValues kv;
+    for (int64_t s = 0; s < T; s += chunk) {
+      const int64_t e = std::min(T, s + chunk);
+      const auto x_q = x.slice(1, s, e);
+      const auto rope_q = rope.slice(s, e);
+      const auto h = layer.input_layernorm(x_q);
+      PutKeysValues(kv, layer.keys_values_normed(h, rope_q), T, s);
+      y.slice(1, s, e).copy_(layer.forward_queries_normed(x_q, h, rope_q, {kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)},
+                                                          AttentionPattern::Causal(batch, s, e, e, window),
+                                                          AttentionTiling{key_chunk}));
+    }
+    return y;
+  }
+  auto kv = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t s, int64_t e) { return x.slice(1, s, e); });
+  kv = shard->gather_kv(kv);
+  const int64_t n_steps = shard->chunks(chunk);
   for (int64_t c = 0; c < n_steps; ++c) {
     // Heads exchanged: past this rank's positions, an empty chunk for the others' queries.
     const int64_t s = std::min(T, c * chunk), e = std::min(T, s + chunk), qs = offset + s, qe = offset + e;
     AttentionTiling tiling{key_chunk};
     std::unique_ptr<HeadExchange> heads;
     KeysValues keys{kv.k.slice(2, 0, qe), kv.v.slice(2, 0, qe)};
-    if (shard && shard->exchange) {
+    if (shard->exchange) {
       heads = shard->exchange(c, chunk, batch, kv, nullptr, window, key_chunk);
       tiling.heads = heads.get();
       keys = kv;
@@ -243,9 +309,12 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
     if (options.recompute_kv_per_chunk) {
       Report(progress, EngineProgress::Phase::kBackward, i, layers);
       grad = PrefixRecomputeLayerBackward(layer, store->read(i, 0, T), grad, rope, batch, chunks, window);
+    } else if (shard) {
+      grad = ShardLayerBackward(layer, *store, i, std::move(grad), rope, batch, chunks, window, progress, layers,
+                                i > 0 ? first_chunk(i - 1) : ChunkReader::Next{}, *shard);
     } else {
-      grad = StreamLayerBackward(layer, *store, i, std::move(grad), rope, batch, chunks, window, progress, layers,
-                                 i > 0 ? first_chunk(i - 1) : ChunkReader::Next{}, shard);
+      grad = WholeLayerBackward(layer, *store, i, std::move(grad), rope, batch, chunks, window, progress, layers,
+                                i > 0 ? first_chunk(i - 1) : ChunkReader::Next{});
     }
     store->drop(i);
     if (ready) ready(i);

@@ -276,10 +276,20 @@ KeysValues DecoderLayerImpl::keys_values(const torch::Tensor& x, const Rope& rop
   return self_attn->keys_values(input_layernorm(x), rope);
 }
 
+KeysValues DecoderLayerImpl::keys_values_normed(const torch::Tensor& h, const Rope& rope) {
+  return self_attn->keys_values(h, rope);
+}
+
 torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
                                                 const KeysValues& kv, const AttentionPattern& mask,
                                                 const AttentionTiling& tiling) {
-  auto attn_out = self_attn->forward(input_layernorm(x_q), rope_q, kv, mask, tiling);
+  return forward_queries_normed(x_q, input_layernorm(x_q), rope_q, kv, mask, tiling);
+}
+
+torch::Tensor DecoderLayerImpl::forward_queries_normed(const torch::Tensor& x_q, const torch::Tensor& h_q,
+                                                       const Rope& rope_q, const KeysValues& kv,
+                                                       const AttentionPattern& mask, const AttentionTiling& tiling) {
+  auto attn_out = self_attn->forward(h_q, rope_q, kv, mask, tiling);
   // Llama: x + attn, then the MLP reads post_attention_layernorm. Gemma3 (sandwich): the
   // attention and MLP outputs are normalized before their residual adds.
   auto x1 = x_q + (pre_feedforward_layernorm ? post_attention_layernorm(attn_out) : attn_out);
@@ -290,7 +300,8 @@ torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const 
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const Rope& rope, const AttentionPattern& mask,
                                         const AttentionTiling& tiling) {
-  return forward_queries(x, rope, keys_values(x, rope), mask, tiling);
+  auto h = input_layernorm(x);  // once for both halves
+  return forward_queries_normed(x, h, rope, keys_values_normed(h, rope), mask, tiling);
 }
 
 void DecoderLayerImpl::append_hf_parameters(const std::string& p,

@@ -246,7 +246,8 @@ bool SampleRun::step(int64_t decode_steps) {
       for (size_t l = 0; l < m.layer_list.size(); ++l) {
         auto& layer = m.layer_list[l];
         const int64_t window = m.config().window(static_cast<int64_t>(l));
-        auto kv_new = layer->keys_values(xt, rope_t);
+        auto h = layer->input_layernorm(xt);  // once, for the new key and the query
+        auto kv_new = layer->keys_values_normed(h, rope_t);
         auto& cache = st.cache[l];
         const int64_t kept = cache.k.size(2);
         if (window > 0 && kept + 1 > window) {  // the oldest key leaves the window
@@ -258,7 +259,7 @@ bool SampleRun::step(int64_t decode_steps) {
         }
         // The cache holds the last cache.k.size(2) keys: their padding flags are the last ones.
         auto step_mask = st.valid.slice(1, keys - cache.k.size(2), keys).unsqueeze(1);  // [B, 1, cached keys]
-        xt = layer->forward_queries(xt, rope_t, cache, step_mask);
+        xt = layer->forward_queries_normed(xt, h, rope_t, cache, step_mask);
       }
     };
     if (st.routing_width == 0) {
