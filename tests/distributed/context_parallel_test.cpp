@@ -376,7 +376,7 @@ TEST(ContextParallel, HeadsThatDoNotSplitAreRefused) {
   const auto batch = MakeBatch(Sequences(config), Layout::kRightPad);
   const int port = FreeLoopbackPort();
   std::vector<std::string> errors(2);
-  std::vector<bool> untouched(2, false);
+  std::vector<char> untouched(2, 0);  // not vector<bool>: ranks write at once
   RunRanks(2, [&](int rank) {
     auto model = testing::RandomModel(config, 31, torch::kFloat64);
     auto group = Communicator::Create(testing::LoopbackRank(rank, 2, port));
@@ -414,7 +414,7 @@ TEST(ContextParallel, RefusedRequestsNameTheReasonAndLeaveNoGradient) {
   const auto one = MakeBatch({Sequence{{5}, {1}}}, Layout::kRightPad);
   const int port = FreeLoopbackPort();
   std::vector<std::vector<std::string>> errors(2);
-  std::vector<bool> untouched(2, false);
+  std::vector<char> untouched(2, 0);  // not vector<bool>: ranks write at once
   RunRanks(2, [&](int rank) {
     auto model = testing::RandomModel(config, 31, torch::kFloat64);
     auto group = Communicator::Create(testing::LoopbackRank(rank, 2, port));
@@ -553,7 +553,7 @@ TEST(ContextParallel, ARankThatDiesMidStepFailsThePeerWithinTheTimeoutAndNothing
   o.engine = Chunked();
   const int port = FreeLoopbackPort();
   std::vector<std::string> errors(2);
-  std::vector<bool> unchanged(2, false), no_grads(2, false);
+  std::vector<char> unchanged(2, 0), no_grads(2, 0);  // not vector<bool>: ranks write at once
   const auto start = std::chrono::steady_clock::now();
   RunRanks(2, [&](int rank) {
     auto options = o;

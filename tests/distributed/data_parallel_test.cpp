@@ -319,6 +319,46 @@ TEST(DataParallelFailure, ADeadPeerFailsTheCollectiveWithinTheTimeout) {
   EXPECT_LT(seconds, 30.0);
 }
 
+// A peer that leaves between forward_backward and optim_step (a client cancelled there) fails
+// the update's first collective on the other rank: the step is abandoned whole there (no
+// gradient left to apply later, the weights unchanged), for every ZeRO stage.
+TEST(DataParallelFailure, APeerGoneBeforeTheUpdateAbandonsTheStep) {
+  RegisterBuiltinObjectives();
+  const auto config = testing::TinyConfig("qwen3");
+  const auto step = Step("sft", config.vocab_size);
+  for (int zero : {0, 2}) {
+    const int port = FreeLoopbackPort();
+    std::string error, second;
+    bool no_grads = false;
+    double changed = -1;
+    RunRanks(2, [&](int rank) {
+      auto trainer = Trainer::Create(testing::RandomModel(config, 5, torch::kFloat64), Options("sft"));
+      trainer->set_communicator(Communicator::Create(testing::LoopbackRank(rank, 2, port, zero, 3)));
+      auto obj = CreateObjective("sft", ObjectiveOptions("sft"));
+      trainer->forward_backward(step, *obj);
+      if (rank == 1) return;  // gone: its trainer and process group are destroyed
+      const auto before = trainer->model()->hf_tensors();
+      try {
+        trainer->optim_step();
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      no_grads = true;
+      for (const auto& p : trainer->model()->parameters()) no_grads = no_grads && !p.grad().defined();
+      changed = CompareGradients(before, trainer->model()->hf_tensors()).max_abs;
+      try {
+        trainer->optim_step();
+      } catch (const Error& e) {
+        second = e.what();
+      }
+    });
+    EXPECT_NE(error.find("a peer died or timed out"), std::string::npos) << "zero " << zero << ": " << error;
+    EXPECT_TRUE(no_grads) << "zero " << zero;
+    EXPECT_EQ(changed, 0.0) << "zero " << zero;
+    EXPECT_NE(second.find("there are no accumulated gradients"), std::string::npos) << "zero " << zero << ": " << second;
+  }
+}
+
 TEST(DataParallelFailure, APeerThatNeverArrivesIsAClearError) {
   DistOptions d;
   d.rank = 0;

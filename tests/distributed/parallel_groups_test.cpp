@@ -186,16 +186,18 @@ TEST(ParallelGroups, ContextParallelMustDivideTheWorld) {
 
 // A step that fails on a 2-D grid of kWorld threads (P context ranks each): per rank, the
 // error, and whether the trainer was left with no gradient and its weights unchanged.
+// Flags are chars, not std::vector<bool>: its bits share words, and ranks are threads that
+// write their own entries at the same time.
 struct FailedStep {
   std::vector<std::string> errors;
-  std::vector<bool> no_grads, unchanged;
+  std::vector<char> no_grads, unchanged;
 };
 FailedStep RunFailingStep(int world_size, int context, double timeout_seconds, const std::vector<Sequence>& seqs,
                           const std::function<void(int, TrainerOptions&)>& adjust) {
   const auto config = testing::TinyConfig("qwen3");
   const int port = FreeLoopbackPort();
-  FailedStep out{std::vector<std::string>(world_size), std::vector<bool>(world_size, false),
-                 std::vector<bool>(world_size, false)};
+  FailedStep out{std::vector<std::string>(world_size), std::vector<char>(world_size, 0),
+                 std::vector<char>(world_size, 0)};
   RunRanks(world_size, [&](int rank) {
     auto world = Communicator::Create(testing::LoopbackRank(rank, world_size, port, 0, timeout_seconds));
     const auto groups = SplitParallelGroups(world, context);
@@ -261,8 +263,8 @@ TEST(ParallelGroups, ARankThatDiesMidStepFailsEveryRankWithinTheTimeoutAndNothin
   }
   EXPECT_LT(seconds, 30.0);
   for (int rank = 0; rank < kWorld; ++rank) {
-    EXPECT_TRUE(r.no_grads[rank]) << rank;
-    EXPECT_TRUE(r.unchanged[rank]) << rank;
+    EXPECT_TRUE(r.no_grads[rank]) << rank << ": " << errors[rank];
+    EXPECT_TRUE(r.unchanged[rank]) << rank << ": " << errors[rank];
   }
 }
 

@@ -357,10 +357,11 @@ OptimResult Trainer::optim_step(const AdamStepParams* adam) {
   result.lr = adam ? adam->lr : current_lr();
   const bool distributed = comm_ && comm_->world_size() > 1;
   if (distributed) {
-    nonfinite_loss_ = comm_->all_reduce_scalar(nonfinite_loss_ ? 1.0 : 0.0, /*max=*/true) > 0;
     const auto before = comm_->stats();
     last_reduce_ = GradReduceInfo{};
     try {
+      // Inside the try: a peer that fails here abandons the step like any later collective.
+      nonfinite_loss_ = comm_->all_reduce_scalar(nonfinite_loss_ ? 1.0 : 0.0, /*max=*/true) > 0;
       if (overlapped_) {
         last_reduce_.overlapped = true;
         last_reduce_.buckets = overlapped_->buckets_launched();
@@ -411,7 +412,12 @@ OptimResult Trainer::optim_step(const AdamStepParams* adam) {
   }
   if (distributed && comm_->options().zero_stage >= 2) {
     const double squares = norms.empty() ? 0.0 : torch::stack(norms).pow(2).sum().item<double>();
-    result.grad_norm = std::sqrt(comm_->all_reduce_scalar(squares));
+    try {
+      result.grad_norm = std::sqrt(comm_->all_reduce_scalar(squares));
+    } catch (...) {
+      zero_gradients();
+      throw;
+    }
   } else {
     result.grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
   }
@@ -452,7 +458,14 @@ OptimResult Trainer::optim_step(const AdamStepParams* adam) {
     if (distributed && comm_->options().zero_stage >= 1) {
       std::vector<std::vector<torch::Tensor>> by_owner(comm_->world_size());
       for (auto& [name, p] : trainable()) by_owner[owner_.at(name)].push_back(p.detach());
-      for (int r = 0; r < comm_->world_size(); ++r) comm_->broadcast(by_owner[r], r);
+      try {
+        for (int r = 0; r < comm_->world_size(); ++r) comm_->broadcast(by_owner[r], r);
+      } catch (const Error& e) {
+        // This rank's share is updated, a peer's is not: the ranks no longer hold one model.
+        throw Error(e.code(), std::string(e.what()) +
+                                  "; the update was applied to this rank's share of the weights only (ZeRO), so "
+                                  "the ranks now differ: restart the group from the last checkpoint");
+      }
     }
   } catch (...) {
     zero_gradients();
