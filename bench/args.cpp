@@ -23,7 +23,8 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_option("--dtype", a.dtype, "float32 | float64 | bfloat16");
   app.add_option("--objective", a.objective, "sft | dpo | grpo")->check(CLI::IsMember({"sft", "dpo", "grpo"}));
   app.add_option("--engines", a.engines, "engines, comma separated: full, checkpoint (materialized, chunked logits and tiled), checkpoint:materialized, "
-                 "checkpoint:chunked, checkpoint:tiled, stream, stream:offload (layer inputs in a scratch file)")
+                 "checkpoint:chunked, checkpoint:tiled, stream, stream:offload (layer inputs in a scratch file), "
+                 "stream:keep (each layer's attention output kept for its backward: EngineOptions::keep_attention)")
       ->delimiter(',');
   app.add_option("--seq-lens", a.seq_lens, "sequence lengths of the sweep, comma separated")->delimiter(',');
   app.add_option("--batch", a.batch, "sft: sequences; dpo: pairs; grpo: completions of one group")

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
         r.variant.options.recompute_kv_per_chunk = j.value("recompute_kv_per_chunk", false);
         r.variant.options.tiled_attention = j.value("tiled_attention", false);
         r.variant.options.offload_layer_inputs = j.value("offload_layer_inputs", false);
+        r.variant.options.keep_attention = j.value("keep_attention", false);
         r.seq_len = j.at("seq_len");
         if (!r.oom) {
           r.activation_bytes = j.at("activation_bytes");
@@ -530,6 +531,28 @@ int main(int argc, char** argv) {
       if (T == 8192) target("step time overhead of offload at T=8192 (stream:offload / stream - 1)", time - 1, 0.15, true);
     }
     report["offload"] = offload;
+    // Selective recompute (stream:keep next to stream and checkpoint:tiled in the run).
+    nlohmann::json keep = nlohmann::json::array();
+    for (int64_t T : a.seq_lens) {
+      const Run* s = Find(runs, "stream", T);
+      const Run* k = Find(runs, "stream:keep", T);
+      const Run* tiled = Find(runs, "checkpoint:tiled", T);
+      if (!k) continue;
+      nlohmann::json row{{"seq_len", T}};
+      std::printf("T=%-6lld attention kept: activation %s, step %.1f s", (long long)T,
+                  HumanBytes(k->activation_bytes).c_str(), k->step_seconds);
+      for (const auto& [name, base] : {std::pair{"stream", s}, std::pair{"checkpoint:tiled", tiled}}) {
+        if (!base) continue;
+        const double mem = static_cast<double>(k->activation_bytes) / base->activation_bytes;
+        const double time = k->step_seconds / base->step_seconds;
+        std::printf("; vs %s: activation %.3fx, time %.3fx", name, mem, time);
+        row[std::string(name) + "_activation_ratio"] = mem;
+        row[std::string(name) + "_time_ratio"] = time;
+      }
+      std::printf("\n");
+      keep.push_back(row);
+    }
+    report["keep_attention"] = keep;
     const SearchResult* mo = nullptr;
     for (const auto& s : searches) {
       if (s.variant.label() == "stream:offload") mo = &s;
@@ -540,7 +563,7 @@ int main(int argc, char** argv) {
       if (s.variant.label() == "stream") {
         ms = &s;
       } else if (s.variant.engine == "stream") {
-        continue;  // stream:offload is not a baseline
+        continue;  // stream:offload and stream:keep are not baselines
       } else if (!mb || s.max_seq_len > mb->max_seq_len) {
         mb = &s;
       }

@@ -76,6 +76,7 @@ void ResetPeakRss() {
 std::string Variant::label() const {
   std::string s = engine;
   if (engine == "stream" && options.offload_layer_inputs) s += ":offload";
+  if (engine == "stream" && options.keep_attention) s += ":keep";
   if (engine == "checkpoint" && options.tiled_attention) {
     s += logits_chunked ? ":tiled" : ":tiled+materialized-logits";
   } else if (engine == "checkpoint") {

@@ -50,6 +50,7 @@ nlohmann::json RunJson(const Run& r) {
                    {"flops", r.flops},
                    {"model_flops", r.model_flops},
                    {"offload_layer_inputs", r.variant.options.offload_layer_inputs},
+                   {"keep_attention", r.variant.options.keep_attention},
                    {"predicted_offloaded_bytes", r.predicted_offloaded_bytes},
                    {"rss_start_bytes", r.rss_start_bytes},
                    {"rss_peak_bytes", r.rss_peak_bytes}};

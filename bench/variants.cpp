@@ -42,7 +42,7 @@ std::vector<Variant> MakeVariants(const Args& a) {
       out.push_back(TiledCheckpoint(a));
       continue;
     }
-    const auto kind = ParseEngine(e == "stream:offload" ? "stream" : e);
+    const auto kind = ParseEngine(e == "stream:offload" || e == "stream:keep" ? "stream" : e);
     if (kind == EngineKind::kFull) {
       out.push_back({"full", false, Engine(a, kind, 0, 0)});
     } else if (kind == EngineKind::kCheckpoint) {
@@ -53,6 +53,10 @@ std::vector<Variant> MakeVariants(const Args& a) {
       Variant v{"stream", true, Engine(a, kind, a.chunk, a.logits_chunk)};
       v.options.offload_layer_inputs = true;
       v.options.scratch_dir = a.scratch_dir;
+      out.push_back(v);
+    } else if (e == "stream:keep") {
+      Variant v{"stream", true, Engine(a, kind, a.chunk, a.logits_chunk)};
+      v.options.keep_attention = true;
       out.push_back(v);
     } else {
       out.push_back({"stream", true, Engine(a, kind, a.chunk, a.logits_chunk)});

@@ -138,6 +138,7 @@ StepPlan Admission::admit_step(const std::vector<Sequence>& sequences, bool chun
     engine->chunk = chosen.chunk;
     engine->logits_chunk = chosen.logits_chunk;
     engine->key_chunk = chosen.key_chunk;
+    engine->keep_attention = chosen.keep_attention;  // dropped where it cannot fit
   }
   auto estimate = EstimateStepMemory(model_, dtype_, rows, longest, *engine, config_.trainer.optimizer.name, lora, P);
   AddReferenceForward(estimate, config_, model_, dtype_, rows, longest, engine->logits_chunk);

@@ -112,6 +112,60 @@ TEST(Attention, BackendsAgreeWithTheMaterializedSoftmax) {
   EXPECT_EQ(compared, 18);
 }
 
+// AttentionTiling::kept: a call that records writes its output and log-sum-exp there (the
+// output equal to the call's, bit for bit); a replaying call returns what is there without
+// running the tiles (a changed buffer changes its output), and with the recorded buffer its
+// dq, dk, dv are those of the call that recorded, bit for bit. A kept call is always tiled:
+// neither the fused kernel nor the materialized softmax takes it.
+TEST(Attention, KeptOutputsAreRecordedAndReplayed) {
+  auto batch = MakeBatch(testing::RandomSequences({12, 7}, 50, 3), Layout::kRightPad);
+  const int64_t T = batch.length(), s = 4, G = 2, KVH = 2, hd = 8, R = (T - s) * G;
+  auto in = RandomInputs(batch.rows(), KVH, G, T - s, T, hd, 29);
+  const auto pattern = AttentionPattern::Causal(batch, s, T, T, 5);
+  auto weight = torch::linspace(-1, 1, in.q.numel(), in.q.options()).view(in.q.sizes());
+  const int64_t BK = batch.rows() * KVH;
+  AttentionKept record{torch::full({BK, R, hd}, 7.0, in.q.options()), torch::full({BK, R, 1}, 7.0, in.q.options()),
+                       false};
+  auto run = [&](const AttentionTiling& tiling) {
+    const AttentionCall call{in.q, in.k, in.v, pattern, G, 0.35, tiling};
+    if (tiling.kept != nullptr) {
+      EXPECT_TRUE(call.tiled());
+      EXPECT_FALSE(Backend("fused").attend(call).defined());
+      EXPECT_FALSE(Backend("materialized").attend(call).defined());
+    }
+    auto out = Attend(call).out;
+    auto grads = torch::autograd::grad({(out * weight).sum()}, {in.q, in.k, in.v});
+    grads.insert(grads.begin(), out.detach());
+    return grads;
+  };
+  AttentionTiling recording{3};
+  recording.kept = &record;
+  const auto recorded = run(recording);
+  const auto plain = run(AttentionTiling{3});
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::equal(recorded[i], plain[i])) << i;
+  // [B*KVH, R, hd] is the output's own layout.
+  EXPECT_TRUE(torch::equal(record.out.view(in.q.sizes()), plain[0]));
+  EXPECT_TRUE(torch::isfinite(record.lse).all().item<bool>());
+  AttentionKept replay{record.out, record.lse, true};
+  AttentionTiling replaying{3};
+  replaying.kept = &replay;
+  const auto replayed = run(replaying);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::equal(replayed[i], plain[i])) << i;
+  // Not recomputed: the output is whatever the buffer holds.
+  AttentionKept doubled{record.out * 2, record.lse, true};
+  replaying.kept = &doubled;
+  EXPECT_TRUE(torch::equal(run(replaying)[0], plain[0] * 2));
+  // A buffer of the wrong shape is an error naming the shapes.
+  AttentionKept wrong{record.out.slice(1, 0, R - 2), record.lse, true};
+  replaying.kept = &wrong;
+  try {
+    run(replaying);
+    ADD_FAILURE() << "a kept output of the wrong shape was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the kept output must be"), std::string::npos) << e.what();
+  }
+}
+
 // On the CPU the tiled kernel plans a causal pattern's key tiles from the sequence ids (no
 // mask for the tiles that need none); where it cannot read the ids directly (here: ids that
 // are not contiguous, the same values) it plans from every tile's mask, as it always did.

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -20,28 +21,59 @@ bool PowerOfTwo(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 // q/k norms, V 32000) in float32 at T = 8192: the step stores S = T (L d + 4 d_kv) 4 B =
 // 160 MiB (167.8 MB). On the CPU a query chunk's working set gets S / 2 = 83.9 MB: a chunk of
 // 512 (the largest) with key tiles of 512 needs 512 x 68.6 kB (graph) + 3 x 8 x 512 x 512 x 4 B
-// (scores) = 60.6 MB; its key tiles of 1024 would need 85.9 MB. A logits chunk of c needs
-// 4 c V 4 B within S / 4 = 41.9 MB: 64 -> 32.8 MB, 128 -> 65.5 MB.
+// (scores) = 60.6 MB; its key tiles of 1024 would need 85.9 MB. The head gets the larger of
+// S / 4 (41.9 MB) and the room a layer's backward holds anyway: that working set plus K^, V^
+// and their gradients over T (4 x 8192 x 256 x 4 B = 33.6 MB), 94.1 MB. A logits chunk of c
+// needs 4 c V 4 B + 2 c d 4 B: 128 -> 66.1 MB fits, 256 -> 132.2 MB does not.
 TEST(DefaultChunks, SmallPresetAt8192IsWorkedOutByHand) {
   const auto c = DefaultChunks(PresetConfig("small"), torch::kFloat32, 8192);
   EXPECT_EQ(c.chunk, 512);
-  EXPECT_EQ(c.logits_chunk, 64);
+  EXPECT_EQ(c.logits_chunk, 128);
   EXPECT_EQ(c.key_chunk, 512);
-  // Twice the sequence: twice the room; the key tiles reach 1024 once their 85.9 MB fit.
+  // Twice the sequence: twice the room; the key tiles reach 1024 once their 85.9 MB fit, and
+  // the layer's room (85.9 + 67.1 MB) holds a logits chunk of 256 (132.2 MB), not 512.
   const auto longer = DefaultChunks(PresetConfig("small"), torch::kFloat32, 16384);
   EXPECT_EQ(longer.chunk, 512);
   EXPECT_EQ(longer.key_chunk, 1024);
-  EXPECT_EQ(longer.logits_chunk, 128);
+  EXPECT_EQ(longer.logits_chunk, 256);
   const auto longest = DefaultChunks(PresetConfig("small"), torch::kFloat32, 32768);
   EXPECT_EQ(longest.chunk, 512);
   EXPECT_EQ(longest.key_chunk, 1024);
   EXPECT_EQ(longest.logits_chunk, 256);
   // Half the sequence: 41.9 MB hold a chunk of 256 with tiles of 256 (24.0 MB), not 512 of
-  // 512; tiles of 512 for that chunk would need 30.3 MB, still within the room.
+  // 512; tiles of 512 for that chunk would need 30.3 MB, still within the room. The head's
+  // room: 30.3 + 16.8 MB, a logits chunk of 64 (33.0 MB).
   const auto shorter = DefaultChunks(PresetConfig("small"), torch::kFloat32, 4096);
   EXPECT_EQ(shorter.chunk, 256);
   EXPECT_EQ(shorter.key_chunk, 512);
-  EXPECT_EQ(shorter.logits_chunk, 32);
+  EXPECT_EQ(shorter.logits_chunk, 64);
+}
+
+// The head's chunk takes only room the step holds anyway: wherever the layers' room sets it
+// (above S / 4), a stream step's estimated peak at the defaults is the same as with the
+// smallest logits chunk.
+TEST(DefaultChunks, TheLogitsChunkCostsTheStepNoPeak) {
+  int checked = 0;
+  for (const auto& preset : PresetNames()) {
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      for (int64_t T : {1024, 4096, 8192, 16384, 32768}) {
+        const auto config = PresetConfig(preset);
+        const auto c = DefaultChunks(config, dtype, T);
+        const std::string where = preset + " " + std::string(c10::toString(dtype)) + " T=" + std::to_string(T);
+        const double e = static_cast<double>(c10::elementSize(dtype));
+        const double stored = static_cast<double>(T) * (config.num_hidden_layers * config.hidden_size + 4 * config.kv_dim()) * e;
+        const double head = 4.0 * 4 * static_cast<double>(c.logits_chunk) * config.vocab_size;
+        if (head <= stored / 4) continue;  // within the old rule's S / 4
+        ++checked;
+        const EngineOptions defaults{EngineKind::kStream};
+        const EngineOptions smallest_head{EngineKind::kStream, c.chunk, kMinDefaultLogitsChunk, false, c.key_chunk};
+        EXPECT_EQ(EstimateStepMemory(config, dtype, 1, T, defaults, "none").activation_bytes,
+                  EstimateStepMemory(config, dtype, 1, T, smallest_head, "none").activation_bytes)
+            << where << " logits chunk " << c.logits_chunk;
+      }
+    }
+  }
+  EXPECT_GE(checked, 4);  // the small preset from T = 4096 at least
 }
 
 TEST(DefaultChunks, StayInBoundsAndGrowWithTheSequence) {
@@ -187,6 +219,33 @@ TEST(ChooseChunks, StartsFromTheDefaultsAndHalvesToFit) {
   EXPECT_EQ(hopeless.chunk, 16);
   EXPECT_EQ(hopeless.logits_chunk, 16);
   EXPECT_EQ(hopeless.key_chunk, 16);
+}
+
+// keep_attention (selective recompute) buys time with memory: ChooseChunks keeps it while
+// some sizes fit with it (the defaults when they do), and drops it where none do but some do
+// without it.
+TEST(ChooseChunks, KeepsKeptAttentionWhileItFitsAndDropsItWhereItCannot) {
+  const auto config = PresetConfig("small");
+  const int64_t T = 8192;
+  EngineOptions kept{EngineKind::kStream};
+  kept.keep_attention = true;
+  const int64_t with_at_defaults = EstimateStepMemory(config, torch::kFloat32, 1, T, kept).total();
+  const auto roomy = ChooseChunks(config, torch::kFloat32, 1, T, with_at_defaults, "adamw", nullptr, kept);
+  EXPECT_TRUE(roomy.keep_attention);
+  EXPECT_EQ(roomy.chunk, DefaultChunks(config, torch::kFloat32, T).chunk);
+  // Room for the smallest sizes without it, not with it: it is dropped, the defaults chosen.
+  const EngineOptions smallest_kept = [&] {
+    EngineOptions o = kept;
+    o.chunk = o.logits_chunk = o.key_chunk = 16;
+    return o;
+  }();
+  const int64_t with_at_smallest = EstimateStepMemory(config, torch::kFloat32, 1, T, smallest_kept).total();
+  const int64_t without_at_defaults = EstimateStepMemory(config, torch::kFloat32, 1, T, {EngineKind::kStream}).total();
+  ASSERT_LT(without_at_defaults, with_at_smallest);  // the kept outputs outweigh every chunk's working set
+  const auto dropped = ChooseChunks(config, torch::kFloat32, 1, T, without_at_defaults, "adamw", nullptr, kept);
+  EXPECT_FALSE(dropped.keep_attention);
+  EXPECT_EQ(dropped.chunk, DefaultChunks(config, torch::kFloat32, T).chunk);
+  EXPECT_LE(EstimateStepMemory(config, torch::kFloat32, 1, T, dropped).total(), without_at_defaults);
 }
 
 // Context parallel (streambp/context_parallel.h): one rank's estimate. The stored layer

@@ -14,6 +14,7 @@
 #include "streambp/memory.h"
 #include "streambp/objective.h"
 #include "test_util/fixtures.h"
+#include "test_util/objective_steps.h"
 #include "test_util/small_disk.h"
 
 namespace streambp {
@@ -21,42 +22,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Output {
-  StepResult result;
-  TensorMap grads;
-};
-
-Output RunStep(CausalLM& model, const Batch& batch, const std::string& objective_name, const EngineOptions& options) {
-  ZeroGradients(*model);
-  auto objective = CreateObjective(objective_name, nlohmann::json::object());
-  auto result = ForwardBackward(model, batch, *objective, options);
-  objective->finish();
-  Output out{result, CollectGradients(*model)};
-  ZeroGradients(*model);
-  return out;
-}
-
 EngineOptions Offloaded(EngineOptions o, const std::string& dir) {
   o.offload_layer_inputs = true;
   o.scratch_dir = dir;
   return o;
-}
-
-std::vector<Sequence> ObjectiveSequences(const std::string& objective, int64_t vocab) {
-  auto seqs = testing::RandomSequences({13, 9, 11, 6}, vocab, 3);
-  if (objective == "dpo") {
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      seqs[i].group = static_cast<int64_t>(i / 2);
-      seqs[i].role = static_cast<int>(i % 2);
-      seqs[i].ref_logp = -3.0 - static_cast<double>(i);
-    }
-  } else if (objective == "grpo") {
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      seqs[i].group = 0;
-      seqs[i].reward = 0.25 * static_cast<double>(i);
-    }
-  }
-  return seqs;
 }
 
 // Every family and layout, float64 and float32, the three objectives (DPO and GRPO read the
@@ -71,11 +40,11 @@ TEST(Offload, GradientsAreBitIdentical) {
       auto model = testing::RandomModel(config, 17, dtype);
       for (const char* objective : {"sft", "dpo", "grpo"}) {
         for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
-          auto batch = MakeBatch(ObjectiveSequences(objective, config.vocab_size), layout,
+          auto batch = MakeBatch(testing::ObjectiveSequences(objective, config.vocab_size), layout,
                                  layout == Layout::kPacked ? 24 : 0);
           const EngineOptions on_device{EngineKind::kStream, 5, 4, false, 3};
-          const auto a = RunStep(model, batch, objective, on_device);
-          const auto b = RunStep(model, batch, objective, Offloaded(on_device, dir));
+          const auto a = testing::RunObjectiveStep(model, batch, objective, on_device);
+          const auto b = testing::RunObjectiveStep(model, batch, objective, Offloaded(on_device, dir));
           const std::string where = family + " " + objective + " " + LayoutName(layout) + " " + DtypeName(dtype);
           EXPECT_EQ(a.result.loss, b.result.loss) << where;
           EXPECT_EQ(a.result.offloaded_bytes, 0) << where;

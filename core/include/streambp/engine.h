@@ -96,6 +96,14 @@ struct EngineOptions {
   /// kAuto: heads where the shapes allow, else keys and values.
   enum class ContextExchange { kAuto, kHeads, kKeysValues };
   ContextExchange context_exchange = ContextExchange::kAuto;
+  /// stream: selective recompute. The forward keeps every layer's attention output and
+  /// log-sum-exp (B x T x (q_dim + heads) floats per layer, float64 for float64 models) until
+  /// that layer's backward, which then runs the attention's backward from them instead of its
+  /// forward again: two of the attention's seven GEMMs per key tile in the backward pass,
+  /// for L x that much more activation (docs/architecture.md: Engines). Gradients are the
+  /// same. Refused (InvalidArgument) by the other engines, with offload_layer_inputs, the
+  /// prefix-recompute ablation and context parallel.
+  bool keep_attention = false;
 };
 
 /// The load-balancing coefficient `options` give for `config`: 0 when there is no such loss.

@@ -71,7 +71,9 @@ MemoryEstimate EstimateSampleMemory(const ModelConfig& config, torch::Dtype dtyp
                                     int64_t longest_prompt, int64_t n, int64_t max_tokens);
 
 /// The chunk sizes whose estimate fits `budget_bytes`: DefaultChunks' for this length, halved
-/// together (each at least 16) until the estimate fits; the smallest when none does.
+/// together (each at least 16) until the estimate fits; the smallest when none does. With
+/// `like.keep_attention`, sizes that fit with it; where none do, it is dropped (false in the
+/// result) and the sizes are chosen without it.
 /// `like`: the engine whose chunks are chosen (its kind and other options are kept; its
 /// chunk sizes are replaced): the stream engine by default, or checkpoint with tiled
 /// attention (chunk = its attention's query block).

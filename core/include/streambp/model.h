@@ -76,6 +76,17 @@ struct KeysValues {
 
 class HeadExchange;
 
+/// Selective recompute (the stream engine's EngineOptions::keep_attention): one call's rows
+/// of a layer's attention output and log-sum-exp, kept from the forward so that the
+/// backward's attention does not run its forward again (two of its GEMMs per key tile) and
+/// only runs its backward from them. out: [B * kv_heads, rows * groups, head_dim] and lse:
+/// [B * kv_heads, rows * groups, 1], in the attention's compute dtype (float32; float64 for
+/// float64 models): views into the layer's buffers for the call's query positions.
+struct AttentionKept {
+  torch::Tensor out, lse;
+  bool replay = false;  ///< false: the call writes its rows here; true: it takes them from here
+};
+
 /// How forward_queries computes attention. With key_tile > 0 and more keys than that, or
 /// query_tile > 0 and more queries than that, it runs over blocks of queries and tiles of
 /// keys with an online softmax (the FlashAttention recurrences; the backward recomputes
@@ -94,6 +105,9 @@ struct AttentionTiling {
   /// layer hands its query rows to this exchange instead of attending itself (the K/V and
   /// pattern of the call are the exchange's).
   const HeadExchange* heads = nullptr;
+  /// Tiled only (a call with it is always tiled): where the call writes, or from where it
+  /// replays, its output and log-sum-exp (AttentionKept).
+  const AttentionKept* kept = nullptr;
 };
 
 /// Attention with the heads split over the ranks of a context-parallel group (Ulysses): the

@@ -98,12 +98,25 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
 StepResult ForwardBackwardShard(CausalLM& model, const Batch& batch, Objective& objective,
                                 const EngineOptions& options, const SequenceShard* shard);
 
+/// One layer's attention output and log-sum-exp over all T positions (EngineOptions::
+/// keep_attention): out [B * kv_heads, T * groups, head_dim], lse [B * kv_heads, T * groups, 1]
+/// in the attention's compute dtype, written by the forward and replayed by the backward.
+struct KeptAttention {
+  torch::Tensor out, lse;
+  int64_t groups = 1;
+  static KeptAttention Make(const ModelConfig& config, int64_t rows, int64_t T, const torch::Tensor& like);
+  /// The views of query positions [s, e) for one attention call.
+  AttentionKept positions(int64_t s, int64_t e, bool replay) const;
+};
+
 /// StreamBP's no-graph forward of one layer: K/V once, then queries chunk by chunk (keys
 /// tile by tile), so no more than one chunk x key_chunk block of scores exists at a time.
-/// With a `shard`, x and rope hold its positions only and K/V come from every rank.
+/// With a `shard`, x and rope hold its positions only and K/V come from every rank. With
+/// `kept`, every chunk's attention output and log-sum-exp are written there.
 torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x, const Rope& rope,
                                  const Batch& batch, int64_t chunk, int64_t key_chunk,
-                                 int64_t sliding_window, const SequenceShard* shard = nullptr);
+                                 int64_t sliding_window, const SequenceShard* shard = nullptr,
+                                 const KeptAttention* kept = nullptr);
 
 /// TokenLogprobs of a shard's positions [begin, end) only (its layers' K/V gathered from every
 /// rank): [B, T] float64 CPU with this rank's columns filled and every other column 0, so the

@@ -107,7 +107,8 @@ KeysValues GradSink(const KeysValues& kv_hat, const torch::Tensor& grad) {
 // part of dx, so g and dx never both exist.
 torch::Tensor WholeLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int64_t slot, torch::Tensor grad,
                                  const Rope& rope, const Batch& batch, const ResolvedChunks& chunks, int64_t window,
-                                 const Progress& progress, int64_t layers, ChunkReader::Next then) {
+                                 const Progress& progress, int64_t layers, ChunkReader::Next then,
+                                 const KeptAttention* kept) {
   const int64_t T = grad.size(1), chunk = chunks.chunk;
   const int64_t n_chunks = (T + chunk - 1) / chunk;
   ChunkReader reader(store, slot, T, chunk, 2, then, /*last_reversed=*/true);
@@ -121,9 +122,14 @@ torch::Tensor WholeLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int
     const auto rope_q = rope.slice(s, e);
     auto h = layer.input_layernorm(x_q);
     auto h_q = Leaf(h);  // dh from the queries and from the chunk's K/V meet here
+    AttentionTiling tiling{chunks.key_chunk, 0, &grad_kv};
+    AttentionKept rows;
+    if (kept) {  // the forward's attention output and log-sum-exp: its tiles do not run again
+      rows = kept->positions(s, e, /*replay=*/true);
+      tiling.kept = &rows;
+    }
     auto y = layer.forward_queries_normed(x_q, h_q, rope_q, {kv_hat.k.slice(2, 0, e), kv_hat.v.slice(2, 0, e)},
-                                          AttentionPattern::Causal(batch, s, e, e, window),
-                                          AttentionTiling{chunks.key_chunk, 0, &grad_kv});
+                                          AttentionPattern::Causal(batch, s, e, e, window), tiling);
     torch::autograd::backward({y}, {grad.slice(1, s, e).contiguous()});
     y = torch::Tensor();
     // Chunks [s, T) have all attended to keys [s, e): their dK^, dV^ are complete.
@@ -218,12 +224,24 @@ torch::Tensor PrefixRecomputeLayerBackward(DecoderLayerImpl& layer, const torch:
 
 }  // namespace
 
+KeptAttention KeptAttention::Make(const ModelConfig& config, int64_t rows, int64_t T, const torch::Tensor& like) {
+  const auto cd = like.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  const auto options = like.options().dtype(cd);
+  const int64_t G = config.num_kv_groups(), BK = rows * config.num_key_value_heads;
+  return {torch::empty({BK, T * G, config.head_dim}, options), torch::empty({BK, T * G, 1}, options), G};
+}
+
+AttentionKept KeptAttention::positions(int64_t s, int64_t e, bool replay) const {
+  return {out.slice(1, s * groups, e * groups), lse.slice(1, s * groups, e * groups), replay};
+}
+
 torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x, const Rope& rope,
                                  const Batch& batch, int64_t chunk, int64_t key_chunk, int64_t window,
-                                 const SequenceShard* shard) {
+                                 const SequenceShard* shard, const KeptAttention* kept) {
   torch::NoGradGuard no_grad;
   const int64_t T = x.size(1), offset = shard ? shard->begin : 0;
   auto y = torch::empty_like(x);
+  TORCH_CHECK(!(shard && kept), "StreamLayerForward: kept attention does not run context parallel");
   if (!shard) {
     // Chunk c's queries need keys [0, e) only: its K/V are computed just before them, from
     // the same normalized rows.
@@ -234,9 +252,14 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
       const auto rope_q = rope.slice(s, e);
       const auto h = layer.input_layernorm(x_q);
       PutKeysValues(kv, layer.keys_values_normed(h, rope_q), T, s);
+      AttentionTiling tiling{key_chunk};
+      AttentionKept rows;
+      if (kept) {
+        rows = kept->positions(s, e, /*replay=*/false);
+        tiling.kept = &rows;
+      }
       y.slice(1, s, e).copy_(layer.forward_queries_normed(x_q, h, rope_q, {kv.k.slice(2, 0, e), kv.v.slice(2, 0, e)},
-                                                          AttentionPattern::Causal(batch, s, e, e, window),
-                                                          AttentionTiling{key_chunk}));
+                                                          AttentionPattern::Causal(batch, s, e, e, window), tiling));
     }
     return y;
   }
@@ -272,6 +295,19 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
   if (shard && options.recompute_kv_per_chunk) {
     throw InvalidArgument("recompute_kv_per_chunk (the ablation) does not run context parallel");
   }
+  if (options.keep_attention) {
+    const char* other = shard                            ? "context parallel"
+                        : options.offload_layer_inputs   ? "offload_layer_inputs"
+                        : options.recompute_kv_per_chunk ? "recompute_kv_per_chunk (the ablation)"
+                                                         : nullptr;
+    if (other != nullptr) {
+      throw InvalidArgument(std::string("keep_attention does not run with ") + other +
+                            ": it keeps every layer's attention output on the device; choose one");
+    }
+  }
+  // Selective recompute: each layer's attention output and log-sum-exp, from its forward to
+  // its backward.
+  std::vector<KeptAttention> kept(options.keep_attention ? layers : 0);
   const auto ids = batch.input_ids.slice(1, begin, begin + T);
   // Slots 0..L-1: the layer inputs; slot L: the final hidden states.
   std::unique_ptr<LayerStore> store;
@@ -287,8 +323,9 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
     for (int64_t i = 0; i < layers; ++i) {
       Report(progress, EngineProgress::Phase::kForward, i, layers);
       store->put(i, x);  // copied out (second tier) while the layer computes; layer 0's: nothing
+      if (!kept.empty()) kept[i] = KeptAttention::Make(config, batch.rows(), T, x);
       x = StreamLayerForward(*model.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk, config.window(i),
-                             shard);
+                             shard, kept.empty() ? nullptr : &kept[i]);
     }
     store->put(layers, std::move(x));
     // The load-balancing loss's statistics are the whole step's before any gradient uses them.
@@ -314,9 +351,10 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
                                 i > 0 ? first_chunk(i - 1) : ChunkReader::Next{}, *shard);
     } else {
       grad = WholeLayerBackward(layer, *store, i, std::move(grad), rope, batch, chunks, window, progress, layers,
-                                i > 0 ? first_chunk(i - 1) : ChunkReader::Next{});
+                                i > 0 ? first_chunk(i - 1) : ChunkReader::Next{}, kept.empty() ? nullptr : &kept[i]);
     }
     store->drop(i);
+    if (!kept.empty()) kept[i] = KeptAttention{};
     if (ready) ready(i);
   }
   model.embed_backward(ids, grad);

@@ -163,9 +163,12 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     // again) and h_last (dL/dh_last takes its place chunk by chunk) alive; a layer's backward
     // with the inputs below it, g (dx takes its place chunk by chunk), K^, V^, dK^, dV^ (the
     // attention adds its K/V gradients there in place) and one chunk.
-    const double head_phase = L * Td + head;
-    const double layer_phase =
-        (L - 1) * Td + Td + kv_and_grads + own_kv + exchange + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+    // keep_attention: every layer's attention output and log-sum-exp (compute dtype) from
+    // the forward on, each freed after its layer's backward (the top layer's backward has them all).
+    const double kept = engine.keep_attention ? L * B * Tl * (qd + H) * f : 0.0;
+    const double head_phase = L * Td + head + kept;
+    const double layer_phase = (L - 1) * Td + Td + kv_and_grads + own_kv + exchange + kept +
+                               layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max(head_phase, layer_phase) + per_step);
   } else {
     // Layer inputs and h_last in the second tier. On the device: the forward's x (being
@@ -252,9 +255,18 @@ EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_
   for (int64_t halvings = 0;; ++halvings) {
     auto o = sizes(halvings);
     const bool smallest = o.chunk == 16 && o.logits_chunk == 16 && o.key_chunk == 16;
-    if (budget_bytes <= 0 || smallest ||
+    if (budget_bytes <= 0 ||
         EstimateStepMemory(config, dtype, rows, seq_len, o, optimizer, lora, context_parallel).total() <=
             budget_bytes) {
+      return o;
+    }
+    if (smallest) {
+      // keep_attention buys time with memory: where no sizes fit with it, it is dropped.
+      if (like.keep_attention) {
+        EngineOptions without = like;
+        without.keep_attention = false;
+        return ChooseChunks(config, dtype, rows, seq_len, budget_bytes, optimizer, lora, without, context_parallel);
+      }
       return o;  // the smallest tiles when nothing fits
     }
   }

@@ -15,7 +15,7 @@ namespace streambp {
 bool AttentionCall::tiled() const {
   const int64_t C = q.size(2) / groups, L = k.size(2);
   return (tiling.key_tile > 0 && L > tiling.key_tile) || (tiling.query_tile > 0 && C > tiling.query_tile) ||
-         tiling.grad_sink != nullptr;
+         tiling.grad_sink != nullptr || tiling.kept != nullptr;
 }
 
 namespace {
@@ -26,7 +26,8 @@ class Fused final : public AttentionBackend {
   torch::Tensor attend(const AttentionCall& c) const override {
     // Only where the caller tiles: untiled calls are the plain baselines, which stay as
     // PyTorch eager computes them.
-    if (!c.tiled()) return {};
+    // Kept outputs are the tiled kernel's (its output and log-sum-exp layout).
+    if (!c.tiled() || c.tiling.kept != nullptr) return {};
     return FusedAttention(c.q, c.k, c.v, c.pattern, c.groups, c.scale, c.tiling);
   }
 };
@@ -46,7 +47,8 @@ class Materialized final : public AttentionBackend {
  public:
   const char* name() const override { return "materialized"; }
   torch::Tensor attend(const AttentionCall& c) const override {
-    if (c.tiling.grad_sink != nullptr) return {};  // its dK/dV go through autograd
+    // Its dK/dV go through autograd; it keeps no log-sum-exp.
+    if (c.tiling.grad_sink != nullptr || c.tiling.kept != nullptr) return {};
     const int64_t B = c.q.size(0), KVH = c.q.size(1), G = c.groups, C = c.q.size(2) / G, L = c.k.size(2);
     auto scores = torch::matmul(c.q, c.k.transpose(-1, -2));  // [B, KVH, C*G, L]
     scores.mul_(c.scale);

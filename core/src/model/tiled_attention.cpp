@@ -6,6 +6,9 @@
 //   dV_j += P_j^T dO;  dS_j = P_j * (dO V_j^T - D);  dQ += dS_j K_j * scale;  dK_j += dS_j^T Q * scale.
 // Products accumulate in place (baddbmm_) into their destinations; every tensor is viewed
 // as [B*KVH, rows, hd], so a block of queries or a tile of keys is a view, never a copy.
+// With AttentionTiling::kept a call writes its out and lse there, or (replay, the stream
+// engine's backward with EngineOptions::keep_attention) takes them from there instead of
+// running the forward's tiles: the backward is the same from the same out and lse.
 #include "tiled_attention.h"
 
 #include <algorithm>
@@ -197,34 +200,55 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
     const auto q3 = Flat(qs), k3 = Flat(k), v3 = Flat(v);
     const int64_t BK = q3.size(0), R = q3.size(1), hd = q3.size(2);
     auto opts = q.options().dtype(p.cd);
-    auto out = torch::empty({BK, R, hd}, opts);
-    auto lse = torch::empty({BK, R, 1}, opts);
-    for (int64_t q0 = 0; q0 < p.C; q0 += p.query_tile) {
-      const int64_t q1 = std::min(p.C, q0 + p.query_tile), r0 = q0 * p.G, r1 = q1 * p.G;
-      torch::Tensor m, l, acc;
-      for (const auto& t : PlanTiles(pattern, q0, q1, p.key_tile)) {
-        auto s = Scores(p, q3, k3, pattern, q0, q1, t);
-        auto m_tile = s.amax(-1, /*keepdim=*/true);  // not max(), which also finds the indices, at ~8x the time
-        if (!m.defined()) {  // first tile: nothing to rescale
-          // Rows with no allowed key in this tile keep m = -inf; shift them by 0 so exp gives 0, not NaN.
-          m = m_tile;
-          s.sub_(torch::where(torch::isinf(m), torch::zeros_like(m), m)).exp_();
-          l = s.sum(-1, /*keepdim=*/true);
-          acc = Product(s, v3.slice(1, t.k0, t.k1), p.dtype, p.cd);
-          continue;
+    const AttentionKept* kept = tiling.kept;
+    if (kept != nullptr) {
+      const bool shapes =
+          kept->out.sizes() == torch::IntArrayRef({BK, R, hd}) && kept->lse.sizes() == torch::IntArrayRef({BK, R, 1});
+      TORCH_CHECK(shapes && kept->out.scalar_type() == p.cd && kept->lse.scalar_type() == p.cd,
+                  "TiledAttention: the kept output must be [", BK, ", ", R, ", ", hd, "] and its log-sum-exp [", BK,
+                  ", ", R, ", 1], in ", c10::toString(p.cd));
+    }
+    const bool replay = kept != nullptr && kept->replay;
+    torch::Tensor out, lse;
+    if (replay) {
+      // The forward's own output and log-sum-exp (copies: the call's output is its own
+      // tensor): no tile runs again.
+      out = kept->out.clone(at::MemoryFormat::Contiguous);
+      lse = kept->lse.clone(at::MemoryFormat::Contiguous);
+    } else {
+      out = torch::empty({BK, R, hd}, opts);
+      lse = torch::empty({BK, R, 1}, opts);
+      for (int64_t q0 = 0; q0 < p.C; q0 += p.query_tile) {
+        const int64_t q1 = std::min(p.C, q0 + p.query_tile), r0 = q0 * p.G, r1 = q1 * p.G;
+        torch::Tensor m, l, acc;
+        for (const auto& t : PlanTiles(pattern, q0, q1, p.key_tile)) {
+          auto s = Scores(p, q3, k3, pattern, q0, q1, t);
+          auto m_tile = s.amax(-1, /*keepdim=*/true);  // not max(), which also finds the indices, at ~8x the time
+          if (!m.defined()) {  // first tile: nothing to rescale
+            // Rows with no allowed key in this tile keep m = -inf; shift them by 0 so exp gives 0, not NaN.
+            m = m_tile;
+            s.sub_(torch::where(torch::isinf(m), torch::zeros_like(m), m)).exp_();
+            l = s.sum(-1, /*keepdim=*/true);
+            acc = Product(s, v3.slice(1, t.k0, t.k1), p.dtype, p.cd);
+            continue;
+          }
+          auto m_new = torch::maximum(m, m_tile);
+          auto shift = torch::where(torch::isinf(m_new), torch::zeros_like(m_new), m_new);
+          auto alpha = (m - shift).exp_();
+          s.sub_(shift).exp_();
+          l.mul_(alpha).add_(s.sum(-1, /*keepdim=*/true));
+          acc.mul_(alpha);
+          AddProduct(acc, s, v3.slice(1, t.k0, t.k1), 1.0, p.dtype);
+          m = m_new;
         }
-        auto m_new = torch::maximum(m, m_tile);
-        auto shift = torch::where(torch::isinf(m_new), torch::zeros_like(m_new), m_new);
-        auto alpha = (m - shift).exp_();
-        s.sub_(shift).exp_();
-        l.mul_(alpha).add_(s.sum(-1, /*keepdim=*/true));
-        acc.mul_(alpha);
-        AddProduct(acc, s, v3.slice(1, t.k0, t.k1), 1.0, p.dtype);
-        m = m_new;
+        TORCH_CHECK(m.defined(), "attention: a block of query rows allows no key");
+        out.slice(1, r0, r1).copy_(acc.div_(l));
+        lse.slice(1, r0, r1).copy_(m + l.log());
       }
-      TORCH_CHECK(m.defined(), "attention: a block of query rows allows no key");
-      out.slice(1, r0, r1).copy_(acc.div_(l));
-      lse.slice(1, r0, r1).copy_(m + l.log());
+      if (kept != nullptr) {  // for the backward's replay
+        kept->out.copy_(out);
+        kept->lse.copy_(lse);
+      }
     }
     // The backward's D = rowsum(dO * out) is subtracted from dO V^T: keep out in the
     // compute dtype for it (a bfloat16-rounded out would make that difference inexact).

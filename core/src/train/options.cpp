@@ -107,6 +107,7 @@ EngineOptions ReadEngine(const json& j, const std::string& prefix) {
               {"offload_layer_inputs",
                [&](const json& v, const std::string& k) { o.offload_layer_inputs = Bool(v, k); }},
               {"scratch_dir", [&](const json& v, const std::string& k) { o.scratch_dir = String(v, k); }},
+              {"keep_attention", [&](const json& v, const std::string& k) { o.keep_attention = Bool(v, k); }},
               {"router_aux_loss_coef",
                [&](const json& v, const std::string& k) { o.router_aux_loss_coef = Number(v, k); }}});
   return o;
@@ -173,6 +174,7 @@ json EngineOptionsToJson(const EngineOptions& o) {
           {"tiled_attention", o.tiled_attention},
           {"offload_layer_inputs", o.offload_layer_inputs},
           {"scratch_dir", o.scratch_dir},
+          {"keep_attention", o.keep_attention},
           {"router_aux_loss_coef", o.router_aux_loss_coef}};
 }
 
@@ -191,6 +193,14 @@ void TrainerOptions::Validate() const {
   }
   if (engine.offload_layer_inputs && engine.kind != EngineKind::kStream) {
     throw InvalidArgument("engine.offload_layer_inputs needs engine.kind stream");
+  }
+  if (engine.keep_attention && engine.kind != EngineKind::kStream) {
+    throw InvalidArgument("engine.keep_attention needs engine.kind stream");
+  }
+  if (engine.keep_attention && engine.offload_layer_inputs) {
+    throw InvalidArgument(
+        "engine.keep_attention and engine.offload_layer_inputs do not run together: keep_attention keeps every "
+        "layer's attention output on the device; choose one");
   }
   if (micro_batch_tokens < 0) throw InvalidArgument("micro_batch_tokens must be >= 0 (0 = whole batch)");
   if (max_sequence_length < 0) throw InvalidArgument("max_sequence_length must be >= 0 (0 = no limit)");
