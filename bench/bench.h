@@ -320,6 +320,9 @@ void PrintRun(const Run& r, double gemm);
 /// The strongest baseline at length T: the non-stream variant (that ran) with the least
 /// activation memory, or (`by_time`) the fastest one.
 const Run* StrongestBaseline(const std::vector<Run>& runs, int64_t T, bool by_time);
+/// Selective recompute (stream:keep next to stream and checkpoint:tiled in the run): printed
+/// per length, and returned as rows of activation and time ratios against both.
+nlohmann::json KeepAttentionRatios(const std::vector<Run>& runs, const std::vector<int64_t>& seq_lens);
 nlohmann::json RunJson(const Run& r);
 /// Every probe of a max-length search, as RunJson (a search's "runs"; "probes" is their count).
 nlohmann::json ProbesJson(const SearchResult& s);

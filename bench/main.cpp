@@ -531,28 +531,7 @@ int main(int argc, char** argv) {
       if (T == 8192) target("step time overhead of offload at T=8192 (stream:offload / stream - 1)", time - 1, 0.15, true);
     }
     report["offload"] = offload;
-    // Selective recompute (stream:keep next to stream and checkpoint:tiled in the run).
-    nlohmann::json keep = nlohmann::json::array();
-    for (int64_t T : a.seq_lens) {
-      const Run* s = Find(runs, "stream", T);
-      const Run* k = Find(runs, "stream:keep", T);
-      const Run* tiled = Find(runs, "checkpoint:tiled", T);
-      if (!k) continue;
-      nlohmann::json row{{"seq_len", T}};
-      std::printf("T=%-6lld attention kept: activation %s, step %.1f s", (long long)T,
-                  HumanBytes(k->activation_bytes).c_str(), k->step_seconds);
-      for (const auto& [name, base] : {std::pair{"stream", s}, std::pair{"checkpoint:tiled", tiled}}) {
-        if (!base) continue;
-        const double mem = static_cast<double>(k->activation_bytes) / base->activation_bytes;
-        const double time = k->step_seconds / base->step_seconds;
-        std::printf("; vs %s: activation %.3fx, time %.3fx", name, mem, time);
-        row[std::string(name) + "_activation_ratio"] = mem;
-        row[std::string(name) + "_time_ratio"] = time;
-      }
-      std::printf("\n");
-      keep.push_back(row);
-    }
-    report["keep_attention"] = keep;
+    report["keep_attention"] = KeepAttentionRatios(runs, a.seq_lens);
     const SearchResult* mo = nullptr;
     for (const auto& s : searches) {
       if (s.variant.label() == "stream:offload") mo = &s;

@@ -279,4 +279,28 @@ const Run* StrongestBaseline(const std::vector<Run>& runs, int64_t T, bool by_ti
   return best;
 }
 
+nlohmann::json KeepAttentionRatios(const std::vector<Run>& runs, const std::vector<int64_t>& seq_lens) {
+  nlohmann::json keep = nlohmann::json::array();
+  for (int64_t T : seq_lens) {
+    const Run* s = Find(runs, "stream", T);
+    const Run* k = Find(runs, "stream:keep", T);
+    const Run* tiled = Find(runs, "checkpoint:tiled", T);
+    if (!k) continue;
+    nlohmann::json row{{"seq_len", T}};
+    std::printf("T=%-6lld attention kept: activation %s, step %.1f s", (long long)T,
+                HumanBytes(k->activation_bytes).c_str(), k->step_seconds);
+    for (const auto& [name, base] : {std::pair{"stream", s}, std::pair{"checkpoint:tiled", tiled}}) {
+      if (!base) continue;
+      const double mem = static_cast<double>(k->activation_bytes) / base->activation_bytes;
+      const double time = k->step_seconds / base->step_seconds;
+      std::printf("; vs %s: activation %.3fx, time %.3fx", name, mem, time);
+      row[std::string(name) + "_activation_ratio"] = mem;
+      row[std::string(name) + "_time_ratio"] = time;
+    }
+    std::printf("\n");
+    keep.push_back(row);
+  }
+  return keep;
+}
+
 }  // namespace streambp::bench

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "streambp/memory.h"
 #include "streambp/objective.h"
 #include "test_util/fixtures.h"
 
@@ -16,6 +17,17 @@ StepOutput RunObjectiveStep(CausalLM& model, const Batch& batch, const std::stri
   StepOutput out{result, CollectGradients(*model)};
   ZeroGradients(*model);
   return out;
+}
+
+int64_t TrackedSftPeak(CausalLM& model, const Batch& batch, const EngineOptions& options) {
+  ZeroGradients(*model);
+  memory::ResetPeak();
+  const int64_t before = memory::LiveBytes();
+  auto objective = MakeSftObjective({});
+  ForwardBackward(model, batch, *objective, options);
+  const int64_t peak = memory::PeakBytes() - before;
+  ZeroGradients(*model);
+  return peak;
 }
 
 std::vector<Sequence> ObjectiveSequences(const std::string& objective, int64_t vocab) {

@@ -21,6 +21,10 @@ struct StepOutput {
 StepOutput RunObjectiveStep(CausalLM& model, const Batch& batch, const std::string& objective,
                             const EngineOptions& options);
 
+/// The tracking allocator's peak above what was live before an SFT step (from zero gradients,
+/// cleared again after it); memory::InstallTrackingAllocator() must have run.
+int64_t TrackedSftPeak(CausalLM& model, const Batch& batch, const EngineOptions& options);
+
 /// Four sequences (13, 9, 11, 6 tokens) shaped for `objective`: sft as they are, dpo as two
 /// pairs with reference log-probabilities, grpo as one group with rewards.
 std::vector<Sequence> ObjectiveSequences(const std::string& objective, int64_t vocab);

@@ -83,16 +83,7 @@ TEST(KeepAttention, CostsItsOutputsInMeasuredAndEstimatedMemory) {
   const int64_t T = 2048;
   auto batch = MakeBatch(testing::RandomSequences({T}, config.vocab_size, 4), Layout::kRightPad);
   const EngineOptions recomputed{EngineKind::kStream, 128, 128, false, 256};
-  auto peak = [&](const EngineOptions& o) {
-    ZeroGradients(*model);
-    memory::ResetPeak();
-    const int64_t before = memory::LiveBytes();
-    auto objective = MakeSftObjective({});
-    ForwardBackward(model, batch, *objective, o);
-    const int64_t p = memory::PeakBytes() - before;
-    ZeroGradients(*model);
-    return p;
-  };
+  auto peak = [&](const EngineOptions& o) { return testing::TrackedSftPeak(model, batch, o); };
   const int64_t without = peak(recomputed), with = peak(Kept(recomputed));
   const double kept_bytes = 8.0 * T * (config.q_dim() + config.num_attention_heads) * 4;
   const double measured = static_cast<double>(with - without);

@@ -76,16 +76,7 @@ TEST(Offload, TrackedPeakIsLowerAndEstimated) {
   const int64_t T = 4096;
   auto batch = MakeBatch(testing::RandomSequences({T}, config.vocab_size, 4), Layout::kRightPad);
   const EngineOptions on_device{EngineKind::kStream, 128, 128, false, 256};
-  auto peak = [&](const EngineOptions& o) {
-    ZeroGradients(*model);
-    memory::ResetPeak();
-    const int64_t before = memory::LiveBytes();
-    auto objective = MakeSftObjective({});
-    ForwardBackward(model, batch, *objective, o);
-    const int64_t p = memory::PeakBytes() - before;
-    ZeroGradients(*model);
-    return p;
-  };
+  auto peak = [&](const EngineOptions& o) { return testing::TrackedSftPeak(model, batch, o); };
   const int64_t device = peak(on_device);
   const int64_t offloaded = peak(Offloaded(on_device, dir));
   const auto grads = EstimateStepMemory(config, torch::kFloat32, 1, T, on_device, "none").gradient_bytes;
