@@ -230,8 +230,9 @@ def prepare(args, folder):
 
 
 def server_cmd(args, model, data, out):
+    keep = ["--keep-attention"] if args.keep_attention else []
     return [args.server, "--threads", str(args.threads), "grad", "--model", model, "--data", data, "--dtype",
-            args.dtype, "--engine", "stream", "--out", out]
+            args.dtype, "--engine", "stream", "--out", out] + keep
 
 
 def baseline_cmd(args, model, data, out=None):
@@ -249,7 +250,7 @@ def run_compare(args):
     mib = 1.0 / 1024
     report = {
         "seq_len": args.seq_len, "preset": args.preset if not args.model else None, "model": args.model or None,
-        "dtype": args.dtype, "threads": args.threads, "baseline": {"block": args.block, "logits_chunk": args.logits_chunk},
+        "dtype": args.dtype, "threads": args.threads, "keep_attention": args.keep_attention, "baseline": {"block": args.block, "logits_chunk": args.logits_chunk},
         "streambp_grad_stream": {"peak_rss_mib": ours["maxrss_kib"] * mib, "wall_s": ours["wall"],
                                  "output": ours["stdout"].strip()},
         "pytorch_eager": {"peak_rss_mib": theirs["maxrss_kib"] * mib, "wall_s": theirs["wall"],
@@ -260,7 +261,8 @@ def run_compare(args):
     print(f"T={args.seq_len} {args.dtype}, {args.threads} thread(s); baseline: checkpointed layers, query blocks of "
           f"{args.block}, logits chunks of {args.logits_chunk}")
     print(f"{'':24s} {'peak RSS MiB':>13s} {'wall s':>9s}")
-    print(f"{'streambp-server grad':24s} {report['streambp_grad_stream']['peak_rss_mib']:13.1f} {ours['wall']:9.2f}")
+    ours_name = "streambp-server grad" + (" (keep)" if args.keep_attention else "")
+    print(f"{ours_name:24s} {report['streambp_grad_stream']['peak_rss_mib']:13.1f} {ours['wall']:9.2f}")
     print(f"{'eager PyTorch':24s} {report['pytorch_eager']['peak_rss_mib']:13.1f} {theirs['wall']:9.2f}")
     print(f"ratios (streambp / PyTorch): peak RSS {report['rss_ratio']:.3f}, wall {report['wall_ratio']:.3f}")
     print(f"losses: {ours['stdout'].split(';')[0].strip()} | PyTorch {step['loss']:.9f}")
@@ -324,6 +326,8 @@ def main():
             p.add_argument("--preset", default="tiny" if name == "check" else "small")
             p.add_argument("--seed", type=int, default=0)
             p.add_argument("--seq-len", type=int, default=40 if name == "check" else 8192)
+            p.add_argument("--keep-attention", action="store_true",
+                           help="run streambp-server grad with --keep-attention (selective recompute)")
         if name == "compare":
             p.add_argument("--json")
         if name == "check":

@@ -65,6 +65,9 @@ EngineOptions Admission::resolve_engine(const EngineRequest& r) const {
   if (r.chunk > 0) o.chunk = r.chunk;
   if (r.logits_chunk > 0) o.logits_chunk = r.logits_chunk;
   if (r.key_chunk > 0) o.key_chunk = r.key_chunk;
+  // trainer.engine.keep_attention is the stream engine's; a request for another engine runs
+  // that engine as it is.
+  if (o.kind != EngineKind::kStream) o.keep_attention = false;
   if (config_.parallel.context_parallel > 1 && o.kind != EngineKind::kStream) {
     throw InvalidArgument("engine.engine: this server is context parallel (parallel.context_parallel " +
                           std::to_string(config_.parallel.context_parallel) +

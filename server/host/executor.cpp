@@ -64,6 +64,10 @@ void CheckParallelLayout(const ServerConfig& config, const DistOptions& dist) {
   if (config.trainer.engine.recompute_kv_per_chunk) {
     throw InvalidArgument(what + ": trainer.engine.recompute_kv_per_chunk (the ablation) does not run context parallel");
   }
+  if (config.trainer.engine.keep_attention) {
+    throw InvalidArgument(what + ": trainer.engine.keep_attention (--keep-attention) does not run context parallel; "
+                          "turn one of them off");
+  }
 }
 
 void CheckParallelAgreement(const ServerConfig& config, Communicator& comm) {

@@ -39,6 +39,10 @@ void AddEngineFlags(CLI::App* cmd, streambp::tools::EngineFlags& f) {
       ->check(CLI::Range(-1, 1 << 30));
   cmd->add_option("--key-chunk", f.key_chunk, "stream: keys per attention tile inside a chunk (0 = default)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--keep-attention", f.keep_attention,
+                "stream: keep each layer's attention output and log-sum-exp from the forward, so the backward "
+                "skips attention's forward tiles (faster; costs L x T x (q_dim + heads) values more; "
+                "docs/architecture.md#engines)");
   cmd->add_option("--context-exchange", f.context_exchange,
                   "with --context-parallel: heads (each rank attends a share of the heads over the whole sequence), "
                   "kv (each rank gathers every rank's K/V), auto (heads where they split over the ranks)")
@@ -225,6 +229,9 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--chunk", serve.chunk, "default stream chunk (0 = default)");
   serve_cmd->add_option("--logits-chunk", serve.logits_chunk, "default logits chunk (-1 = default, 0 = all)");
   serve_cmd->add_option("--key-chunk", serve.key_chunk, "default stream attention key tile (0 = default)");
+  serve_cmd->add_flag("--keep-attention", serve.keep_attention,
+                      "stream: keep attention outputs for the backward (trainer.engine.keep_attention; "
+                      "with limits.auto_chunks dropped for a step whose memory budget has no room for it)");
   serve_cmd->add_option("--optimizer", serve.optimizer, with_default("adamw | sgd", defaults.trainer.optimizer.name));
   char lr[32];
   std::snprintf(lr, sizeof lr, "%g", defaults.trainer.optimizer.lr);

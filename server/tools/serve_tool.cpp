@@ -39,6 +39,7 @@ server::ServerConfig BuildConfig(const ServeArgs& a) {
   if (a.chunk >= 0) c.trainer.engine.chunk = a.chunk;
   if (a.logits_chunk >= -1) c.trainer.engine.logits_chunk = a.logits_chunk;
   if (a.key_chunk >= 0) c.trainer.engine.key_chunk = a.key_chunk;
+  if (a.keep_attention) c.trainer.engine.keep_attention = true;
   if (!a.optimizer.empty()) c.trainer.optimizer.name = a.optimizer;
   if (a.lr >= 0) c.trainer.optimizer.lr = a.lr;
   if (!a.checkpoint_dir.empty()) c.checkpoint_dir = a.checkpoint_dir;

@@ -15,6 +15,7 @@ struct ServeArgs {
   double lr = -1;
   int threads = 0;
   std::string port_file;         ///< write the bound port here once listening
+  bool keep_attention = false;   ///< trainer.engine.keep_attention = true
   bool check_config = false;     ///< validate, print the effective config, exit
   bool no_model_check = false;   ///< with check_config: leave the model folder and device unchecked
   bool history_tensorboard = false;  ///< history.tensorboard: TensorBoard event files beside metrics.jsonl

@@ -253,6 +253,7 @@ int Grad(const GradArgs& args) {
   auto batch = MakeBatch(sequences, ParseLayout(args.layout));
   EngineOptions options{ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false,
                         args.flags.key_chunk};
+  options.keep_attention = args.flags.keep_attention;
   options.context_exchange = ParseContextExchange(args.flags.context_exchange);
   TerminalProgress line(args.engine);
   if (writer) options = line.wrap(options);
@@ -360,6 +361,8 @@ int Verify(const VerifyArgs& args) {
     const bool split = group && row == 3;
     EngineOptions options{kind, 0, -1};
     if (kind == EngineKind::kStream) options = {kind, stream.chunk, stream.logits_chunk, false, stream.key_chunk};
+    // --keep-attention: the one-process stream row (context parallel refuses it).
+    options.keep_attention = kind == EngineKind::kStream && !split && stream.keep_attention;
     options.context_exchange = ParseContextExchange(stream.context_exchange);
     // Split: each rank's engine resolves its chunks for its share of the positions.
     const auto chunks = ResolveChunks(options, split ? ContextShardRange(T, 0, group->world_size()).second : T,
@@ -397,7 +400,7 @@ int Verify(const VerifyArgs& args) {
     if (split) {
       std::snprintf(name, sizeof name, "stream cp%d", group->world_size());
     } else {
-      std::snprintf(name, sizeof name, "%s", EngineName(kind).c_str());
+      std::snprintf(name, sizeof name, "%s%s", EngineName(kind).c_str(), options.keep_attention ? ":keep" : "");
     }
     std::printf("%-11s %6lld %7lld %6lld %22.15g %12.3e %12.3e %10.2f %9.3f\n", name,
                 (long long)chunks.chunk, (long long)chunks.logits_chunk, (long long)chunks.key_chunk, result.loss,

@@ -34,6 +34,7 @@ struct EngineFlags {
   int64_t chunk = 0;          ///< 0 = default
   int64_t logits_chunk = -1;  ///< -1 = default, 0 = all positions at once
   int64_t key_chunk = 0;      ///< stream: keys per attention tile, 0 = default
+  bool keep_attention = false;  ///< stream: keep attention outputs for the backward (EngineOptions::keep_attention)
   std::string context_exchange = "auto";  ///< context parallel: auto | heads | kv
 };
 

@@ -70,6 +70,7 @@ int Train(const TrainArgs& args) {
   options.schedule.total_steps = args.steps;
   options.max_grad_norm = args.max_grad_norm;
   options.engine = {ParseEngine(args.engine), args.flags.chunk, args.flags.logits_chunk, false, args.flags.key_chunk};
+  options.engine.keep_attention = args.flags.keep_attention;
   options.engine.context_exchange = ParseContextExchange(args.flags.context_exchange);
   options.layout = ParseLayout(args.layout);
   options.micro_batch_tokens = args.micro_batch_tokens;

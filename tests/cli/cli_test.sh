@@ -30,6 +30,16 @@ done
 out="$("$server" verify --model "$dir/model" --data "$dir/data.jsonl" --dtype float64 --layout packed)" \
   || fail "verify float64: $out"
 grep -q "PASS" <<<"$out" || fail "verify did not say PASS"
+# --keep-attention (selective recompute): the same gradient file, byte for byte; verify runs
+# it as its stream row; other engines refuse it by name.
+"$server" grad --model "$dir/model" --data "$dir/data.jsonl" --engine stream --dtype float64 --chunk 2 \
+  --logits-chunk 3 --keep-attention --out "$dir/g_keep.safetensors" > "$dir/g_keep.txt" || fail "grad --keep-attention"
+cmp -s "$dir/g_stream.safetensors" "$dir/g_keep.safetensors" || fail "grad --keep-attention wrote other gradients"
+out="$("$server" verify --model "$dir/model" --data "$dir/data.jsonl" --dtype float64 --keep-attention)" \
+  || fail "verify --keep-attention: $out"
+grep -q "^stream:keep " <<<"$out" && grep -q "PASS" <<<"$out" || fail "verify --keep-attention: $out"
+expect_error "keep_attention needs the stream engine" "$server" grad --model "$dir/model" --data "$dir/data.jsonl" \
+  --engine checkpoint --keep-attention --out "$dir/x.safetensors"
 # Every family as a folder with no download: init-model --family writes it, grad and verify
 # (engines against each other in float64) run on it; windows narrowed to 5 tokens so that
 # the 24-token rows slide past them (qwen3_moe: a window switched on).

@@ -57,6 +57,11 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
   config.trainer.engine.recompute_kv_per_chunk = true;
   EXPECT_NE(message([&] { CheckParallelLayout(config, two); }).find("recompute_kv_per_chunk"), std::string::npos);
   config.trainer.engine.recompute_kv_per_chunk = false;
+  config.trainer.engine.keep_attention = true;  // refused at start, not by every step
+  EXPECT_NE(message([&] { CheckParallelLayout(config, two); })
+                .find("trainer.engine.keep_attention (--keep-attention) does not run context parallel"),
+            std::string::npos);
+  config.trainer.engine.keep_attention = false;
 
   // Admission of a context-parallel server (4 ranks): every micro-batch needs 4 positions
   // (refused before any rank starts, not partway through the step); EstimateMemory too; only
@@ -116,6 +121,25 @@ TEST(Host, ContextParallelLayoutIsCheckedAtStart) {
   EXPECT_NE(refusal(with_reference).find("the step (per rank, context parallel over 4) is estimated at"),
             std::string::npos)
       << refusal(with_reference);
+}
+
+// trainer.engine.keep_attention belongs to the stream engine: a request that names another
+// engine runs it without (the engine would refuse the option), one that names none keeps it.
+TEST(Host, KeptAttentionIsTheStreamEnginesAndOtherEnginesRunWithout) {
+  auto config = HostConfig();
+  config.trainer.engine.keep_attention = true;
+  Admission admission(config, PresetConfig("tiny"), torch::kFloat64);
+  EXPECT_TRUE(admission.resolve_engine(EngineRequest{}).keep_attention);
+  for (const char* name : {"checkpoint", "full"}) {
+    EngineRequest other;
+    other.engine = name;
+    const auto resolved = admission.resolve_engine(other);
+    EXPECT_EQ(EngineName(resolved.kind), name);
+    EXPECT_FALSE(resolved.keep_attention) << name;
+  }
+  EngineRequest stream;
+  stream.engine = "stream";
+  EXPECT_TRUE(admission.resolve_engine(stream).keep_attention);
 }
 
 }  // namespace

@@ -108,6 +108,11 @@ struct AttentionTiling {
   /// Tiled only (a call with it is always tiled): where the call writes, or from where it
   /// replays, its output and log-sum-exp (AttentionKept).
   const AttentionKept* kept = nullptr;
+  /// Tile even a call whose keys fit in one tile (a call is otherwise tiled only past
+  /// key_tile / query_tile or with grad_sink / kept). The stream engine's forward sets it:
+  /// its backward recomputes every chunk through the tiled kernel (grad_sink), so the
+  /// forward computes the very same outputs, bit for bit, and kept ones replay exactly.
+  bool always = false;
 };
 
 /// Attention with the heads split over the ranks of a context-parallel group (Ulysses): the

@@ -253,6 +253,7 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
       const auto h = layer.input_layernorm(x_q);
       PutKeysValues(kv, layer.keys_values_normed(h, rope_q), T, s);
       AttentionTiling tiling{key_chunk};
+      tiling.always = true;  // as the backward recomputes it
       AttentionKept rows;
       if (kept) {
         rows = kept->positions(s, e, /*replay=*/false);
@@ -270,6 +271,7 @@ torch::Tensor StreamLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x
     // Heads exchanged: past this rank's positions, an empty chunk for the others' queries.
     const int64_t s = std::min(T, c * chunk), e = std::min(T, s + chunk), qs = offset + s, qe = offset + e;
     AttentionTiling tiling{key_chunk};
+    tiling.always = true;  // as the backward recomputes it
     std::unique_ptr<HeadExchange> heads;
     KeysValues keys{kv.k.slice(2, 0, qe), kv.v.slice(2, 0, qe)};
     if (shard->exchange) {

@@ -15,7 +15,7 @@ namespace streambp {
 bool AttentionCall::tiled() const {
   const int64_t C = q.size(2) / groups, L = k.size(2);
   return (tiling.key_tile > 0 && L > tiling.key_tile) || (tiling.query_tile > 0 && C > tiling.query_tile) ||
-         tiling.grad_sink != nullptr || tiling.kept != nullptr;
+         tiling.grad_sink != nullptr || tiling.kept != nullptr || tiling.always;
 }
 
 namespace {
