@@ -30,6 +30,19 @@ int64_t TrackedSftPeak(CausalLM& model, const Batch& batch, const EngineOptions&
   return peak;
 }
 
+int64_t TrackedObjectivePeak(CausalLM& model, const Batch& batch, const std::string& objective_name,
+                             const EngineOptions& options) {
+  ZeroGradients(*model);
+  auto objective = CreateObjective(objective_name, nlohmann::json::object());
+  memory::ResetPeak();
+  const int64_t before = memory::LiveBytes();
+  ForwardBackward(model, batch, *objective, options);
+  const int64_t peak = memory::PeakBytes() - before;
+  objective->finish();
+  ZeroGradients(*model);
+  return peak;
+}
+
 std::vector<Sequence> ObjectiveSequences(const std::string& objective, int64_t vocab) {
   auto seqs = RandomSequences({13, 9, 11, 6}, vocab, 3);
   for (size_t i = 0; i < seqs.size(); ++i) {

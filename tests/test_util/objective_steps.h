@@ -25,6 +25,10 @@ StepOutput RunObjectiveStep(CausalLM& model, const Batch& batch, const std::stri
 /// cleared again after it); memory::InstallTrackingAllocator() must have run.
 int64_t TrackedSftPeak(CausalLM& model, const Batch& batch, const EngineOptions& options);
 
+/// The same for a built-in objective (default options) by name.
+int64_t TrackedObjectivePeak(CausalLM& model, const Batch& batch, const std::string& objective,
+                             const EngineOptions& options);
+
 /// Four sequences (13, 9, 11, 6 tokens) shaped for `objective`: sft as they are, dpo as two
 /// pairs with reference log-probabilities, grpo as one group with rewards.
 std::vector<Sequence> ObjectiveSequences(const std::string& objective, int64_t vocab);

@@ -137,18 +137,23 @@ class PolicyLossObjective final : public Objective {
   bool clipped() const { return loss_ == Loss::kPpo || loss_ == Loss::kCispo; }
 
   // -sum w lp over the next tokens (1-D weights), plus -sum_j w_j log p(candidate_j) over the
-  // top-k candidates of each position (2-D targets); one logsumexp serves both.
+  // top-k candidates of each position (2-D targets); one logsumexp serves both. The gathers
+  // come first: autograd runs the later logsumexp's backward first, before any gather's
+  // B x c x V gradient exists (objectives/common.h: TargetLogprobs).
   torch::Tensor cross_entropy(const LogitsChunk& chunk) {
+    torch::Tensor target_logit, candidate_logits;
+    if (weights_.defined()) target_logit = chunk.logits.gather(-1, chunk.targets.unsqueeze(-1)).squeeze(-1);
+    if (top_targets_.defined()) {
+      candidate_logits = chunk.logits.gather(-1, top_targets_.slice(1, chunk.start, chunk.end));  // [B, c, K]
+    }
     const auto lse = chunk.logits.logsumexp(-1);  // [B, c]
     const auto dtype = lse.scalar_type();
     auto per_position = torch::zeros_like(lse);
     if (weights_.defined()) {
-      const auto lp = chunk.logits.gather(-1, chunk.targets.unsqueeze(-1)).squeeze(-1) - lse;
-      per_position = per_position + weights_.slice(1, chunk.start, chunk.end).to(dtype) * lp;
+      per_position = per_position + weights_.slice(1, chunk.start, chunk.end).to(dtype) * (target_logit - lse);
     }
     if (top_targets_.defined()) {
-      const auto ids = top_targets_.slice(1, chunk.start, chunk.end);                  // [B, c, K]
-      const auto lp = chunk.logits.gather(-1, ids) - lse.unsqueeze(-1);               // [B, c, K]
+      const auto lp = candidate_logits - lse.unsqueeze(-1);  // [B, c, K]
       per_position = per_position + (top_weights_.slice(1, chunk.start, chunk.end).to(dtype) * lp).sum(-1);
     }
     return -torch::where(chunk.target_mask, per_position, torch::zeros_like(per_position)).sum();
