@@ -10,11 +10,16 @@ chunks. The model is written here from the Hugging Face definitions of Llama/Qwe
 comparison doubles as an independent check of the loss and of every gradient.
 
     pytorch_baseline.py compare --server BIN [--preset small | --model DIR] --seq-len 8192
-        peak RSS (the kernel's, per process) and wall time of both, their ratios, JSON
+        peak RSS (the kernel's, per process) and wall time of both, their ratios, JSON; and
+        each step's analytic FLOPs and achieved share of a 2048^3 GEMM measured before and
+        after (in its own process, same LibTorch and BLAS): the FLOP ratio is the wall ratio
+        the two steps would have if both ran at the same share of the GEMM
     pytorch_baseline.py check --server BIN [--preset tiny] --seq-len 40
         float64: loss and every gradient of the baseline vs the server's stream engine
     pytorch_baseline.py step --model DIR --data F.jsonl [--out G.safetensors]
         one step of the baseline alone (what `compare` times)
+    pytorch_baseline.py gemm [--threads N]
+        GFLOP/s of a 2048^3 float32 matrix product, best of five (what `compare` measures)
 
 Needs PyTorch (Debian: python3-torch) and nothing else.
 """
@@ -184,9 +189,20 @@ def run_step(args):
     with open(args.data) as f:
         tokens = json.loads(f.readline())["tokens"]
     model = Model(args.model, dtype)
-    t0 = time.perf_counter()
-    loss = model.sft_step(tokens, args.block, args.logits_chunk)
-    seconds = time.perf_counter() - t0
+    result = {}
+    if args.count_flops:
+        # The profiler's count of every matrix product the step ran (forward, checkpoint
+        # recomputes, backward): what step_flops says the baseline does, counted independently.
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+            loss = model.sft_step(tokens, args.block, args.logits_chunk)
+        gemms = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")
+        result["gemm_flops"] = sum(e.flops for e in prof.events() if e.name in gemms)
+        seconds = float("nan")
+    else:
+        t0 = time.perf_counter()
+        loss = model.sft_step(tokens, args.block, args.logits_chunk)
+        seconds = time.perf_counter() - t0
     if args.out:
         grads, seen = {}, set()
         for name, p in model.w.items():
@@ -195,7 +211,53 @@ def run_step(args):
             seen.add(id(p))
             grads[name] = p.grad
         write_safetensors(args.out, grads)
-    print(json.dumps({"loss": loss, "step_seconds": seconds}), flush=True)
+    print(json.dumps({"loss": loss, "step_seconds": seconds, **result}), flush=True)
+
+
+def run_gemm(args):
+    import torch
+    torch.set_num_threads(args.threads)
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    c = torch.mm(a, b)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=c)
+        best = min(best, time.perf_counter() - t0)
+    print(json.dumps({"gflops": 2.0 * n ** 3 / best / 1e9}), flush=True)
+
+
+def chunked_pairs(T, block):
+    """(query, key) pairs that causal query blocks of `block` visit: each block's queries
+    against every key up to its last position (the diagonal block whole, masked)."""
+    return sum((min(T, s + block) - s) * min(T, s + block) for s in range(0, T, block))
+
+
+def step_flops(cfg, T, chunk, block, keep_attention=False):
+    """Analytic FLOPs (a multiply-add is 2) of one SFT step of T positions: the stream engine with
+    query chunks of `chunk`, and the baseline with attention blocks of `block`. GEMMs only
+    (norms, RoPE, softmax and the loss are not counted); a dense decoder with a gated MLP.
+
+    Both run each layer's projections and MLP four times (forward, the recompute, the two
+    products of the backward); stream computes K and V once more (without a graph, for every
+    chunk's keys). Attention in units of a forward (QK^T and PV): stream 4.5 (the forward, its
+    recompute, and the tiled backward's five products: QK^T again, dV, dP, dQ, dK), the
+    baseline 5 (the forward, the layer's recompute, the block's own recompute under its nested
+    checkpoint, and the materialized backward's four products). The head: stream 3 (logits,
+    dh, dW, each chunk once), the baseline 4 (its checkpointed chunks run forward twice).
+    With keep_attention stream's backward skips the attention forward's recompute: 3.5."""
+    d, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or d // H
+    kv_params = 2 * d * KV * hd
+    layer_params = 2 * d * H * hd + kv_params + 3 * d * cfg["intermediate_size"]
+    attention = lambda pairs: 4 * H * hd * pairs  # noqa: E731
+    head = 2 * (T - 1) * d * V
+    ours_attention = (3.5 if keep_attention else 4.5) * attention(chunked_pairs(T, chunk))
+    ours = L * (8 * T * layer_params + 2 * T * kv_params + ours_attention) + 3 * head
+    theirs = L * (8 * T * layer_params + 5 * attention(chunked_pairs(T, block))) + 4 * head
+    return ours, theirs
 
 
 def measure_one(cmd):
@@ -242,29 +304,51 @@ def baseline_cmd(args, model, data, out=None):
 
 
 def run_compare(args):
+    gemm_cmd = [sys.executable, os.path.abspath(__file__), "gemm", "--threads", str(args.threads)]
+    gemm = lambda: json.loads(subprocess.run(gemm_cmd, capture_output=True, text=True,  # noqa: E731
+                                             check=True).stdout.strip().splitlines()[-1])["gflops"]
     with tempfile.TemporaryDirectory() as folder:
         model, data = prepare(args, folder)
+        with open(os.path.join(model, "config.json")) as f:
+            cfg = json.load(f)
+        gemm_start = gemm()
         ours = measure_one(server_cmd(args, model, data, os.path.join(folder, "ours.safetensors")))
         theirs = measure_one(baseline_cmd(args, model, data))
+        gemm_end = gemm()
     step = json.loads(theirs["stdout"].strip().splitlines()[-1])
+    # grad's line: "... (stream engine, chunks C/LC/KC, S s); ..."
+    line = ours["stdout"].split("(stream engine, chunks ")[1]
+    chunk = int(line.split("/")[0])
+    ours_step = float(line.split(", ")[1].split(" s)")[0])
+    flops_ours, flops_theirs = step_flops(cfg, args.seq_len, chunk, args.block, args.keep_attention)
+    gemm_ref = max(gemm_start, gemm_end)  # a slow minute at one end must not flatter the shares
     mib = 1.0 / 1024
     report = {
         "seq_len": args.seq_len, "preset": args.preset if not args.model else None, "model": args.model or None,
         "dtype": args.dtype, "threads": args.threads, "keep_attention": args.keep_attention, "baseline": {"block": args.block, "logits_chunk": args.logits_chunk},
         "streambp_grad_stream": {"peak_rss_mib": ours["maxrss_kib"] * mib, "wall_s": ours["wall"],
+                                 "step_s": ours_step, "chunk": chunk, "flops": flops_ours,
+                                 "gemm_fraction": flops_ours / ours_step / 1e9 / gemm_ref,
                                  "output": ours["stdout"].strip()},
         "pytorch_eager": {"peak_rss_mib": theirs["maxrss_kib"] * mib, "wall_s": theirs["wall"],
-                          "step_s": step["step_seconds"], "loss": step["loss"]},
+                          "step_s": step["step_seconds"], "loss": step["loss"], "flops": flops_theirs,
+                          "gemm_fraction": flops_theirs / step["step_seconds"] / 1e9 / gemm_ref},
+        "gemm_gflops": {"start": gemm_start, "end": gemm_end, "reference": gemm_ref},
     }
     report["rss_ratio"] = report["streambp_grad_stream"]["peak_rss_mib"] / report["pytorch_eager"]["peak_rss_mib"]
     report["wall_ratio"] = ours["wall"] / theirs["wall"]
+    report["step_ratio"] = ours_step / step["step_seconds"]
+    report["flop_ratio"] = flops_ours / flops_theirs
     print(f"T={args.seq_len} {args.dtype}, {args.threads} thread(s); baseline: checkpointed layers, query blocks of "
           f"{args.block}, logits chunks of {args.logits_chunk}")
-    print(f"{'':24s} {'peak RSS MiB':>13s} {'wall s':>9s}")
+    print(f"{'':24s} {'peak RSS MiB':>13s} {'wall s':>9s} {'step s':>9s} {'TFLOP':>7s} {'GFLOP/s':>8s} {'%GEMM':>6s}")
     ours_name = "streambp-server grad" + (" (keep)" if args.keep_attention else "")
-    print(f"{ours_name:24s} {report['streambp_grad_stream']['peak_rss_mib']:13.1f} {ours['wall']:9.2f}")
-    print(f"{'eager PyTorch':24s} {report['pytorch_eager']['peak_rss_mib']:13.1f} {theirs['wall']:9.2f}")
-    print(f"ratios (streambp / PyTorch): peak RSS {report['rss_ratio']:.3f}, wall {report['wall_ratio']:.3f}")
+    for name, r in ((ours_name, report["streambp_grad_stream"]), ("eager PyTorch", report["pytorch_eager"])):
+        print(f"{name:24s} {r['peak_rss_mib']:13.1f} {r['wall_s']:9.2f} {r['step_s']:9.2f} {r['flops'] / 1e12:7.2f} "
+              f"{r['flops'] / r['step_s'] / 1e9:8.1f} {100 * r['gemm_fraction']:5.0f}%")
+    print(f"GEMM 2048^3 float32: {gemm_start:.0f} GFLOP/s before, {gemm_end:.0f} after (shares use {gemm_ref:.0f})")
+    print(f"ratios (streambp / PyTorch): peak RSS {report['rss_ratio']:.3f}, wall {report['wall_ratio']:.3f}, step "
+          f"{report['step_ratio']:.3f}; FLOPs {report['flop_ratio']:.3f} (the step ratio at equal shares of the GEMM)")
     print(f"losses: {ours['stdout'].split(';')[0].strip()} | PyTorch {step['loss']:.9f}")
     if args.json:
         with open(args.json, "w") as f:
@@ -284,13 +368,22 @@ def run_check(args):
                               capture_output=True, text=True, check=True).stdout
         theirs = subprocess.run(baseline_cmd(args, model, data, theirs_path), capture_output=True, text=True,
                                 check=True).stdout
+        counted = subprocess.run(baseline_cmd(args, model, data) + ["--count-flops"], capture_output=True,
+                                 text=True, check=True).stdout
+        with open(os.path.join(model, "config.json")) as f:
+            cfg = json.load(f)
         a, b = read_safetensors(ours_path), read_safetensors(theirs_path)
     loss_ours = float(ours.split("loss ")[1].split()[0])
     loss_theirs = json.loads(theirs.strip().splitlines()[-1])["loss"]
+    # compare's FLOP count of the baseline against the profiler's count of the same step.
+    flops_counted = json.loads(counted.strip().splitlines()[-1])["gemm_flops"]
+    flops_formula = step_flops(cfg, args.seq_len, 1, args.block)[1]
     worst, names = 0.0, sorted(set(a) | set(b))
     failures = []
     if abs(loss_ours - loss_theirs) > 1e-9 * abs(loss_theirs):
         failures.append(f"loss {loss_ours!r} vs PyTorch {loss_theirs!r}")
+    if flops_counted != flops_formula:
+        failures.append(f"the baseline's step ran {flops_counted} GEMM FLOPs (profiler), step_flops says {flops_formula}")
     for name in names:
         if name not in a or name not in b:
             failures.append(f"{name}: only in {'ours' if name in a else 'PyTorch'}")
@@ -302,7 +395,8 @@ def run_check(args):
         if not rel <= args.tolerance:
             failures.append(f"{name}: max |diff| {diff:.3g}, {rel:.3g} of the largest entry")
     print(f"float64, T={args.seq_len}: loss {loss_ours!r} vs PyTorch {loss_theirs!r}; {len(names)} gradients, "
-          f"worst {worst:.3g} relative (tolerance {args.tolerance:g})")
+          f"worst {worst:.3g} relative (tolerance {args.tolerance:g}); the baseline's GEMM FLOPs {flops_counted} "
+          f"(profiler) vs {flops_formula:.0f} (step_flops)")
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0
@@ -311,6 +405,8 @@ def run_check(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("gemm")
+    g.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     for name in ("compare", "check", "step"):
         p = sub.add_parser(name)
         p.add_argument("--model", help="Hugging Face model folder (config.json + model.safetensors)")
@@ -321,6 +417,8 @@ def main():
         if name == "step":
             p.add_argument("--data", required=True)
             p.add_argument("--out")
+            p.add_argument("--count-flops", action="store_true",
+                           help="run the step under the profiler and report its GEMM FLOPs (no time)")
         else:
             p.add_argument("--server", required=True, help="streambp-server binary")
             p.add_argument("--preset", default="tiny" if name == "check" else "small")
@@ -335,7 +433,7 @@ def main():
     args = ap.parse_args()
     if args.command == "check" and args.block == 512:
         args.block, args.logits_chunk = 9, 11  # several uneven blocks and chunks on a short sequence
-    return {"compare": run_compare, "check": run_check, "step": run_step}[args.command](args) or 0
+    return {"compare": run_compare, "check": run_check, "step": run_step, "gemm": run_gemm}[args.command](args) or 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ctest bench.pytorch_reference: the eager PyTorch baseline (bench/pytorch_baseline.py) as an
 # independent float64 reference of the stream engine's loss and gradients (tiny model, two seeds
-# and lengths, uneven chunks, 1e-10; once with --keep-attention), then its peak-RSS / wall comparison once at T=256 (run,
-# reported, never asserted: those are measured with streambp-bench's tooling, docs/results.md).
+# and lengths, uneven chunks, 1e-10; once with --keep-attention; its FLOP formula against the
+# profiler's count of the same step), then its peak-RSS / wall / FLOP comparison once at T=256
+# (run and checked for completeness; ratios never asserted: they are measurements, docs/results.md).
 #   pytorch_reference_test.sh PYTHON3 STREAMBP_SERVER OUT.json
 set -euo pipefail
 py="$1" server="$2" json="$3"
@@ -15,5 +16,13 @@ fi
 "$py" "$script" check --server "$server" --seq-len 67 --seed 5
 "$py" "$script" check --server "$server" --seq-len 67 --seed 5 --keep-attention
 "$py" "$script" compare --server "$server" --preset tiny --seq-len 256 --threads 1 --json "$json"
-"$py" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["rss_ratio"] > 0 and r["wall_ratio"] > 0, r' "$json"
+"$py" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+ours, theirs = r["streambp_grad_stream"], r["pytorch_eager"]
+assert r["rss_ratio"] > 0 and r["wall_ratio"] > 0 and r["step_ratio"] > 0, r
+assert ours["chunk"] > 0 and ours["flops"] > 0 and theirs["flops"] > 0, r
+assert ours["gemm_fraction"] > 0 and theirs["gemm_fraction"] > 0 and r["gemm_gflops"]["reference"] > 0, r
+assert abs(r["flop_ratio"] - ours["flops"] / theirs["flops"]) < 1e-12, r
+' "$json"
 echo "pytorch reference: passed"

@@ -293,8 +293,19 @@ int Grad(const GradArgs& args) {
                 {"engine", args.engine},
                 {"dtype", args.model.dtype}};
   WriteSafetensors(args.out, grads, meta);
-  std::printf("%s: loss %.10g over %lld target tokens (%s engine, %.3f s); %zu gradients written to %s\n",
-              args.objective.c_str(), result.loss, (long long)result.targets, args.engine.c_str(), secs,
+  // The sizes the step ran with: chunk / logits chunk / key tile, the unset ones from the model
+  // and the sequence (docs/architecture.md: Chunk sizes), a context-parallel rank's for its
+  // share of T. Data parallel: each rank resolves them for its own sequences, not said here.
+  char sizes[96] = "";
+  if (!parallel.groups.data) {
+    const int64_t T = batch.length();
+    const auto chunks = ResolveChunks(options, group ? ContextShardRange(T, 0, group->world_size()).second : T,
+                                      m.model->config(), ParseDtype(args.model.dtype));
+    std::snprintf(sizes, sizeof sizes, "chunks %lld/%lld/%lld, ", (long long)chunks.chunk,
+                  (long long)chunks.logits_chunk, (long long)chunks.key_chunk);
+  }
+  std::printf("%s: loss %.10g over %lld target tokens (%s engine, %s%.3f s); %zu gradients written to %s\n",
+              args.objective.c_str(), result.loss, (long long)result.targets, args.engine.c_str(), sizes, secs,
               grads.size(), args.out.c_str());
   if (!result.metrics.empty()) std::printf("metrics: %s\n", FormatMetrics(result.metrics).c_str());
   if (parallel.groups.data) {

@@ -27,6 +27,9 @@ for engine in full checkpoint stream; do
     --chunk 2 --logits-chunk 3 --out "$dir/g_$engine.safetensors" > "$dir/g_$engine.txt" || fail "grad $engine"
   grep -q "over 12 target tokens" "$dir/g_$engine.txt" || fail "grad $engine output: $(cat "$dir/g_$engine.txt")"
 done
+# The sizes the step ran with: the given chunk and logits chunk, the key tile from the rule.
+grep -Eq "\(stream engine, chunks 2/3/[0-9]+, [0-9.]+ s\)" "$dir/g_stream.txt" \
+  || fail "grad stream does not say its chunk sizes: $(cat "$dir/g_stream.txt")"
 out="$("$server" verify --model "$dir/model" --data "$dir/data.jsonl" --dtype float64 --layout packed)" \
   || fail "verify float64: $out"
 grep -q "PASS" <<<"$out" || fail "verify did not say PASS"
