@@ -49,6 +49,8 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_flag("--profile", a.profile,
                "sweep: one more step per point with the time split into attention, MLP, experts (a mixture of "
                "experts), projections, head, norms/RoPE, copies, embedding, other (RecordFunction callbacks)");
+  app.add_option("--flops-tolerance", a.flops_tolerance,
+                 "with --check and --profile: the largest |analytic / counted - 1| of a point's GEMM FLOPs");
   app.add_option("--search-chunks", a.search_chunks,
                  "stream chunks in the search: auto (largest fitting the budget, as the server) | fixed")
       ->check(CLI::IsMember({"auto", "fixed"}));

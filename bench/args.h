@@ -20,6 +20,8 @@ struct Args {
   int64_t batch = 1, repeat = 3, warmup = 1, chunk = 0, logits_chunk = -1, key_chunk = 0;
   std::string budget = "1GiB", mem_limit = "auto";
   bool no_search = false, no_sweep = false, quick = false, check = false, profile = false;
+  /// --check with --profile: how far the analytic FLOPs may be from the profiler's count.
+  double flops_tolerance = 1e-9;
   std::string search_chunks = "auto";
   bool predict_only = false, search_to_peak = false;
   double search_tol = 0.01, search_growth = 2.0;

@@ -53,6 +53,9 @@ struct TimeBreakdown {
   std::map<std::string, double> seconds;
   /// The 40 largest "category/op" pairs by exclusive time (the innermost op or scope).
   std::vector<std::pair<std::string, double>> ops;
+  /// FLOPs of the matrix products the step ran (mm, addmm, bmm, baddbmm: 2 m k n each),
+  /// counted from their operands' shapes.
+  double gemm_flops = 0;
 };
 /// Runs `step` on this thread with RecordFunction callbacks attributing its time.
 TimeBreakdown ProfileStep(const std::function<void()>& step);

@@ -344,6 +344,7 @@ int main(int argc, char** argv) {
     }
     report["runs"] = nlohmann::json::array();
     for (const auto& r : runs) report["runs"].push_back(RunJson(r));
+    std::vector<std::string> flop_problems;  // --check with --profile: analytic vs counted
     if (a.profile && !runs.empty()) {
       std::printf("\n== time breakdown (one profiled step per point; seconds and share of the step)\n%-28s %6s %8s",
                   "engine", "T", "step s");
@@ -357,6 +358,21 @@ int main(int argc, char** argv) {
           std::printf(" %8.2f (%4.1f%%)", t, 100 * t / r.breakdown.total_seconds);
         }
         std::printf("\n");
+      }
+      // The FLOP count behind GFLOP/s and %GEMM against the profiler's count of the products
+      // the profiled step ran (from their operands' shapes).
+      std::printf("\n== GEMM FLOPs of the profiled step: counted from the products' shapes vs the analytic count\n"
+                  "%-28s %6s %16s %16s %9s\n", "engine", "T", "counted", "analytic", "analytic/counted");
+      for (const auto& r : runs) {
+        if (r.oom || r.breakdown.total_seconds <= 0) continue;
+        const double ratio = r.flops / r.breakdown.gemm_flops;
+        std::printf("%-28s %6lld %16.6e %16.6e %9.6f\n", r.variant.label().c_str(), (long long)r.seq_len,
+                    r.breakdown.gemm_flops, r.flops, ratio);
+        if (a.check && !(std::abs(ratio - 1) <= a.flops_tolerance)) {
+          flop_problems.push_back(r.variant.label() + " at T=" + std::to_string(r.seq_len) + ": the analytic FLOPs are " +
+                             std::to_string(ratio) + " x the counted ones (--flops-tolerance " +
+                             std::to_string(a.flops_tolerance) + ")");
+        }
       }
     }
 
@@ -581,10 +597,12 @@ int main(int argc, char** argv) {
         written = nlohmann::json::parse(in);
       }
       auto problems = CheckReport(written);
+      problems.insert(problems.end(), flop_problems.begin(), flop_problems.end());
       if (!a.plot_path.empty() && !std::ifstream(a.plot_path).good()) problems.push_back("no plot written");
       for (const auto& p : problems) std::printf("check: FAIL: %s\n", p.c_str());
       if (!problems.empty()) return 1;
-      std::printf("check: PASS (report complete; activation memory stream < checkpoint < full)\n");
+      std::printf("check: PASS (report complete; activation memory stream < checkpoint < full%s)\n",
+                  a.profile ? "; analytic FLOPs = the profiled steps' counted GEMM FLOPs" : "");
     }
     return 0;
   } catch (const std::exception& ex) {

@@ -157,10 +157,14 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
     const int64_t w = c.window(l) > 0 ? std::min<int64_t>(c.window(l), T) : T;
     const double W = static_cast<double>(w);
     causal_attention += attention(W * (W + 1) / 2 + (static_cast<double>(T) - W) * W);
+    // A window's first key tile is visited whole: the tiles run from key 0 in steps of the
+    // key tile, and a chunk visits from the one holding its first query's oldest key on.
+    const int64_t tile = std::max<int64_t>(1, chunks.key_chunk);
     double pairs = 0;
     for (int64_t s = 0; s < T; s += chunks.chunk) {
       const int64_t e = std::min<int64_t>(T, s + chunks.chunk);
-      pairs += static_cast<double>(e - s) * static_cast<double>(e - std::max<int64_t>(0, s - w + 1));
+      const int64_t first_key = std::max<int64_t>(0, s - w + 1) / tile * tile;
+      pairs += static_cast<double>(e - s) * static_cast<double>(e - first_key);
     }
     visited_attention += attention(pairs);
   }
@@ -179,8 +183,11 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
     // backpropagated, and the K/V backward (recomputed with a graph).
     const double kv_backward = v.options.recompute_kv_per_chunk ? 3 * 2 * rows * prefix_rows * kv_params
                                                                 : 2 * n * kv_params + 3 * 2 * n * kv_params;
-    f.executed = L * (2 * n * layer_params + kv_backward + 3 * 2 * n * q_params) + 4.5 * visited_attention +
-                 3 * head + seq_head;
+    // keep_attention: the backward runs the attention's backward from the kept output, without
+    // its forward again (QK^T, dV, dP, dQ, dK after the forward's two: 3.5).
+    const double attention_passes = v.options.keep_attention ? 3.5 : 4.5;
+    f.executed = L * (2 * n * layer_params + kv_backward + 3 * 2 * n * q_params) +
+                 attention_passes * visited_attention + 3 * head + seq_head;
   }
   return f;
 }

@@ -5,7 +5,8 @@
 // charged to the part whose forward created it (its autograd node's sequence number), so
 // "attention" is the attention's forward and backward. Ops outside any part are "copies"
 // (copy_, clone, fill, cat: the engines' buffers) or "other" (everything else, and the
-// time between ops).
+// time between ops). The same callbacks count the FLOPs of every matrix product the step
+// runs, from the operands' shapes: an independent count of what AnalyticFlops predicts.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -33,6 +34,9 @@ enum Category : int {
 
 struct State {
   bool active = false;
+  double gemm_flops = 0;  // 2 m k n of every matrix product, the outermost one where they nest
+  int gemm_depth = 0;     // matrix products open on the stack
+  std::vector<bool> gemm_open;  // per open op: whether it is one
   std::vector<int> stack;  // categories of the open scopes and ops, innermost last
   std::vector<const char*> names;  // their names
   std::unordered_map<std::string, double> op_seconds;  // exclusive time per innermost op
@@ -72,9 +76,33 @@ void Charge(Clock::time_point now) {
   s.last = now;
 }
 
+// A matrix product's FLOPs (a multiply-add is 2) from its inputs, or -1 for any other op:
+// mm / addmm (m x k times k x n), bmm / baddbmm (b batches of those), in place or not.
+double GemmFlops(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  const bool mm = !std::strcmp(name, "aten::mm") || !std::strcmp(name, "aten::addmm") ||
+                  !std::strcmp(name, "aten::addmm_");
+  const bool bmm = !std::strcmp(name, "aten::bmm") || !std::strcmp(name, "aten::baddbmm") ||
+                   !std::strcmp(name, "aten::baddbmm_");
+  if (!mm && !bmm) return -1;
+  const auto inputs = fn.inputs();
+  // mm / bmm: (a, b, ...); addmm / baddbmm: (self, a, b, ...).
+  const size_t first = std::strstr(name, "add") ? 1 : 0;
+  if (inputs.size() < first + 2 || !inputs[first].isTensor() || !inputs[first + 1].isTensor()) return 0;
+  const auto a = inputs[first].toTensor().sizes(), b = inputs[first + 1].toTensor().sizes();
+  const double batch = bmm ? static_cast<double>(a[0]) : 1.0;
+  const size_t r = a.size();
+  return 2.0 * batch * static_cast<double>(a[r - 2]) * static_cast<double>(a[r - 1]) *
+         static_cast<double>(b[b.size() - 1]);
+}
+
 std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
   auto& s = g_state;
   if (!s.active) return nullptr;
+  const double flops = fn.scope() == at::RecordScope::FUNCTION ? GemmFlops(fn) : -1;
+  if (flops >= 0 && s.gemm_depth == 0) s.gemm_flops += flops;
+  s.gemm_depth += flops >= 0 ? 1 : 0;
+  s.gemm_open.push_back(flops >= 0);
   Charge(Clock::now());
   const int parent = s.stack.empty() ? -1 : s.stack.back();
   int c = parent;
@@ -106,6 +134,10 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
 void OnEnd(const at::RecordFunction&, at::ObserverContext*) {
   auto& s = g_state;
   if (!s.active || s.stack.empty()) return;
+  if (!s.gemm_open.empty()) {
+    s.gemm_depth -= s.gemm_open.back() ? 1 : 0;
+    s.gemm_open.pop_back();
+  }
   Charge(Clock::now());
   s.stack.pop_back();
   s.names.pop_back();
@@ -118,7 +150,8 @@ TimeBreakdown ProfileStep(const std::function<void()>& step) {
   s = State{};
   auto handle = at::addThreadLocalCallback(
       at::RecordFunctionCallback(&OnStart, &OnEnd)
-          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION, at::RecordScope::USER_SCOPE}));
+          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION, at::RecordScope::USER_SCOPE})
+          .needsInputs(true));
   s.active = true;
   const auto t0 = Clock::now();
   s.last = t0;
@@ -134,6 +167,7 @@ TimeBreakdown ProfileStep(const std::function<void()>& step) {
   at::removeCallback(handle);
   TimeBreakdown out;
   out.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.gemm_flops = s.gemm_flops;
   for (int c = 0; c < kCount; ++c) out.seconds[Names()[c]] = s.seconds[c];
   out.ops.assign(s.op_seconds.begin(), s.op_seconds.end());
   std::sort(out.ops.begin(), out.ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });

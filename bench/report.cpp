@@ -67,6 +67,7 @@ nlohmann::json RunJson(const Run& r) {
   if (r.breakdown.total_seconds > 0) {
     j["time_breakdown"] = {{"total_seconds", r.breakdown.total_seconds},
                            {"seconds", r.breakdown.seconds},
+                           {"gemm_flops_counted", r.breakdown.gemm_flops},
                            {"top_ops", r.breakdown.ops}};
   }
   j["activation_bytes"] = r.activation_bytes;
