@@ -89,6 +89,10 @@ struct Run {
   /// The OS's account (/proc/self/status): resident bytes when the point started (after
   /// malloc_trim) and the peak resident bytes (VmHWM, reset at the start) over its steps.
   int64_t rss_start_bytes = 0, rss_peak_bytes = 0;
+  /// The process's minor page faults (getrusage) during each timed step: fresh pages from the
+  /// OS, first touched; their median in minor_faults.
+  std::vector<double> fault_samples;
+  double minor_faults = 0;
   /// One more step after the timed ones, profiled (Context::profile); empty otherwise.
   TimeBreakdown breakdown;
 };

@@ -1,5 +1,6 @@
 // Measuring one point, the max-length search, analytic FLOPs and the GEMM reference.
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -45,6 +46,13 @@ void ZeroGradients(Context& ctx) {
   } else {
     for (auto& p : ctx.model->parameters()) zero(p);
   }
+}
+
+// Minor page faults of the whole process so far (every thread's, the BLAS's too).
+int64_t MinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_minflt);
 }
 
 double Median(std::vector<double> v) {
@@ -303,12 +311,14 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
       // of its own takes them away with it, so one OOM never inflates the next point.
       std::exception_ptr error;
       double secs = 0;
+      int64_t faults = 0;
       bool stopped = false;
       StepResult result;
       std::thread worker([&] {
         try {
           torch::set_num_threads(ctx.threads);
           ctx.memory.synchronize();
+          faults = MinorFaults();
           const auto t0 = Clock::now();
           TerminalProgress line(v.label() + " T=" + std::to_string(T));
           auto options = line.wrap(v.options);
@@ -328,6 +338,7 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
           }
           ctx.memory.synchronize();
           secs = Seconds(t0);
+          faults = MinorFaults() - faults;
         } catch (...) {
           error = std::current_exception();
         }
@@ -337,7 +348,10 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
       r.to_peak = stopped;
       r.loss = result.loss;
       r.offloaded_bytes = result.offloaded_bytes;
-      if (i >= warmup) r.samples.push_back(secs);
+      if (i >= warmup) {
+        r.samples.push_back(secs);
+        r.fault_samples.push_back(static_cast<double>(faults));
+      }
     } catch (const c10::Error& e) {
       if (!IsOutOfMemory(e)) throw;
       r.oom = true;
@@ -381,6 +395,7 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
   r.peak_bytes = peak;
   r.activation_bytes = peak - statics;
   r.step_seconds = Median(r.samples);
+  r.minor_faults = Median(r.fault_samples);
   if (r.step_seconds > 0) {
     r.tokens_per_second = static_cast<double>(rows * T) / r.step_seconds;
     r.gflops = r.flops / r.step_seconds / 1e9;
@@ -399,6 +414,8 @@ void MergeRound(Run& into, const Run& round) {
     return;
   }
   into.samples.insert(into.samples.end(), round.samples.begin(), round.samples.end());
+  into.fault_samples.insert(into.fault_samples.end(), round.fault_samples.begin(), round.fault_samples.end());
+  into.minor_faults = Median(into.fault_samples);
   into.peak_bytes = std::max(into.peak_bytes, round.peak_bytes);
   into.activation_bytes = std::max(into.activation_bytes, round.activation_bytes);
   into.rss_peak_bytes = std::max(into.rss_peak_bytes, round.rss_peak_bytes);

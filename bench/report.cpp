@@ -73,6 +73,8 @@ nlohmann::json RunJson(const Run& r) {
   j["activation_bytes"] = r.activation_bytes;
   j["step_seconds"] = r.step_seconds;
   j["step_seconds_samples"] = r.samples;
+  j["minor_faults_per_step"] = r.minor_faults;
+  j["minor_faults_samples"] = r.fault_samples;
   j["tokens_per_second"] = r.tokens_per_second;
   j["gflops"] = r.gflops;
   j["loss"] = r.loss;
@@ -242,9 +244,9 @@ const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t 
 
 // chunk, logits, key: what the engine used; est.key: the key chunk the estimate assumed.
 void PrintRunHeader() {
-  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s %8s %9s\n", "engine", "T", "B",
+  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s %8s %9s %9s\n", "engine", "T", "B",
               "chunk", "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s",
-              "GFLOP/s", "%GEMM", "off MiB", "RSS MiB");
+              "GFLOP/s", "%GEMM", "off MiB", "RSS MiB", "faults");
 }
 
 void PrintRun(const Run& r, double gemm) {
@@ -255,14 +257,14 @@ void PrintRun(const Run& r, double gemm) {
                 r.oom_predicted ? " (predicted by the estimate; not run)" : " (budgeted allocator refused)");
   } else {
     std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%% %8.1f "
-                "%9.1f\n",
+                "%9.1f %9.0f\n",
                 r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,
                 (long long)r.logits_chunk, (long long)r.key_chunk, (long long)r.predicted_key_chunk,
                 Mib(r.peak_bytes), Mib(r.activation_bytes),
                 Mib(r.predicted_activation_bytes),
                 static_cast<double>(r.predicted_activation_bytes) / std::max<int64_t>(1, r.activation_bytes),
                 r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm, Mib(r.offloaded_bytes),
-                Mib(r.rss_peak_bytes));
+                Mib(r.rss_peak_bytes), r.minor_faults);
   }
   std::fflush(stdout);
 }
