@@ -330,6 +330,9 @@ const Run* StrongestBaseline(const std::vector<Run>& runs, int64_t T, bool by_ti
 /// Selective recompute (stream:keep next to stream and checkpoint:tiled in the run): printed
 /// per length, and returned as rows of activation and time ratios against both.
 nlohmann::json KeepAttentionRatios(const std::vector<Run>& runs, const std::vector<int64_t>& seq_lens);
+/// --profile: the time breakdown of each profiled step and its counted GEMM FLOPs against the
+/// analytic count; with `check`, the points where they differ by more than `flops_tolerance`.
+std::vector<std::string> PrintProfile(const std::vector<Run>& runs, bool check, double flops_tolerance);
 nlohmann::json RunJson(const Run& r);
 /// Every probe of a max-length search, as RunJson (a search's "runs"; "probes" is their count).
 nlohmann::json ProbesJson(const SearchResult& s);

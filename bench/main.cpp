@@ -344,37 +344,9 @@ int main(int argc, char** argv) {
     }
     report["runs"] = nlohmann::json::array();
     for (const auto& r : runs) report["runs"].push_back(RunJson(r));
-    std::vector<std::string> flop_problems;  // --check with --profile: analytic vs counted
-    if (a.profile && !runs.empty()) {
-      std::printf("\n== time breakdown (one profiled step per point; seconds and share of the step)\n%-28s %6s %8s",
-                  "engine", "T", "step s");
-      for (const auto& c : BreakdownCategories()) std::printf(" %16s", c.c_str());
-      std::printf("\n");
-      for (const auto& r : runs) {
-        if (r.oom || r.breakdown.total_seconds <= 0) continue;
-        std::printf("%-28s %6lld %8.2f", r.variant.label().c_str(), (long long)r.seq_len, r.breakdown.total_seconds);
-        for (const auto& c : BreakdownCategories()) {
-          const double t = r.breakdown.seconds.count(c) ? r.breakdown.seconds.at(c) : 0.0;
-          std::printf(" %8.2f (%4.1f%%)", t, 100 * t / r.breakdown.total_seconds);
-        }
-        std::printf("\n");
-      }
-      // The FLOP count behind GFLOP/s and %GEMM against the profiler's count of the products
-      // the profiled step ran (from their operands' shapes).
-      std::printf("\n== GEMM FLOPs of the profiled step: counted from the products' shapes vs the analytic count\n"
-                  "%-28s %6s %16s %16s %9s\n", "engine", "T", "counted", "analytic", "analytic/counted");
-      for (const auto& r : runs) {
-        if (r.oom || r.breakdown.total_seconds <= 0) continue;
-        const double ratio = r.flops / r.breakdown.gemm_flops;
-        std::printf("%-28s %6lld %16.6e %16.6e %9.6f\n", r.variant.label().c_str(), (long long)r.seq_len,
-                    r.breakdown.gemm_flops, r.flops, ratio);
-        if (a.check && !(std::abs(ratio - 1) <= a.flops_tolerance)) {
-          flop_problems.push_back(r.variant.label() + " at T=" + std::to_string(r.seq_len) + ": the analytic FLOPs are " +
-                             std::to_string(ratio) + " x the counted ones (--flops-tolerance " +
-                             std::to_string(a.flops_tolerance) + ")");
-        }
-      }
-    }
+    // --check with --profile: the analytic FLOPs against the profiled steps' counted ones.
+    const std::vector<std::string> flop_problems =
+        a.profile ? PrintProfile(runs, a.check, a.flops_tolerance) : std::vector<std::string>{};
 
     // Ablation: K/V once per layer vs recomputed over the prefix for every chunk.
     std::vector<Run> ablation;

@@ -1,5 +1,6 @@
 // JSON, plots (gnuplot) and the consistency check of a report.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -304,6 +305,40 @@ nlohmann::json KeepAttentionRatios(const std::vector<Run>& runs, const std::vect
     keep.push_back(row);
   }
   return keep;
+}
+
+std::vector<std::string> PrintProfile(const std::vector<Run>& runs, bool check, double flops_tolerance) {
+  std::vector<std::string> problems;
+  if (runs.empty()) return problems;
+  std::printf("\n== time breakdown (one profiled step per point; seconds and share of the step)\n%-28s %6s %8s", "engine",
+              "T", "step s");
+  for (const auto& c : BreakdownCategories()) std::printf(" %16s", c.c_str());
+  std::printf("\n");
+  for (const auto& r : runs) {
+    if (r.oom || r.breakdown.total_seconds <= 0) continue;
+    std::printf("%-28s %6lld %8.2f", r.variant.label().c_str(), (long long)r.seq_len, r.breakdown.total_seconds);
+    for (const auto& c : BreakdownCategories()) {
+      const double t = r.breakdown.seconds.count(c) ? r.breakdown.seconds.at(c) : 0.0;
+      std::printf(" %8.2f (%4.1f%%)", t, 100 * t / r.breakdown.total_seconds);
+    }
+    std::printf("\n");
+  }
+  // The FLOP count behind GFLOP/s and %GEMM against the profiler's count of the products the
+  // profiled step ran (from their operands' shapes).
+  std::printf("\n== GEMM FLOPs of the profiled step: counted from the products' shapes vs the analytic count\n"
+              "%-28s %6s %16s %16s %9s\n", "engine", "T", "counted", "analytic", "analytic/counted");
+  for (const auto& r : runs) {
+    if (r.oom || r.breakdown.total_seconds <= 0) continue;
+    const double ratio = r.flops / r.breakdown.gemm_flops;
+    std::printf("%-28s %6lld %16.6e %16.6e %9.6f\n", r.variant.label().c_str(), (long long)r.seq_len,
+                r.breakdown.gemm_flops, r.flops, ratio);
+    if (check && !(std::abs(ratio - 1) <= flops_tolerance)) {
+      problems.push_back(r.variant.label() + " at T=" + std::to_string(r.seq_len) + ": the analytic FLOPs are " +
+                         std::to_string(ratio) + " x the counted ones (--flops-tolerance " +
+                         std::to_string(flops_tolerance) + ")");
+    }
+  }
+  return problems;
 }
 
 }  // namespace streambp::bench
