@@ -93,6 +93,10 @@ struct Run {
   /// OS, first touched; their median in minor_faults.
   std::vector<double> fault_samples;
   double minor_faults = 0;
+  /// The process's CPU seconds in the kernel (getrusage ru_stime, every thread) during each
+  /// timed step: page faults, mmap/munmap and their TLB shootdowns; their median in system_seconds.
+  std::vector<double> system_samples;
+  double system_seconds = 0;
   /// One more step after the timed ones, profiled (Context::profile); empty otherwise.
   TimeBreakdown breakdown;
 };

@@ -465,6 +465,18 @@ int main(int argc, char** argv) {
         std::printf("; time %.3fx %s (fastest baseline)", r, time_base->variant.label().c_str());
         row["time_baseline"] = time_base->variant.label();
         row["time_ratio"] = r;
+        // Round i's two steps ran next to each other: their ratios show how far the machine's
+        // own drift moves the median's.
+        if (s->samples.size() > 1 && s->samples.size() == time_base->samples.size()) {
+          std::vector<double> rounds;
+          std::printf(" [rounds");
+          for (size_t i = 0; i < s->samples.size(); ++i) {
+            rounds.push_back(s->samples[i] / time_base->samples[i]);
+            std::printf(" %.3f", rounds.back());
+          }
+          std::printf("]");
+          row["time_ratio_rounds"] = rounds;
+        }
       }
       std::printf("; %.0f%% of GEMM\n", 100 * s->gflops / gemm_ref);
       ratios.push_back(row);

@@ -48,11 +48,16 @@ void ZeroGradients(Context& ctx) {
   }
 }
 
-// Minor page faults of the whole process so far (every thread's, the BLAS's too).
-int64_t MinorFaults() {
+// Minor page faults and CPU seconds in the kernel of the whole process so far (every
+// thread's, the BLAS's too).
+struct Usage {
+  int64_t minor_faults = 0;
+  double system_seconds = 0;
+};
+Usage ProcessUsage() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_minflt);
+  return {static_cast<int64_t>(u.ru_minflt), u.ru_stime.tv_sec + 1e-6 * u.ru_stime.tv_usec};
 }
 
 double Median(std::vector<double> v) {
@@ -311,14 +316,14 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
       // of its own takes them away with it, so one OOM never inflates the next point.
       std::exception_ptr error;
       double secs = 0;
-      int64_t faults = 0;
+      Usage usage;
       bool stopped = false;
       StepResult result;
       std::thread worker([&] {
         try {
           torch::set_num_threads(ctx.threads);
           ctx.memory.synchronize();
-          faults = MinorFaults();
+          usage = ProcessUsage();
           const auto t0 = Clock::now();
           TerminalProgress line(v.label() + " T=" + std::to_string(T));
           auto options = line.wrap(v.options);
@@ -338,7 +343,8 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
           }
           ctx.memory.synchronize();
           secs = Seconds(t0);
-          faults = MinorFaults() - faults;
+          const Usage end = ProcessUsage();
+          usage = {end.minor_faults - usage.minor_faults, end.system_seconds - usage.system_seconds};
         } catch (...) {
           error = std::current_exception();
         }
@@ -350,7 +356,8 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
       r.offloaded_bytes = result.offloaded_bytes;
       if (i >= warmup) {
         r.samples.push_back(secs);
-        r.fault_samples.push_back(static_cast<double>(faults));
+        r.fault_samples.push_back(static_cast<double>(usage.minor_faults));
+        r.system_samples.push_back(usage.system_seconds);
       }
     } catch (const c10::Error& e) {
       if (!IsOutOfMemory(e)) throw;
@@ -396,6 +403,7 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
   r.activation_bytes = peak - statics;
   r.step_seconds = Median(r.samples);
   r.minor_faults = Median(r.fault_samples);
+  r.system_seconds = Median(r.system_samples);
   if (r.step_seconds > 0) {
     r.tokens_per_second = static_cast<double>(rows * T) / r.step_seconds;
     r.gflops = r.flops / r.step_seconds / 1e9;
@@ -407,15 +415,20 @@ namespace {
 
 // Adds one more round of the same point (MeasurePoint with repeat 1) to `into`.
 void MergeRound(Run& into, const Run& round) {
-  if (round.oom) {
-    const auto samples = into.samples;
+  if (round.oom) {  // the rounds before it keep their samples
+    auto samples = std::move(into.samples), faults = std::move(into.fault_samples),
+         system = std::move(into.system_samples);
     into = round;
-    into.samples = samples;
+    into.samples = std::move(samples);
+    into.fault_samples = std::move(faults);
+    into.system_samples = std::move(system);
     return;
   }
   into.samples.insert(into.samples.end(), round.samples.begin(), round.samples.end());
   into.fault_samples.insert(into.fault_samples.end(), round.fault_samples.begin(), round.fault_samples.end());
   into.minor_faults = Median(into.fault_samples);
+  into.system_samples.insert(into.system_samples.end(), round.system_samples.begin(), round.system_samples.end());
+  into.system_seconds = Median(into.system_samples);
   into.peak_bytes = std::max(into.peak_bytes, round.peak_bytes);
   into.activation_bytes = std::max(into.activation_bytes, round.activation_bytes);
   into.rss_peak_bytes = std::max(into.rss_peak_bytes, round.rss_peak_bytes);

@@ -76,6 +76,8 @@ nlohmann::json RunJson(const Run& r) {
   j["step_seconds_samples"] = r.samples;
   j["minor_faults_per_step"] = r.minor_faults;
   j["minor_faults_samples"] = r.fault_samples;
+  j["system_seconds_per_step"] = r.system_seconds;
+  j["system_seconds_samples"] = r.system_samples;
   j["tokens_per_second"] = r.tokens_per_second;
   j["gflops"] = r.gflops;
   j["loss"] = r.loss;
@@ -198,6 +200,15 @@ std::vector<std::string> CheckReport(const nlohmann::json& report) {
                          ": " + std::to_string(r["step_seconds_samples"].size()) + " timed steps, not --repeat " +
                          std::to_string(repeat));
     }
+    // Each timed step's faults and kernel seconds next to its time.
+    if (r.contains("step_seconds_samples")) {
+      for (const char* k : {"minor_faults_samples", "system_seconds_samples"}) {
+        if (!r.contains(k) || r[k].size() != r["step_seconds_samples"].size()) {
+          problems.push_back("run " + r.value("label", std::string("?")) + " T=" +
+                             std::to_string(r.value("seq_len", 0)) + ": '" + k + "' is not one per timed step");
+        }
+      }
+    }
     for (const char* k : {"peak_bytes", "activation_bytes", "weights_bytes", "grad_bytes", "step_seconds",
                           "tokens_per_second", "gflops"}) {
       if (!r.contains(k) || !r[k].is_number() || !(r[k].get<double>() > 0)) {
@@ -245,9 +256,9 @@ const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t 
 
 // chunk, logits, key: what the engine used; est.key: the key chunk the estimate assumed.
 void PrintRunHeader() {
-  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s %8s %9s %9s\n", "engine", "T", "B",
+  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s %8s %9s %9s %6s\n", "engine", "T", "B",
               "chunk", "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s",
-              "GFLOP/s", "%GEMM", "off MiB", "RSS MiB", "faults");
+              "GFLOP/s", "%GEMM", "off MiB", "RSS MiB", "faults", "sys s");
 }
 
 void PrintRun(const Run& r, double gemm) {
@@ -258,14 +269,14 @@ void PrintRun(const Run& r, double gemm) {
                 r.oom_predicted ? " (predicted by the estimate; not run)" : " (budgeted allocator refused)");
   } else {
     std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%% %8.1f "
-                "%9.1f %9.0f\n",
+                "%9.1f %9.0f %6.2f\n",
                 r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,
                 (long long)r.logits_chunk, (long long)r.key_chunk, (long long)r.predicted_key_chunk,
                 Mib(r.peak_bytes), Mib(r.activation_bytes),
                 Mib(r.predicted_activation_bytes),
                 static_cast<double>(r.predicted_activation_bytes) / std::max<int64_t>(1, r.activation_bytes),
                 r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm, Mib(r.offloaded_bytes),
-                Mib(r.rss_peak_bytes), r.minor_faults);
+                Mib(r.rss_peak_bytes), r.minor_faults, r.system_seconds);
   }
   std::fflush(stdout);
 }
