@@ -465,8 +465,8 @@ int main(int argc, char** argv) {
         std::printf("; time %.3fx %s (fastest baseline)", r, time_base->variant.label().c_str());
         row["time_baseline"] = time_base->variant.label();
         row["time_ratio"] = r;
-        // Round i's two steps ran next to each other: their ratios show how far the machine's
-        // own drift moves the median's.
+        // Round i's two steps ran next to each other: the spread of their ratios shows how far
+        // the machine's drift moves the median ratio.
         if (s->samples.size() > 1 && s->samples.size() == time_base->samples.size()) {
           std::vector<double> rounds;
           std::printf(" [rounds");
