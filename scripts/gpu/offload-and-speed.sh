@@ -35,8 +35,10 @@ for part in ${PARTS:-exact kernels speed offload lora}; do
     kernels) timeout 60 python3 scripts/gpu/kernel_ceiling.py $LEN > "$W/kernel_ceiling.json" 2> "$W/kernel_ceiling.log"
              echo "kernels rc $?" | tee -a "$W/steps.log"; cat "$W/kernel_ceiling.json" ;;
     # checkpoint:tiled and stream at the defaults, then stream with larger query (and logits) chunks.
-    speed) BENCH_ENGINES=checkpoint:tiled,stream BENCH_LENS=$LEN BENCH_WARMUP=0 BENCH_NAME=speed_${LEN} BENCH_SECONDS=100 $S bench "$W"
-           for c in ${SPEED_CHUNKS:-4096:1024 8192:1024}; do
+    # SPEED_DEFAULTS=0 skips the defaults' pair; SPEED_CHUNKS="" runs no larger chunks.
+    speed) [ "${SPEED_DEFAULTS:-1}" = 1 ] && BENCH_ENGINES=checkpoint:tiled,stream BENCH_LENS=$LEN BENCH_WARMUP=0 \
+             BENCH_NAME=speed_${LEN} BENCH_SECONDS=100 $S bench "$W"
+           for c in ${SPEED_CHUNKS-4096:1024 8192:1024}; do
              BENCH_ENGINES=stream BENCH_LENS=$LEN BENCH_WARMUP=0 BENCH_NAME=speed_${LEN}_chunk${c%%:*}_logits${c##*:} BENCH_SECONDS=60 \
                BENCH_EXTRA="--chunk ${c%%:*} --logits-chunk ${c##*:}" $S bench "$W"
            done ;;
