@@ -55,6 +55,22 @@ double KeysValuesShare(const ModelConfig& c, int64_t context_parallel, EngineOpt
   return std::max(1.0, kv_heads / static_cast<double>(context_parallel)) / kv_heads;
 }
 
+// The flash kernel's backward on CUDA (bfloat16/float16 with a head size it takes, on the
+// layers without a window; docs/gpu.md: Attention on CUDA) returns dK and dV over all the keys
+// of its call: for the query chunk that ends at T, T positions. With grouped-query K/V it
+// first writes them per query head and sums them after, so 2 B T (q_dim + kv_dim) elements are
+// alive at once; without, dK and dV and the float32 copy the sink adds. One H200 measured a
+// stream step of Qwen3-8B at T = 376832 at 1.67x an estimate without this term.
+double FlashBackwardBytes(const ModelConfig& c, torch::Dtype dtype, c10::DeviceType device, double B, double T) {
+  if (device != c10::DeviceType::CUDA || (dtype != torch::kBFloat16 && dtype != torch::kFloat16)) return 0.0;
+  if (c.head_dim % 8 != 0 || c.head_dim > 256) return 0.0;
+  bool global = false;
+  for (int64_t i = 0; i < c.num_hidden_layers && !global; ++i) global = c.window(i) == 0;
+  if (!global) return 0.0;
+  const double e = static_cast<double>(c10::elementSize(dtype)), qd = c.q_dim(), kvd = c.kv_dim();
+  return c.num_kv_groups() > 1 ? 2 * B * T * (qd + kvd) * e : 2 * B * T * kvd * e + B * T * kvd * 4;
+}
+
 }  // namespace
 
 double FeedForwardParameters(const ModelConfig& c, bool active) {
@@ -146,6 +162,9 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   // Alive through the whole step: the RoPE tables (cos, sin) and the batch's int64 tensors.
   const double per_step = B * T * (2 * c.head_dim * e + 6 * 8);
   const double tile = std::min<double>(chunks.key_chunk, T);
+  // A stream layer's backward on CUDA: the flash backward's dK/dV over the whole sequence
+  // (context parallel with heads exchanged: a rank's share of the heads).
+  const double flash = FlashBackwardBytes(c, dtype, engine.device, B, T) * kv_share;
   // Context parallel: the rank's own K/V (before the exchange) and its rows' dK/dV (after
   // it) beside the whole-sequence ones; heads exchanged, a chunk's queries and outputs in
   // the exchange's buffers (sent, received, and both ways again for the outputs).
@@ -167,7 +186,7 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     // the forward on, each freed after its layer's backward (the top layer's backward has them all).
     const double kept = engine.keep_attention ? L * B * Tl * (qd + H) * f : 0.0;
     const double head_phase = L * Td + head + kept;
-    const double layer_phase = (L - 1) * Td + Td + kv_and_grads + own_kv + exchange + kept +
+    const double layer_phase = (L - 1) * Td + Td + kv_and_grads + own_kv + exchange + kept + flash +
                                layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max(head_phase, layer_phase) + per_step);
   } else {
@@ -179,7 +198,7 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
         2 * Td + 2 * Tkv * kv_share + own_kv / 2 + exchange + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     const double head_phase = Td + head;
     const double layer_phase =
-        Td + kv_and_grads + own_kv + exchange + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
+        Td + kv_and_grads + own_kv + exchange + flash + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
     m.activation_bytes = Bytes(std::max({forward_phase, head_phase, layer_phase}) + rows + per_step);
     m.offloaded_bytes = Bytes(L * Td);  // the inputs of layers 1..L-1 and h_last
   }
