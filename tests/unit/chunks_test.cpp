@@ -145,41 +145,56 @@ TEST(DefaultChunks, CudaAllowsLongerQueryChunksByTheSameRule) {
 // The stream engine's activation as the GPUs measured it (Qwen3-8B shapes, bfloat16, one row,
 // LibTorch 2.11's flash kernel; the bench's CUDA memory is the caching allocator's peak less the
 // weights and gradients): the estimate must not fall short of a measurement, or admission and
-// the length searches would plan steps the GPU cannot hold, and should stay within 10% above.
+// the length searches would plan steps the GPU cannot hold, and should stay within 15% above
+// (1.03-1.08 for full fine-tuning, 1.04-1.12 for LoRA).
 // Without the flash backward's dK/dV over the whole sequence it said 0.60x at T = 376832.
 TEST(EstimateStepMemory, CudaStreamStepsAsMeasuredOnGpus) {
   struct Measured {
     const char* file;  // under bench/results
     int64_t T, chunk, logits_chunk, key_chunk;
-    bool offload;
+    bool offload, lora;
     double bytes;
   };
+  // LoRA: r = 16, alpha 32 on the seven projections of the frozen base (the log gives GiB to
+  // two decimals at 196608).
   const Measured runs[] = {
-      {"gpu_h200_nov30_speed_32768.json", 32768, 2048, 512, 1024, false, 11200295424.0},
-      {"gpu_h200_nov30_speed_32768_chunk4096.json", 32768, 4096, 1024, 1024, false, 12619420160.0},
-      {"gpu_h100_search_stream_oom.json", 147456, 4096, 1024, 1024, false, 49072492544.0},
-      {"gpu_h200_nov30_search_offload.json", 376832, 4096, 1024, 1024, true, 17924771840.0},
+      {"gpu_h200_nov30_speed_32768.json", 32768, 2048, 512, 1024, false, false, 11200295424.0},
+      {"gpu_h200_nov30_speed_32768_chunk4096.json", 32768, 4096, 1024, 1024, false, false, 12619420160.0},
+      {"gpu_h100_search_stream_oom.json", 147456, 4096, 1024, 1024, false, false, 49072492544.0},
+      {"gpu_h200_nov30_search_offload.json", 376832, 4096, 1024, 1024, true, false, 17924771840.0},
+      {"gpu_h100_lora_search.json", 32768, 2048, 512, 1024, false, true, 11126370304.0},
+      {"gpu_h100_lora_search.log", 196608, 4096, 1024, 1024, false, true, 60.705 * (1 << 30)},
   };
   const auto config = PresetConfig("qwen3-8b");
+  LoraConfig lora;
+  lora.r = 16;
+  lora.alpha = 32;
   for (const auto& m : runs) {
     EngineOptions o{EngineKind::kStream, m.chunk, m.logits_chunk, false, m.key_chunk};
     o.device = c10::DeviceType::CUDA;
     o.offload_layer_inputs = m.offload;
-    const auto gpu = EstimateStepMemory(config, torch::kBFloat16, 1, m.T, o, "none");
+    const auto gpu = EstimateStepMemory(config, torch::kBFloat16, 1, m.T, o, "none", m.lora ? &lora : nullptr);
     const double ratio = static_cast<double>(gpu.activation_bytes) / m.bytes;
     std::printf("%s: estimate / measured %.3f\n", m.file, ratio);
     EXPECT_GE(ratio, 1.0) << m.file;
-    EXPECT_LE(ratio, 1.1) << m.file;
+    EXPECT_LE(ratio, 1.15) << m.file;
     // The term is the flash kernel's: none on the CPU, none in float32 (the tiled kernel).
+    const LoraConfig* adapter = m.lora ? &lora : nullptr;
     o.device = c10::DeviceType::CPU;
-    const auto cpu = EstimateStepMemory(config, torch::kBFloat16, 1, m.T, o, "none");
+    const auto cpu = EstimateStepMemory(config, torch::kBFloat16, 1, m.T, o, "none", adapter);
     o.device = c10::DeviceType::CUDA;
-    const auto fp32 = EstimateStepMemory(config, torch::kFloat32, 1, m.T, o, "none");
+    const auto fp32 = EstimateStepMemory(config, torch::kFloat32, 1, m.T, o, "none", adapter);
     o.device = c10::DeviceType::CPU;
-    const auto fp32_cpu = EstimateStepMemory(config, torch::kFloat32, 1, m.T, o, "none");
+    const auto fp32_cpu = EstimateStepMemory(config, torch::kFloat32, 1, m.T, o, "none", adapter);
     EXPECT_LE(cpu.activation_bytes, gpu.activation_bytes) << m.file;
     EXPECT_EQ(fp32.activation_bytes, fp32_cpu.activation_bytes) << m.file;
   }
+  // LoRA's first out-of-memory length under the H100's 79.18 GiB in all (208896, on the H200
+  // with that budget) is one the estimate does not admit.
+  EngineOptions at_oom{EngineKind::kStream, 4096, 1024, false, 1024};
+  at_oom.device = c10::DeviceType::CUDA;
+  EXPECT_GT(static_cast<double>(EstimateStepMemory(config, torch::kBFloat16, 1, 208896, at_oom, "none", &lora).total()),
+            79.18 * (1 << 30));
   // At the longest, the layer's backward sets the peak and the term is all of the difference:
   // 2 T (q_dim + kv_dim) bfloat16 elements (grouped-query K/V: 32 query heads, 8 kv heads).
   EngineOptions o{EngineKind::kStream, 4096, 1024, false, 1024};
