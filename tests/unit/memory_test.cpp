@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <vector>
 #include <string>
@@ -224,3 +225,79 @@ TEST_F(TrackingAllocator, StepLeavesNothingCachedAndCacheChangesNoBits) {
 
 }  // namespace
 }  // namespace streambp
+
+// The offload tier's pinned buffers on a GPU go through HostBufferCache (cudaHostAlloc there);
+// its rules are the same with any allocator, counted here with malloc.
+namespace host_buffers {
+int allocated = 0, released = 0;
+bool fail = false;
+void* Allocate(int64_t bytes) {
+  if (fail) return nullptr;
+  ++allocated;
+  return std::malloc(static_cast<size_t>(bytes));
+}
+void Release(void* p) {
+  ++released;
+  std::free(p);
+}
+}  // namespace host_buffers
+
+TEST(HostBufferCache, AStepOfTheSameLengthReusesTheLastStepsBuffers) {
+  using namespace host_buffers;
+  allocated = released = 0;
+  fail = false;
+  {
+    streambp::memory::HostBufferCache cache(Allocate, Release);
+    // The first step: nothing kept, three buffers allocated, given back at its end.
+    EXPECT_EQ(cache.Prepare(1000), 0);
+    std::vector<void*> step;
+    for (int i = 0; i < 3; ++i) step.push_back(cache.Take(1000));
+    EXPECT_EQ(allocated, 3);
+    for (void* p : step) cache.Give(p, 1000);
+    EXPECT_EQ(cache.kept_bytes(), 3000);
+    EXPECT_EQ(released, 0);
+    // The next step of the same length: all three reused, none allocated; a fourth is new.
+    EXPECT_EQ(cache.Prepare(1000), 3000);
+    std::vector<void*> again;
+    for (int i = 0; i < 4; ++i) again.push_back(cache.Take(1000));
+    EXPECT_EQ(allocated, 4);
+    EXPECT_EQ(cache.allocations(), 4);
+    for (void* p : step) EXPECT_NE(std::find(again.begin(), again.end(), p), again.end());
+    EXPECT_EQ(cache.kept_bytes(), 0);
+    for (void* p : again) cache.Give(p, 1000);
+    // A step of another length gets the host's memory back before it looks at it.
+    EXPECT_EQ(cache.Prepare(2000), 0);
+    EXPECT_EQ(released, 4);
+    EXPECT_EQ(cache.kept_bytes(), 0);
+    void* big = cache.Take(2000);
+    EXPECT_EQ(allocated, 5);
+    cache.Give(big, 2000);
+    // A failed allocation is reported (the step refuses with the numbers) and changes nothing.
+    fail = true;
+    EXPECT_EQ(cache.Take(3000), nullptr);
+    EXPECT_EQ(cache.kept_bytes(), 2000);
+    EXPECT_EQ(cache.allocations(), 5);
+    fail = false;
+    // Giving back buffers of another size frees the kept ones first: one size at a time.
+    void* other = cache.Take(500);
+    cache.Give(other, 500);
+    EXPECT_EQ(released, 5);
+    EXPECT_EQ(cache.kept_bytes(), 500);
+  }
+  EXPECT_EQ(released, 6);  // what it kept is released with it
+  EXPECT_EQ(allocated, released);
+}
+
+TEST(HostBufferCache, KeepFalseReleasesEveryBufferWithItsStep) {
+  using namespace host_buffers;
+  allocated = released = 0;
+  fail = false;
+  streambp::memory::HostBufferCache cache(Allocate, Release, /*keep=*/false);
+  void* p = cache.Take(1000);
+  cache.Give(p, 1000);
+  EXPECT_EQ(released, 1);
+  EXPECT_EQ(cache.kept_bytes(), 0);
+  EXPECT_EQ(cache.Prepare(1000), 0);
+  cache.Give(nullptr, 1000);  // a slot never pinned
+  EXPECT_EQ(released, 1);
+}

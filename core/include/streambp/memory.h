@@ -5,6 +5,8 @@
 /// Thread-safe. Install it once, before the tensors to be measured are allocated
 /// (tensors allocated earlier are simply not counted).
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 namespace streambp::memory {
 
@@ -57,6 +59,44 @@ class ScopedBudget {
 
  private:
   int64_t previous_;
+};
+
+/// Host buffers of one size kept from one step to the next: the offload tier's pinned buffers
+/// on a GPU, whose page-locking costs the kernel about a second per GiB (130 s for the 104 GiB
+/// of a 376832-token Qwen3-8B step on the H200: docs/gpu.md), so that a run of steps of one
+/// length pins them once. A step takes what it needs and gives it back when it ends. Buffers
+/// of another size are freed first (Prepare, Give): a step of another length gets the host's
+/// memory back before it checks how much there is. Thread-safe.
+class HostBufferCache {
+ public:
+  using Allocate = void* (*)(int64_t bytes);  ///< nullptr when it fails
+  using Release = void (*)(void* buffer);
+  /// keep = false: Give releases at once (nothing is kept between steps).
+  HostBufferCache(Allocate allocate, Release release, bool keep = true);
+  ~HostBufferCache();  ///< releases what it keeps
+  HostBufferCache(const HostBufferCache&) = delete;
+  HostBufferCache& operator=(const HostBufferCache&) = delete;
+
+  /// Releases the kept buffers unless they are `bytes` each; returns the bytes kept after.
+  int64_t Prepare(int64_t bytes);
+  /// A kept buffer of `bytes` if there is one, else a new one (nullptr when that fails).
+  void* Take(int64_t bytes);
+  /// Keeps `buffer` (of `bytes`) for a later Take.
+  void Give(void* buffer, int64_t bytes);
+  /// Releases every kept buffer.
+  void Clear();
+  int64_t kept_bytes() const;
+  int64_t allocations() const;  ///< buffers allocated (not reused) since construction
+
+ private:
+  void ReleaseKeptLocked();
+  Allocate allocate_;
+  Release release_;
+  bool keep_;
+  mutable std::mutex mutex_;
+  std::vector<void*> kept_;
+  int64_t size_ = 0;
+  int64_t allocations_ = 0;
 };
 
 }  // namespace streambp::memory

@@ -7,8 +7,9 @@
 //    chunk is read while the current one is in use. Its pages live in the page cache (the
 //    kernel may write them out), not in the process's resident memory.
 //  - PinnedHost (CUDA builds, CUDA tensors): page-locked host buffers of exactly one layer
-//    input each, pinned as the forward reaches them and released with the store, copies on
-//    a side stream ordered with the compute stream by events.
+//    input each, pinned as the forward reaches them and kept for the next step of the same
+//    length (memory::HostBufferCache), copies on a side stream ordered with the compute
+//    stream by events.
 #include "layer_store.h"
 
 #include <fcntl.h>
@@ -40,6 +41,7 @@
 #endif
 
 #include "streambp/error.h"
+#include "streambp/memory.h"
 
 namespace streambp::engine {
 namespace {
@@ -280,13 +282,36 @@ std::string GiB(int64_t bytes) {
   return text;
 }
 
+// The pinned buffers of the offload tier, kept from one step to the next when the next has
+// the same length (page-locking costs the kernel about a second per GiB); a step of another
+// length frees them before it checks the host's memory. STREAMBP_PINNED_CACHE=0 frees them
+// with every step. Never destroyed: at exit the CUDA runtime may be gone before it.
+memory::HostBufferCache& PinnedBuffers() {
+  static auto* cache = new memory::HostBufferCache(
+      [](int64_t bytes) -> void* {
+        void* p = nullptr;
+        if (cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault) != cudaSuccess) {
+          (void)cudaGetLastError();  // not a sticky error: clear it for the next CUDA call
+          return nullptr;
+        }
+        return p;
+      },
+      [](void* p) { (void)cudaFreeHost(p); },
+      [] {
+        const char* v = std::getenv("STREAMBP_PINNED_CACHE");
+        return v == nullptr || std::string(v) != "0";
+      }());
+  return *cache;
+}
+
 // Pinned host buffers; device -> host copies on a side stream after the compute stream
 // has produced the tensor, host -> device copies there too, and the compute stream waits
 // for a read's event only when it uses the rows. Each slot is pinned with cudaHostAlloc at
 // its size when the forward first puts it (the pinning overlaps the GPU's work on the layers
-// already queued) and freed with the store: LibTorch's pinned allocator would round each
-// buffer up to a power of two (a 2.1 GiB layer input takes 4 GiB) and keep it cached for the
-// process after the step, so a longer step later could not pin its own.
+// already queued), or taken from the buffers the last step of this length left; given back
+// with the store. LibTorch's pinned allocator would round each buffer up to a power of two
+// (a 2.1 GiB layer input takes 4 GiB) and keep it for the process whatever the next step's
+// length, so a longer step later could not pin its own.
 class PinnedHostStore final : public LayerStore {
  public:
   PinnedHostStore(int64_t slots, const torch::Tensor& like)
@@ -299,9 +324,11 @@ class PinnedHostStore final : public LayerStore {
         slot_bytes_(like.numel() * static_cast<int64_t>(like.element_size())) {
     bytes_ = slots * slot_bytes_;
     // The whole step's pinned memory must be there before the forward starts: fail now, with
-    // the numbers, rather than halfway or in the kernel's OOM killer.
+    // the numbers, rather than halfway or in the kernel's OOM killer. Buffers kept from a
+    // step of another length are freed first; those of this length count as there.
+    const int64_t kept = std::min(PinnedBuffers().Prepare(slot_bytes_), bytes_);
     const int64_t available = HostAvailableBytes();
-    if (available >= 0 && bytes_ > available - kHostReserve) {
+    if (available >= 0 && bytes_ - kept > available - kHostReserve) {
       throw ResourceExhausted("offloaded layer inputs: " + std::to_string(slots) + " layer inputs of " + GiB(slot_bytes_) +
                               " need " + GiB(bytes_) + " of pinned host memory and the host (under its cgroup limit) has " +
                               GiB(available) + " available (" + GiB(kHostReserve) +
@@ -317,9 +344,7 @@ class PinnedHostStore final : public LayerStore {
     } catch (...) {
     }
     host_.clear();
-    for (void* p : pinned_) {
-      if (p != nullptr) (void)cudaFreeHost(p);
-    }
+    for (void* p : pinned_) PinnedBuffers().Give(p, slot_bytes_);
   }
 
   void put(int64_t i, torch::Tensor x) override {
@@ -379,13 +404,11 @@ class PinnedHostStore final : public LayerStore {
   static constexpr int64_t kHostReserve = int64_t{2} << 30;
 
   torch::Tensor Pin(int64_t i) {
-    void* p = nullptr;
-    const cudaError_t err = cudaHostAlloc(&p, static_cast<size_t>(slot_bytes_), cudaHostAllocDefault);
-    if (err != cudaSuccess || p == nullptr) {
-      (void)cudaGetLastError();  // not a sticky error: clear it for the next CUDA call
+    void* p = PinnedBuffers().Take(slot_bytes_);
+    if (p == nullptr) {
       throw ResourceExhausted("offloaded layer inputs: pinning " + GiB(slot_bytes_) + " of host memory for layer input " +
-                              std::to_string(i) + " failed (" + cudaGetErrorString(err) +
-                              "); use shorter sequences or a host with more memory");
+                              std::to_string(i) + " failed (cudaHostAlloc); use shorter sequences or a host with more "
+                              "memory");
     }
     pinned_.at(static_cast<size_t>(i)) = p;
     return torch::from_blob(p, shape_, options_.device(torch::kCPU));
