@@ -6,7 +6,7 @@
 # the layer inputs offloaded to pinned host memory past the lengths that fit on the device
 # (the pinned buffers now exactly one layer input each, the host's memory checked up front).
 #   GPU_DEADLINE=$(( $(date +%s) + 560 )) bash scripts/gpu/offload-and-speed.sh OUT
-# PARTS picks and orders the parts (default: exact kernels speed offload lora).
+# PARTS picks and orders the parts (default: exact kernels speed offload lora; also offload_warm).
 # A dry run on a CPU build: GPU_DEVICE=cpu GPU_BIN=DIR BENCH_PRESET=tiny SEARCH_PRESET=tiny
 # SPEED_LEN=512 OFFLOAD_LEN=1024 OFFLOAD_MAX=2048 SEARCH_BUDGET=8MiB LORA_BUDGET=16MiB
 # LORA_START=512 GEMM_N=256 PARTS="exact speed offload lora".
@@ -42,6 +42,10 @@ for part in ${PARTS:-exact kernels speed offload lora}; do
              BENCH_ENGINES=stream BENCH_LENS=$LEN BENCH_WARMUP=0 BENCH_NAME=speed_${LEN}_chunk${c%%:*}_logits${c##*:} BENCH_SECONDS=60 \
                BENCH_EXTRA="--chunk ${c%%:*} --logits-chunk ${c##*:}" $S bench "$W"
            done ;;
+    # stream and stream:offload after a warm-up step: the timed offload step reuses the pinned
+    # buffers the warm-up pinned (memory::HostBufferCache).
+    offload_warm) BENCH_ENGINES=stream,stream:offload BENCH_LENS=$LEN BENCH_WARMUP=1 BENCH_NAME=offload_warm_${LEN} \
+                    BENCH_SECONDS=150 $S bench "$W" ;;
     # From OFF_START up to OFF_MAX; a length whose pinned buffers the host cannot hold is
     # refused before it runs (the step checks the host's available memory first).
     offload) echo "offload search from $OFF_START to $OFF_MAX (host: $(( AVAIL_KIB / 1024 / 1024 )) GiB available)" | tee -a "$W/steps.log"

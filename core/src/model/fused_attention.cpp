@@ -3,6 +3,7 @@
 // so they are called here only, behind the version guard; everything else uses TiledAttention.
 #include "fused_attention.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,12 @@
 
 #if defined(STREAMBP_WITH_CUDA) && TORCH_VERSION_MAJOR >= 2
 #define STREAMBP_FLASH 1
+#endif
+// Sliding windows through _flash_attention_forward/_backward's window_size_left (LibTorch
+// 2.8 on; -DSTREAMBP_FLASH_WINDOW=OFF leaves windowed layers to the tiled kernel).
+#if defined(STREAMBP_FLASH) && !defined(STREAMBP_NO_FLASH_WINDOW) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
+#define STREAMBP_FLASH_WINDOW 1
 #endif
 
 namespace streambp {
@@ -102,6 +109,59 @@ struct FlashFunction : public torch::autograd::Function<FlashFunction> {
   }
 };
 
+#if defined(STREAMBP_FLASH_WINDOW)
+// One causal flash call with a sliding window of W: [B, H, C, hd] queries against the last
+// keys of [B, KVH, L, hd] (bottom-right aligned, L >= C), the query at key position i seeing
+// the keys j with i - j < W (HF's rule; the kernel's window_size_left is W - 1). The caller
+// passes only the keys some query sees, [k0, e): the sink's dK/dV rows are k0 on. The kernel
+// takes [B, T, heads, hd].
+struct FlashWindowFunction : public torch::autograd::Function<FlashWindowFunction> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, int64_t window, int64_t sink, int64_t k0) {
+    auto qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
+    auto r = at::_flash_attention_forward(qt, kt, vt, std::nullopt, std::nullopt, qt.size(1), kt.size(1), 0.0,
+                                          /*is_causal=*/true, /*return_debug_mask=*/false, scale,
+                                          /*window_size_left=*/window - 1, /*window_size_right=*/0);
+    auto out = std::get<0>(r);  // [B, C, H, hd]
+    ctx->save_for_backward({qt, kt, vt, out});
+    ctx->saved_data["lse"] = std::get<1>(r);
+    ctx->saved_data["seed"] = std::get<2>(r);
+    ctx->saved_data["offset"] = std::get<3>(r);
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["sink"] = sink;
+    ctx->saved_data["k0"] = k0;
+    return {out.transpose(1, 2)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &qt = saved[0], &kt = saved[1], &vt = saved[2], &out = saved[3];
+    auto g = grad[0].transpose(1, 2).contiguous();
+    auto r = at::_flash_attention_backward(g, qt, kt, vt, out, ctx->saved_data["lse"].toTensor(), torch::Tensor(),
+                                           torch::Tensor(), qt.size(1), kt.size(1), 0.0, /*is_causal=*/true,
+                                           ctx->saved_data["seed"].toTensor(), ctx->saved_data["offset"].toTensor(),
+                                           ctx->saved_data["scale"].toDouble(),
+                                           /*window_size_left=*/ctx->saved_data["window"].toInt() - 1,
+                                           /*window_size_right=*/0);
+    auto dq = std::get<0>(r).transpose(1, 2), dk = std::get<1>(r).transpose(1, 2), dv = std::get<2>(r).transpose(1, 2);
+    const auto* sink = reinterpret_cast<const KeysValues*>(ctx->saved_data["sink"].toInt());
+    if (sink == nullptr) return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const int64_t B = kt.size(0), KVH = sink->k.size(1), L = kt.size(1), hd = kt.size(3);
+    const int64_t k0 = ctx->saved_data["k0"].toInt();
+    auto fold = [&](const torch::Tensor& d) {
+      auto t = d.to(sink->k.scalar_type());
+      const int64_t heads = d.size(1);
+      return heads == KVH ? t : t.reshape({B, KVH, heads / KVH, L, hd}).sum(2);
+    };
+    torch::NoGradGuard no_grad;
+    sink->k.slice(2, k0, k0 + L).add_(fold(dk));
+    sink->v.slice(2, k0, k0 + L).add_(fold(dv));
+    return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+#endif
+
 }  // namespace
 
 bool FusedAttentionAvailable() { return TurnedOn(); }
@@ -111,8 +171,13 @@ torch::Tensor FusedAttention(const torch::Tensor& q, const torch::Tensor& k, con
                              const AttentionTiling& tiling) {
   const auto dtype = q.scalar_type();
   const int64_t hd = q.size(-1);
+#if defined(STREAMBP_FLASH_WINDOW)
+  const bool window_ok = true;
+#else
+  const bool window_ok = mask.window == 0;
+#endif
   if (!TurnedOn() || !q.is_cuda() || (dtype != torch::kBFloat16 && dtype != torch::kFloat16) || hd % 8 != 0 ||
-      hd > 256 || mask.mask.defined() || mask.window > 0 || k.size(2) != mask.k_end || mask.q_end != mask.k_end) {
+      hd > 256 || mask.mask.defined() || !window_ok || k.size(2) != mask.k_end || mask.q_end != mask.k_end) {
     return {};
   }
   if (!mask.whole_rows) return {};  // known from the batch's layout: no device read per chunk
@@ -122,9 +187,18 @@ torch::Tensor FusedAttention(const torch::Tensor& q, const torch::Tensor& k, con
   const auto sink = reinterpret_cast<int64_t>(tiling.grad_sink);
   torch::Tensor out;
   auto& gqa = GqaMode();
+  // A window narrower than the keys: only [k0, L) are seen by some query of the chunk.
+  [[maybe_unused]] const int64_t w = mask.window > 0 && mask.window < L ? mask.window : 0;
+  [[maybe_unused]] const int64_t k0 = w > 0 ? std::max<int64_t>(0, L - C - w + 1) : 0;
+  auto call = [&](const torch::Tensor& keys, const torch::Tensor& values) {
+#if defined(STREAMBP_FLASH_WINDOW)
+    if (w > 0) return FlashWindowFunction::apply(qh, keys.slice(2, k0, L), values.slice(2, k0, L), scale, w, sink, k0)[0];
+#endif
+    return FlashFunction::apply(qh, keys, values, scale, sink)[0];
+  };
   if (groups == 1 || gqa.load() != Gqa::kExpand) {
     try {
-      out = FlashFunction::apply(qh, k, v, scale, sink)[0];
+      out = call(k, v);
       if (groups > 1) gqa.store(Gqa::kNative);
     } catch (const c10::Error& e) {
       if (groups == 1 || gqa.load() == Gqa::kNative) throw;
@@ -138,7 +212,7 @@ torch::Tensor FusedAttention(const torch::Tensor& q, const torch::Tensor& k, con
     auto expand = [&](const torch::Tensor& t) {
       return t.unsqueeze(2).expand({B, KVH, groups, L, hd}).reshape({B, KVH * groups, L, hd});
     };
-    out = FlashFunction::apply(qh, expand(k), expand(v), scale, sink)[0];
+    out = call(expand(k), expand(v));
   }
   // back to [B, KVH, C*G, hd]
   return out.reshape({B, KVH, groups, C, hd}).permute({0, 1, 3, 2, 4}).reshape({B, KVH, C * groups, hd});
