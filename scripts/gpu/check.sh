@@ -59,7 +59,7 @@ build() {
   log "configure"
   cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTREAMBP_WITH_CUDA=ON -DSTREAMBP_BUILD_TESTS=OFF \
     -DCMAKE_PREFIX_PATH="$TORCH_DIR;$P/usr" -DCMAKE_PROJECT_INCLUDE="$ROOT/scripts/gpu/overrides.cmake" \
-    -DTORCH_CUDA_ARCH_LIST=9.0 $GLOO_FLAG ${STREAMBP_EXTRA_CMAKE:-} > "$OUT/configure.log" 2>&1 \
+    -DTORCH_CUDA_ARCH_LIST=9.0 -DSTREAMBP_FLASH_WINDOW=ON $GLOO_FLAG ${STREAMBP_EXTRA_CMAKE:-} > "$OUT/configure.log" 2>&1 \
     || { tail -40 "$OUT/configure.log"; log "configure FAILED"; exit 1; }
   log "build"
   timeout "$(cap 420)" cmake --build "$B" -j "$(nproc)" --target ${GPU_TARGETS:-streambp-server streambp-bench streambp} -- -k 0 \

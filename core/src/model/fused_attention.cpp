@@ -17,7 +17,8 @@
 #define STREAMBP_FLASH 1
 #endif
 // Sliding windows through _flash_attention_forward/_backward's window_size_left (LibTorch
-// 2.8 on; -DSTREAMBP_FLASH_WINDOW=OFF leaves windowed layers to the tiled kernel).
+// 2.8 on, builds configured with -DSTREAMBP_FLASH_WINDOW=ON; else windowed layers run the
+// tiled kernel).
 #if defined(STREAMBP_FLASH) && !defined(STREAMBP_NO_FLASH_WINDOW) && \
     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
 #define STREAMBP_FLASH_WINDOW 1
