@@ -10,6 +10,7 @@
 #include "streambp/memory.h"
 #include "streambp/sampler.h"
 #include "test_util/fixtures.h"
+#include "test_util/objective_steps.h"
 
 namespace streambp {
 namespace {
@@ -276,17 +277,10 @@ TEST(Sampler, SlidingWindowLogprobsEqualTheTrainers) {
 class EngineMemory : public ::testing::Test {
  protected:
   void SetUp() override { memory::InstallTrackingAllocator(); }
+  // Gradients of the parameters are allocated during the step; every engine is measured
+  // from the same starting point, so they count alike.
   static int64_t Peak(CausalLM& model, const Batch& batch, const EngineOptions& options) {
-    ZeroGradients(*model);
-    // Gradients of the parameters are allocated during the step; count them in every
-    // engine alike by measuring from the same starting point.
-    memory::ResetPeak();
-    const int64_t before = memory::LiveBytes();
-    auto objective = MakeSftObjective({});
-    ForwardBackward(model, batch, *objective, options);
-    const int64_t peak = memory::PeakBytes() - before;
-    ZeroGradients(*model);
-    return peak;
+    return testing::TrackedSftPeak(model, batch, options);
   }
 };
 
