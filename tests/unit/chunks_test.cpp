@@ -204,6 +204,13 @@ TEST(EstimateStepMemory, CudaStreamStepsAsMeasuredOnGpus) {
   o.device = c10::DeviceType::CPU;
   const auto cpu = EstimateStepMemory(config, torch::kBFloat16, 1, 376832, o, "none");
   EXPECT_NEAR(static_cast<double>(gpu.activation_bytes - cpu.activation_bytes), 2.0 * 376832 * (4096 + 1024) * 2, 2.0);
+  // Kept attention runs the tiled kernel on every device: no such term.
+  EngineOptions keep{EngineKind::kStream, 2048, 512, false, 1024};
+  keep.keep_attention = true;
+  keep.device = c10::DeviceType::CUDA;
+  const auto keep_gpu = EstimateStepMemory(config, torch::kBFloat16, 1, 32768, keep, "none");
+  keep.device = c10::DeviceType::CPU;
+  EXPECT_EQ(keep_gpu.activation_bytes, EstimateStepMemory(config, torch::kBFloat16, 1, 32768, keep, "none").activation_bytes);
 }
 
 // What the rule is for: at the defaults, a stream step's activation stays near what it must

@@ -163,8 +163,9 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   const double per_step = B * T * (2 * c.head_dim * e + 6 * 8);
   const double tile = std::min<double>(chunks.key_chunk, T);
   // A stream layer's backward on CUDA: the flash backward's dK/dV over the whole sequence
-  // (context parallel with heads exchanged: a rank's share of the heads).
-  const double flash = FlashBackwardBytes(c, dtype, engine.device, B, T) * kv_share;
+  // (context parallel with heads exchanged: a rank's share of the heads). Kept attention
+  // runs the tiled kernel, which has no such transient.
+  const double flash = engine.keep_attention ? 0.0 : FlashBackwardBytes(c, dtype, engine.device, B, T) * kv_share;
   // Context parallel: the rank's own K/V (before the exchange) and its rows' dK/dV (after
   // it) beside the whole-sequence ones; heads exchanged, a chunk's queries and outputs in
   // the exchange's buffers (sent, received, and both ways again for the outputs).
