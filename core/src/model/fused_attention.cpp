@@ -62,6 +62,20 @@ std::atomic<Gqa>& GqaMode() {
   return mode;
 }
 
+// dK and dV of keys [k0, k0 + L) ([B, heads, L, hd]) added into the sink (per kv head: summed
+// over its query heads where the kernel did not sum them, in the sink's precision).
+void AddIntoSink(const KeysValues& sink, const torch::Tensor& dk, const torch::Tensor& dv, int64_t k0) {
+  const int64_t B = dk.size(0), KVH = sink.k.size(1), L = dk.size(2), hd = dk.size(3);
+  auto fold = [&](const torch::Tensor& d) {
+    auto t = d.to(sink.k.scalar_type());
+    const int64_t heads = d.size(1);
+    return heads == KVH ? t : t.reshape({B, KVH, heads / KVH, L, hd}).sum(2);
+  };
+  torch::NoGradGuard no_grad;
+  sink.k.slice(2, k0, k0 + L).add_(fold(dk));
+  sink.v.slice(2, k0, k0 + L).add_(fold(dv));
+}
+
 // One causal flash call on [B, H, C, hd] queries against [B, KVH, L, hd] keys and values
 // (L >= C, bottom-right aligned; KVH divides H). With a sink, dK and dV (per kv head: summed
 // over its query heads, in the sink's precision where the kernel did not sum them) are added
@@ -97,15 +111,7 @@ struct FlashFunction : public torch::autograd::Function<FlashFunction> {
     auto dq = std::get<0>(r), dk = std::get<1>(r), dv = std::get<2>(r);
     const auto* sink = reinterpret_cast<const KeysValues*>(ctx->saved_data["sink"].toInt());
     if (sink == nullptr) return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
-    const int64_t B = k.size(0), KVH = sink->k.size(1), L = k.size(2), hd = k.size(3);
-    auto fold = [&](const torch::Tensor& d) {
-      auto t = d.to(sink->k.scalar_type());
-      const int64_t heads = d.size(1);
-      return heads == KVH ? t : t.reshape({B, KVH, heads / KVH, L, hd}).sum(2);
-    };
-    torch::NoGradGuard no_grad;
-    sink->k.slice(2, 0, L).add_(fold(dk));
-    sink->v.slice(2, 0, L).add_(fold(dv));
+    AddIntoSink(*sink, dk, dv, 0);
     return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -148,16 +154,7 @@ struct FlashWindowFunction : public torch::autograd::Function<FlashWindowFunctio
     auto dq = std::get<0>(r).transpose(1, 2), dk = std::get<1>(r).transpose(1, 2), dv = std::get<2>(r).transpose(1, 2);
     const auto* sink = reinterpret_cast<const KeysValues*>(ctx->saved_data["sink"].toInt());
     if (sink == nullptr) return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
-    const int64_t B = kt.size(0), KVH = sink->k.size(1), L = kt.size(1), hd = kt.size(3);
-    const int64_t k0 = ctx->saved_data["k0"].toInt();
-    auto fold = [&](const torch::Tensor& d) {
-      auto t = d.to(sink->k.scalar_type());
-      const int64_t heads = d.size(1);
-      return heads == KVH ? t : t.reshape({B, KVH, heads / KVH, L, hd}).sum(2);
-    };
-    torch::NoGradGuard no_grad;
-    sink->k.slice(2, k0, k0 + L).add_(fold(dk));
-    sink->v.slice(2, k0, k0 + L).add_(fold(dv));
+    AddIntoSink(*sink, dk, dv, ctx->saved_data["k0"].toInt());
     return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
