@@ -59,18 +59,20 @@ build() {
   log "configure"
   cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTREAMBP_WITH_CUDA=ON -DSTREAMBP_BUILD_TESTS=OFF \
     -DCMAKE_PREFIX_PATH="$TORCH_DIR;$P/usr" -DCMAKE_PROJECT_INCLUDE="$ROOT/scripts/gpu/overrides.cmake" \
-    -DTORCH_CUDA_ARCH_LIST=9.0 -DSTREAMBP_FLASH_WINDOW=ON $GLOO_FLAG ${STREAMBP_EXTRA_CMAKE:-} > "$OUT/configure.log" 2>&1 \
+    -DTORCH_CUDA_ARCH_LIST=9.0 -DSTREAMBP_FLASH_WINDOW=ON -DSTREAMBP_FLASH_VARLEN=ON $GLOO_FLAG ${STREAMBP_EXTRA_CMAKE:-} > "$OUT/configure.log" 2>&1 \
     || { tail -40 "$OUT/configure.log"; log "configure FAILED"; exit 1; }
   log "build"
   timeout "$(cap 420)" cmake --build "$B" -j "$(nproc)" --target ${GPU_TARGETS:-streambp-server streambp-bench streambp} -- -k 0 \
     > "$OUT/build.log" 2>&1
   local rc=$?
   grep -E -A3 'error:|FAILED:' "$OUT/build.log" | head -120 > "$OUT/build_errors.txt"
-  # The windowed flash calls were written against LibTorch 2.11's op signatures without a GPU:
-  # if they are what fails, build without them (windowed layers then run the tiled kernel).
+  # The windowed and varlen flash calls were written against LibTorch 2.11's op signatures
+  # without a GPU: if they are what fails, build without them (windowed layers and rows that
+  # are not whole then run the tiled kernel).
   if [ $rc != 0 ] && grep -q 'fused_attention' "$OUT/build_errors.txt"; then
-    cat "$OUT/build_errors.txt" | head -40; log "build FAILED in fused_attention: again with -DSTREAMBP_FLASH_WINDOW=OFF"
-    cmake -S "$ROOT" -B "$B" -DSTREAMBP_FLASH_WINDOW=OFF >> "$OUT/configure.log" 2>&1
+    cat "$OUT/build_errors.txt" | head -40
+    log "build FAILED in fused_attention: again with -DSTREAMBP_FLASH_WINDOW=OFF -DSTREAMBP_FLASH_VARLEN=OFF"
+    cmake -S "$ROOT" -B "$B" -DSTREAMBP_FLASH_WINDOW=OFF -DSTREAMBP_FLASH_VARLEN=OFF >> "$OUT/configure.log" 2>&1
     timeout "$(cap 300)" cmake --build "$B" -j "$(nproc)" --target ${GPU_TARGETS:-streambp-server streambp-bench streambp} -- -k 0 \
       > "$OUT/build_nowindow.log" 2>&1
     rc=$?
@@ -148,6 +150,9 @@ exact_models() {
   [ -f /tmp/tiny.jsonl ] || python3 -c 'import json, random
 r = random.Random(1)
 print("\n".join(json.dumps({"tokens": [r.randrange(256) for _ in range(n)]}) for n in (384, 301)))' > /tmp/tiny.jsonl
+  python3 -c 'import json, random
+r = random.Random(2)
+print("\n".join(json.dumps({"tokens": [r.randrange(256) for _ in range(n)]}) for n in (384, 150, 120, 90, 301)))' > /tmp/tiny_mixed.jsonl
   for fam in ${EXACT_FAMILIES:-gemma3 mistral}; do
     local M=/tmp/model-$fam; rm -rf $M
     "$SERVER" init-model --preset tiny --family $fam --dtype float64 --out $M >> "$OUT/grad.log" 2>&1 || { fail=1; log "init-model $fam FAILED"; continue; }
@@ -174,6 +179,19 @@ json.dump(c, open(p, "w"), indent=1)' $M ${EXACT_WINDOW:-96}
         --data /tmp/tiny.jsonl --out $f >> "$OUT/grad.log" 2>&1 \
         && $cmp "$fam bfloat16 $d stream vs cpu float64 ($win)" 1e-1 $G/${fam}_cpu64.safetensors $f >> "$OUT/exactness.jsonl" || fail=1
       [ $d = cpu ] && break
+    done
+    # Rows that are not whole (on CUDA: the flash kernel's varlen entry where the build has
+    # STREAMBP_FLASH_VARLEN, else the tiled kernel): five sequences packed into three rows of
+    # 384 (one of them holding three), and left-padded, against the CPU's float64 gradients
+    # of the same sequences right-padded (the layout changes no gradient).
+    timeout "$(cap 60)" "$SERVER" grad --model $M --dtype float64 --device cpu --engine full --data /tmp/tiny_mixed.jsonl \
+      --out $G/${fam}_mixed_cpu64.safetensors >> "$OUT/grad.log" 2>&1 || { fail=1; log "grad $fam mixed cpu FAILED"; continue; }
+    for layout in packed left; do
+      local f=$G/${fam}_${DEV}_bf16_$layout.safetensors
+      timeout "$(cap 60)" "$SERVER" grad --model $M --dtype bfloat16 --device $DEV --engine stream --chunk 64 --key-chunk 64 \
+        --layout $layout --data /tmp/tiny_mixed.jsonl --out $f >> "$OUT/grad.log" 2>&1 \
+        && $cmp "$fam bfloat16 $DEV stream $layout vs cpu float64 ($win)" 1e-1 $G/${fam}_mixed_cpu64.safetensors $f \
+             >> "$OUT/exactness.jsonl" || fail=1
     done
   done
   python3 -c 'import json,sys

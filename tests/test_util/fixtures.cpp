@@ -136,6 +136,15 @@ CausalLM RandomModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtyp
   return model;
 }
 
+AttentionInputs RandomAttentionInputs(int64_t B, int64_t KVH, int64_t G, int64_t C, int64_t L, int64_t hd,
+                                      uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  return {at::randn({B, KVH, C * G, hd}, gen, opts).requires_grad_(true),
+          at::randn({B, KVH, L, hd}, gen, opts).requires_grad_(true),
+          at::randn({B, KVH, L, hd}, gen, opts).requires_grad_(true)};
+}
+
 std::vector<Sequence> RandomSequences(const std::vector<int64_t>& lengths, int64_t vocab, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<Sequence> out;

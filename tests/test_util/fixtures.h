@@ -38,6 +38,14 @@ CausalLM RandomModel(const ModelConfig& config, uint64_t seed, torch::Dtype dtyp
 /// (the first two tokens of each sequence masked out).
 std::vector<Sequence> RandomSequences(const std::vector<int64_t>& lengths, int64_t vocab, uint64_t seed);
 
+/// Attention inputs in the layer's layout (streambp/attention.h), float64 and requiring
+/// grad: q [B, KVH, C*G, hd], k and v [B, KVH, L, hd].
+struct AttentionInputs {
+  torch::Tensor q, k, v;
+};
+AttentionInputs RandomAttentionInputs(int64_t B, int64_t KVH, int64_t G, int64_t C, int64_t L, int64_t hd,
+                                      uint64_t seed);
+
 /// Logits [n, V] (float64) of one unpadded sequence, computed by a direct, loop-based
 /// implementation of the decoder from the HF formulas (per head, per position RoPE in
 /// double arithmetic), reading the weights by their HF names.

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "streambp/attention.h"
@@ -23,19 +22,6 @@ const AttentionBackend& Backend(const std::string& name) {
   throw std::runtime_error("no backend " + name);
 }
 
-// q [B, KVH, C*G, hd], k/v [B, KVH, L, hd] for the queries [s, L) of a batch.
-struct Inputs {
-  torch::Tensor q, k, v;
-};
-
-Inputs RandomInputs(int64_t B, int64_t KVH, int64_t G, int64_t C, int64_t L, int64_t hd, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
-  return {at::randn({B, KVH, C * G, hd}, gen, opts).requires_grad_(true),
-          at::randn({B, KVH, L, hd}, gen, opts).requires_grad_(true),
-          at::randn({B, KVH, L, hd}, gen, opts).requires_grad_(true)};
-}
-
 TEST(Attention, BackendsInTheOrderTheyAreTried) {
   std::vector<std::string> names;
   for (const auto* b : AttentionBackends()) names.emplace_back(b->name());
@@ -47,7 +33,7 @@ TEST(Attention, BackendsInTheOrderTheyAreTried) {
 TEST(Attention, EachCallGoesToTheBackendThatComputesIt) {
   auto batch = MakeBatch(testing::RandomSequences({12, 7}, 50, 3), Layout::kRightPad);
   const int64_t T = batch.length(), s = 4, G = 2;
-  auto in = RandomInputs(batch.rows(), 2, G, T - s, T, 8, 5);
+  auto in = testing::RandomAttentionInputs(batch.rows(), 2, G, T - s, T, 8, 5);
   const auto pattern = AttentionPattern::Causal(batch, s, T, T);
   KeysValues sink{torch::zeros(in.k.sizes(), in.k.options()), torch::zeros(in.v.sizes(), in.v.options())};
   const AttentionTiling none{}, keys{4}, blocks{0, 3}, big{64}, with_sink{0, 0, &sink};
@@ -77,7 +63,7 @@ TEST(Attention, BackendsAgreeWithTheMaterializedSoftmax) {
     const int64_t T = batch.length(), s = T / 3, G = 2;
     for (int64_t window : {int64_t{0}, int64_t{4}}) {
       const auto pattern = AttentionPattern::Causal(batch, s, T, T, window);
-      auto in = RandomInputs(batch.rows(), 2, G, T - s, T, 8, 17 + window);
+      auto in = testing::RandomAttentionInputs(batch.rows(), 2, G, T - s, T, 8, 17 + window);
       auto weight = torch::linspace(-1, 1, in.q.numel(), in.q.options()).view(in.q.sizes());
       auto run = [&](const AttentionBackend& backend, const AttentionTiling& tiling) {
         auto out = backend.attend(AttentionCall{in.q, in.k, in.v, pattern, G, 0.35, tiling});
@@ -120,7 +106,7 @@ TEST(Attention, BackendsAgreeWithTheMaterializedSoftmax) {
 TEST(Attention, KeptOutputsAreRecordedAndReplayed) {
   auto batch = MakeBatch(testing::RandomSequences({12, 7}, 50, 3), Layout::kRightPad);
   const int64_t T = batch.length(), s = 4, G = 2, KVH = 2, hd = 8, R = (T - s) * G;
-  auto in = RandomInputs(batch.rows(), KVH, G, T - s, T, hd, 29);
+  auto in = testing::RandomAttentionInputs(batch.rows(), KVH, G, T - s, T, hd, 29);
   const auto pattern = AttentionPattern::Causal(batch, s, T, T, 5);
   auto weight = torch::linspace(-1, 1, in.q.numel(), in.q.options()).view(in.q.sizes());
   const int64_t BK = batch.rows() * KVH;
@@ -186,7 +172,7 @@ TEST(Attention, TilesPlannedFromSequenceIdsEqualTilesPlannedFromMasks) {
         strided.sequence_ids = causal.sequence_ids.t().contiguous().t();
         ASSERT_FALSE(strided.sequence_ids.is_contiguous());
         const AttentionPattern given(causal.dense());
-        auto in = RandomInputs(batch.rows(), 2, G, T - start, T, 8, 41 + window + start);
+        auto in = testing::RandomAttentionInputs(batch.rows(), 2, G, T - start, T, 8, 41 + window + start);
         auto weight = torch::linspace(-1, 1, in.q.numel(), in.q.options()).view(in.q.sizes());
         for (const auto& [key_tile, query_tile] : {std::pair<int64_t, int64_t>{4, 0}, {7, 5}, {16, 3}}) {
           auto run = [&](const AttentionPattern& pattern, bool sink) {

@@ -45,7 +45,8 @@ class AttentionBackend {
 };
 
 /// The backends in the order Attend tries them: "fused" (LibTorch's flash kernel: CUDA builds
-/// against LibTorch 2.x, bfloat16/float16, whole rows, no window, tiled calls; off with
+/// against LibTorch 2.x, bfloat16/float16, whole rows (packed ones and windows in builds with
+/// STREAMBP_FLASH_VARLEN / STREAMBP_FLASH_WINDOW), tiled calls; off with
 /// STREAMBP_ATTENTION=tiled), "tiled" (tiled calls), "materialized" (untiled calls).
 const std::vector<const AttentionBackend*>& AttentionBackends();
 
@@ -57,5 +58,60 @@ struct AttentionResult {
 /// Runs the first backend that takes the call. Every call is taken by one: tiled calls by
 /// "tiled" at the latest, the others by "materialized".
 AttentionResult Attend(const AttentionCall& call);
+
+/// While it lives, `backend` is tried before the others (a kernel under test, or one a
+/// deployment brings); one at a time.
+class ScopedAttentionBackend {
+ public:
+  explicit ScopedAttentionBackend(const AttentionBackend* backend);
+  ~ScopedAttentionBackend();
+  ScopedAttentionBackend(const ScopedAttentionBackend&) = delete;
+  ScopedAttentionBackend& operator=(const ScopedAttentionBackend&) = delete;
+};
+
+/// Rows that hold several sequences (packed) or padding before their sequence, attended one
+/// sequence at a time by a variable-length kernel (docs/gpu.md: Attention on CUDA).
+///
+/// One run of a row (a sequence, or padding) met by a call's queries: the queries [q0, q1)
+/// see the keys [k0, q1) (causal within the run, and a sliding window moves k0). Positions
+/// are the row's.
+struct AttentionSegment {
+  int64_t q0 = 0, q1 = 0, k0 = 0;
+};
+
+/// The segments of `row` for a Causal pattern over known runs (Batch::runs), in order. Their
+/// queries tile [q_start, q_end) and their keys [front().k0, q_end), each segment's keys
+/// ending where the next one's begin. Empty where the runs are unknown.
+std::vector<AttentionSegment> CausalSegments(const AttentionPattern& pattern, int64_t row);
+
+/// A kernel that attends variable-length segments laid end to end: for each i, the queries
+/// [cu_q[i], cu_q[i+1]) of q against the keys [cu_k[i], cu_k[i+1]) of k, causal with the
+/// diagonal at the bottom right (the last query sees the last key), and with a sliding
+/// window W (0: none) query i - j < W. q is [Nq, H, hd]; k, v are [Nk, KVH, hd] (KVH divides
+/// H; query head h reads kv head h / (H / KVH)). FlashAttention's varlen entry on CUDA.
+class VarlenKernel {
+ public:
+  struct Segments {
+    std::vector<int64_t> cu_q, cu_k;  ///< n + 1 offsets each, 0 first
+    int64_t max_q = 0, max_k = 0;     ///< the longest segment's queries, keys
+    int64_t window = 0;
+  };
+  virtual ~VarlenKernel() = default;
+  /// The output [Nq, H, hd] (q's dtype), and what the backward needs besides q, k, v and it.
+  virtual std::vector<torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                             const Segments& segments, double scale) const = 0;
+  /// dq [Nq, H, hd], dk and dv [Nk, KVH, hd] (any floating dtype), given forward()'s result.
+  virtual std::vector<torch::Tensor> backward(const torch::Tensor& grad_out, const torch::Tensor& q,
+                                              const torch::Tensor& k, const torch::Tensor& v,
+                                              const std::vector<torch::Tensor>& forward_result,
+                                              const Segments& segments, double scale) const = 0;
+};
+
+/// The call through `kernel`, one kernel call per row over its CausalSegments (the row's K/V
+/// as views of [k0, q_end), no copy); dK/dV go into tiling.grad_sink when it is set, else
+/// back through autograd. Every query row, padding too, gets what the tiled kernel gives it.
+/// Undefined (not taken) unless the pattern is Causal with known runs, its keys are the
+/// call's [0, q_end) and it has no kept attention.
+torch::Tensor VarlenAttention(const AttentionCall& call, const VarlenKernel& kernel);
 
 }  // namespace streambp

@@ -6,6 +6,7 @@
 /// only to padding, so their rows stay finite and never influence a real token).
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -93,6 +94,11 @@ struct Batch {
   /// from its layout; false where unknown). Fused attention needs it: known on the host, no
   /// device read per chunk.
   bool whole_rows = false;
+  /// Where each run of slots holding one sequence (or padding) starts in each row, then the
+  /// row's end: {0, ..., T} (a packed row: its sequences' starts, the padding's, T). Known
+  /// from the layout (MakeBatch), so a kernel that attends per sequence (docs/gpu.md:
+  /// Attention on CUDA) never reads the device for it; null where unknown (built by hand).
+  std::shared_ptr<const std::vector<std::vector<int64_t>>> runs;
   std::vector<int64_t> lengths;     ///< tokens of each input sequence
   std::vector<Sequence> sequences;  ///< the input sequences, with their side inputs
 
@@ -155,6 +161,8 @@ struct AttentionPattern {
   int64_t q_start = 0, q_end = 0, k_end = 0;
   int64_t window = 0;          ///< Causal: sliding window (0 = none)
   bool whole_rows = false;     ///< Causal: the batch's Batch::whole_rows
+  /// Causal: the batch's Batch::runs (null where unknown).
+  std::shared_ptr<const std::vector<std::vector<int64_t>>> runs;
 };
 
 }  // namespace streambp

@@ -220,6 +220,19 @@ Batch MakeBatch(const std::vector<Sequence>& sequences, Layout layout, int64_t p
   batch.whole_rows = std::all_of(rows.begin(), rows.end(), [](const auto& row) {
     return row.size() == 1 && row.front().second == 0;
   });
+  auto runs = std::make_shared<std::vector<std::vector<int64_t>>>();
+  for (const auto& row : rows) {  // a row's sequences are in order and adjacent; padding before or after
+    auto& starts = runs->emplace_back();
+    int64_t end = 0;
+    for (const auto& [i, start] : row) {
+      if (start > end) starts.push_back(end);  // padding before (left padding)
+      starts.push_back(start);
+      end = start + static_cast<int64_t>(sequences[i].tokens.size());
+    }
+    if (end < T) starts.push_back(end);  // padding after
+    starts.push_back(T);
+  }
+  batch.runs = std::move(runs);
   batch.sequences = sequences;
   for (const auto& s : sequences) batch.lengths.push_back(s.tokens.size());
   for (int64_t r = 0; r < B; ++r) {
@@ -349,6 +362,7 @@ AttentionPattern AttentionPattern::Causal(const Batch& batch, int64_t q_start, i
   p.k_end = k_end;
   p.window = sliding_window;
   p.whole_rows = batch.whole_rows;
+  p.runs = batch.runs;
   return p;
 }
 

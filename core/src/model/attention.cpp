@@ -2,6 +2,7 @@
 // backends). Each decides for itself whether it computes a call exactly.
 #include "streambp/attention.h"
 
+#include <atomic>
 #include <limits>
 
 #include <ATen/record_function.h>
@@ -72,8 +73,26 @@ const std::vector<const AttentionBackend*>& AttentionBackends() {
   return all;
 }
 
+namespace {
+std::atomic<const AttentionBackend*>& FirstBackend() {
+  static std::atomic<const AttentionBackend*> first{nullptr};
+  return first;
+}
+}  // namespace
+
+ScopedAttentionBackend::ScopedAttentionBackend(const AttentionBackend* backend) {
+  const AttentionBackend* none = nullptr;
+  TORCH_CHECK(FirstBackend().compare_exchange_strong(none, backend), "ScopedAttentionBackend: one at a time");
+}
+
+ScopedAttentionBackend::~ScopedAttentionBackend() { FirstBackend().store(nullptr); }
+
 AttentionResult Attend(const AttentionCall& call) {
   RECORD_USER_SCOPE("streambp::attention");
+  if (const auto* first = FirstBackend().load()) {
+    auto out = first->attend(call);
+    if (out.defined()) return {std::move(out), first->name()};
+  }
   for (const auto* backend : AttentionBackends()) {
     auto out = backend->attend(call);
     if (out.defined()) return {std::move(out), backend->name()};

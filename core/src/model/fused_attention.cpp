@@ -13,6 +13,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "streambp/attention.h"
+
 #if defined(STREAMBP_WITH_CUDA) && TORCH_VERSION_MAJOR >= 2
 #define STREAMBP_FLASH 1
 #endif
@@ -22,6 +24,13 @@
 #if defined(STREAMBP_FLASH) && !defined(STREAMBP_NO_FLASH_WINDOW) && \
     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
 #define STREAMBP_FLASH_WINDOW 1
+#endif
+// Packed and left-padded rows through _flash_attention_forward/_backward's varlen entry
+// (cum_seq_q/k), one sequence at a time (builds configured with -DSTREAMBP_FLASH_VARLEN=ON;
+// else those rows run the tiled kernel).
+#if defined(STREAMBP_FLASH) && !defined(STREAMBP_NO_FLASH_VARLEN) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
+#define STREAMBP_FLASH_VARLEN 1
 #endif
 
 namespace streambp {
@@ -160,6 +169,85 @@ struct FlashWindowFunction : public torch::autograd::Function<FlashWindowFunctio
 };
 #endif
 
+#if defined(STREAMBP_FLASH_VARLEN)
+// FlashAttention's varlen entry as the VarlenKernel (streambp/attention.h): q [Nq, H, hd],
+// k, v [Nk, KVH, hd] with any row and head strides (the kernel reads the last dim contiguous
+// only, so a row's K/V go in as views), the offsets int32 on the device. K/V heads as
+// FlashFunction does: native grouped-query, or repeated per query head (then dK/dV come back
+// per query head and are summed per kv head here).
+class FlashVarlenKernel final : public VarlenKernel {
+ public:
+  std::vector<torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const Segments& s, double scale) const override {
+    auto cu_q = Offsets(s.cu_q, q.device()), cu_k = Offsets(s.cu_k, q.device());
+    const int64_t H = q.size(1), KVH = k.size(1);
+    auto& gqa = GqaMode();
+    // The result: output, log-sum-exp, the kernel's two RNG tensors, the offsets, and (on the
+    // host) whether K/V went in repeated per query head, for the backward to do the same.
+    auto call = [&](const torch::Tensor& keys, const torch::Tensor& values) {
+      auto r = at::_flash_attention_forward(q, keys, values, cu_q, cu_k, s.max_q, s.max_k, 0.0, /*is_causal=*/true,
+                                            /*return_debug_mask=*/false, scale, Left(s), Right(s));
+      return std::vector<torch::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r), cu_q, cu_k,
+                                        torch::scalar_tensor(keys.size(1) != KVH ? 1 : 0, torch::kInt64)};
+    };
+    if (H == KVH || gqa.load() != Gqa::kExpand) {
+      try {
+        auto r = call(k, v);
+        if (H != KVH) gqa.store(Gqa::kNative);
+        return r;
+      } catch (const c10::Error& e) {
+        if (H == KVH || gqa.load() == Gqa::kNative) throw;
+        gqa.store(Gqa::kExpand);
+        std::fprintf(stderr, "fused attention (varlen): the flash kernel refused %lld kv heads for %lld query heads "
+                     "(%s); K/V are repeated per query head from now on\n",
+                     static_cast<long long>(KVH), static_cast<long long>(H), e.what_without_backtrace());
+      }
+    }
+    return call(Expand(k, H), Expand(v, H));
+  }
+
+  std::vector<torch::Tensor> backward(const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k,
+                                      const torch::Tensor& v, const std::vector<torch::Tensor>& f, const Segments& s,
+                                      double scale) const override {
+    const int64_t H = q.size(1), KVH = k.size(1);
+    const bool expanded = f[6].item<int64_t>() != 0;  // a host tensor: no device read
+    auto keys = expanded ? Expand(k, H) : k, values = expanded ? Expand(v, H) : v;
+    auto r = at::_flash_attention_backward(g, q, keys, values, f[0], f[1], f[4], f[5], s.max_q, s.max_k, 0.0,
+                                           /*is_causal=*/true, f[2], f[3], scale, Left(s), Right(s));
+    auto dk = std::get<1>(r), dv = std::get<2>(r);
+    if (expanded) {
+      auto fold = [&](const torch::Tensor& d) {
+        return d.to(torch::kFloat32).view({d.size(0), KVH, H / KVH, d.size(2)}).sum(2);
+      };
+      dk = fold(dk);
+      dv = fold(dv);
+    }
+    return {std::get<0>(r), dk, dv};
+  }
+
+ private:
+  // Offsets to the device without waiting for it: from pinned memory, asynchronously (the
+  // caching host allocator keeps the buffer until the copy has run).
+  static torch::Tensor Offsets(const std::vector<int64_t>& cu, const torch::Device& device) {
+    auto host = torch::empty({static_cast<int64_t>(cu.size())}, torch::dtype(torch::kInt32).pinned_memory(true));
+    auto* p = host.data_ptr<int32_t>();
+    for (size_t i = 0; i < cu.size(); ++i) p[i] = static_cast<int32_t>(cu[i]);
+    return host.to(device, /*non_blocking=*/true);
+  }
+  static torch::Tensor Expand(const torch::Tensor& t, int64_t H) {
+    const int64_t N = t.size(0), KVH = t.size(1), hd = t.size(2);
+    return t.unsqueeze(2).expand({N, KVH, H / KVH, hd}).reshape({N, H, hd});
+  }
+  // HF's window W: query i sees keys j with i - j < W, the kernel's window_size_left W - 1.
+  static std::optional<int64_t> Left(const Segments& s) {
+    return s.window > 0 ? std::optional<int64_t>(s.window - 1) : std::nullopt;
+  }
+  static std::optional<int64_t> Right(const Segments& s) {
+    return s.window > 0 ? std::optional<int64_t>(0) : std::nullopt;
+  }
+};
+#endif
+
 }  // namespace
 
 bool FusedAttentionAvailable() { return TurnedOn(); }
@@ -178,7 +266,16 @@ torch::Tensor FusedAttention(const torch::Tensor& q, const torch::Tensor& k, con
       hd > 256 || mask.mask.defined() || !window_ok || k.size(2) != mask.k_end || mask.q_end != mask.k_end) {
     return {};
   }
-  if (!mask.whole_rows) return {};  // known from the batch's layout: no device read per chunk
+  // Whole rows are known from the batch's layout, and so are the runs of packed or
+  // left-padded ones: no device read per chunk.
+  if (!mask.whole_rows) {
+#if defined(STREAMBP_FLASH_VARLEN)
+    static const FlashVarlenKernel varlen;
+    return VarlenAttention(AttentionCall{q, k, v, mask, groups, scale, tiling}, varlen);
+#else
+    return {};
+#endif
+  }
   const int64_t B = q.size(0), KVH = q.size(1), C = q.size(2) / groups, L = k.size(2);
   // [B, KVH, C*G, hd] (row c*G + g) -> [B, H, C, hd], query head h = kv head * G + g as in HF.
   auto qh = q.reshape({B, KVH, C, groups, hd}).permute({0, 1, 3, 2, 4}).reshape({B, KVH * groups, C, hd});

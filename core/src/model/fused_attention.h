@@ -11,8 +11,9 @@ namespace streambp {
 /// inputs TiledAttention takes (same layout, same grad_sink contract), when
 ///  - q is a CUDA bfloat16/float16 tensor and head_dim is a multiple of 8 up to 256,
 ///  - the pattern is causal over whole rows (one sequence from position 0, right padding
-///    only: no packing, no left padding), with no sliding window or (LibTorch 2.8 on, built with
-///    STREAMBP_FLASH_WINDOW) with one
+///    only), or (LibTorch 2.8 on, built with STREAMBP_FLASH_VARLEN) over packed or left-padded
+///    rows whose runs the batch knows (the varlen entry, one call per row: VarlenAttention),
+///  - with no sliding window or (LibTorch 2.8 on, built with STREAMBP_FLASH_WINDOW) with one
 ///    (the kernel's window_size_left, over the keys the chunk's queries see), and
 ///  - the queries are the last positions of the keys (a StreamBP chunk [s, e) against the
 ///    keys [0, e): the causal diagonal aligned bottom-right, as flash's is_causal is).
