@@ -6,8 +6,6 @@
 // tiled kernel and the materialized softmax.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -19,66 +17,10 @@
 #include "streambp/gradients.h"
 #include "streambp/objective.h"
 #include "test_util/fixtures.h"
+#include "test_util/varlen_reference.h"
 
 namespace streambp {
 namespace {
-
-// Each segment: softmax(q k^T * scale) v over its own keys, query a of nq at key position
-// nk - nq + a, seeing keys j <= that position (and within the window).
-torch::Tensor SegmentsSoftmax(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              const VarlenKernel::Segments& s, double scale) {
-  const int64_t H = q.size(1), G = H / k.size(1);
-  std::vector<torch::Tensor> outs;
-  for (size_t i = 0; i + 1 < s.cu_q.size(); ++i) {
-    auto qs = q.slice(0, s.cu_q[i], s.cu_q[i + 1]);
-    auto ks = k.slice(0, s.cu_k[i], s.cu_k[i + 1]).repeat_interleave(G, 1);
-    auto vs = v.slice(0, s.cu_k[i], s.cu_k[i + 1]).repeat_interleave(G, 1);
-    const int64_t nq = qs.size(0), nk = ks.size(0);
-    EXPECT_LE(nq, s.max_q);
-    EXPECT_LE(nk, s.max_k);
-    auto scores = torch::einsum("qhd,khd->hqk", {qs, ks}) * scale;
-    auto qi = torch::arange(nk - nq, nk, torch::kInt64).view({-1, 1});
-    auto kj = torch::arange(0, nk, torch::kInt64).view({1, -1});
-    auto allowed = kj <= qi;
-    if (s.window > 0) allowed = allowed & (qi - kj < s.window);
-    scores = scores.masked_fill(allowed.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
-    outs.push_back(torch::einsum("hqk,khd->qhd", {torch::softmax(scores, -1), vs}));
-  }
-  return torch::cat(outs);
-}
-
-class ReferenceKernel final : public VarlenKernel {
- public:
-  std::vector<torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                     const Segments& s, double scale) const override {
-    return {SegmentsSoftmax(q, k, v, s, scale)};
-  }
-  std::vector<torch::Tensor> backward(const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k,
-                                      const torch::Tensor& v, const std::vector<torch::Tensor>&, const Segments& s,
-                                      double scale) const override {
-    torch::AutoGradMode on(true);
-    auto q1 = q.detach().requires_grad_(true), k1 = k.detach().requires_grad_(true);
-    auto v1 = v.detach().requires_grad_(true);
-    return torch::autograd::grad({SegmentsSoftmax(q1, k1, v1, s, scale)}, {q1, k1, v1}, {g});
-  }
-};
-
-// Takes what the fused backend takes on CUDA for rows that are not whole: tiled calls
-// without kept attention.
-class ReferenceBackend final : public AttentionBackend {
- public:
-  const char* name() const override { return "varlen-reference"; }
-  torch::Tensor attend(const AttentionCall& c) const override {
-    if (!c.tiled() || c.tiling.kept != nullptr || c.pattern.whole_rows) return {};
-    auto out = VarlenAttention(c, kernel_);
-    if (out.defined()) ++taken;
-    return out;
-  }
-  mutable std::atomic<int> taken{0};
-
- private:
-  ReferenceKernel kernel_;
-};
 
 // The runs of each row against the sequence ids: from 0 to T, increasing, one id per run,
 // neighbours different.
@@ -173,7 +115,7 @@ double MaxRel(const torch::Tensor& a, const torch::Tensor& b) {
 // dv to 1e-10 (every row, padding too), dK/dV into a sink with keys beyond the call's.
 TEST(Varlen, EqualsTheTiledKernel) {
   const auto seqs = testing::RandomSequences({13, 6, 9, 2}, 50, 11);
-  const ReferenceKernel kernel;
+  const testing::ReferenceVarlenKernel kernel;
   int compared = 0;
   for (auto layout : {Layout::kLeftPad, Layout::kPacked}) {
     const auto batch = MakeBatch(seqs, layout, layout == Layout::kPacked ? 16 : 0);
@@ -205,7 +147,9 @@ TEST(Varlen, EqualsTheTiledKernel) {
         EXPECT_LE(MaxRel(dq[0], d_tiled[0]), 1e-10);
         EXPECT_LE(MaxRel(sink.k, d_tiled[1]), 1e-10);
         EXPECT_LE(MaxRel(sink.v, d_tiled[2]), 1e-10);
-        if (e < T) EXPECT_EQ(sink.k.slice(2, e).abs().max().item<double>(), 0);  // nothing past the call's keys
+        if (e < T) {  // nothing past the call's keys
+          EXPECT_EQ(sink.k.slice(2, e).abs().max().item<double>(), 0);
+        }
         ++compared;
       }
     }
@@ -215,7 +159,7 @@ TEST(Varlen, EqualsTheTiledKernel) {
 
 TEST(Varlen, DeclinesWhatItDoesNotCompute) {
   const auto seqs = testing::RandomSequences({5, 3}, 50, 2);
-  const ReferenceKernel kernel;
+  const testing::ReferenceVarlenKernel kernel;
   auto batch = MakeBatch(seqs, Layout::kPacked, 8);
   const auto in = testing::RandomAttentionInputs(1, 1, 1, 4, 8, 4, 3);
   const AttentionTiling tiles{2};
@@ -251,7 +195,7 @@ TEST(Varlen, EnginesThroughItMatchFull) {
         return std::make_pair(loss, grads);
       };
       const auto full = run({EngineKind::kFull});
-      ReferenceBackend backend;
+      testing::ReferenceVarlenBackend backend;
       ScopedAttentionBackend first(&backend);
       for (const auto& [name, options] : testing::EngineVariants(5, 7, 3)) {
         if (name != "stream" && name != "checkpoint:tiled") continue;
