@@ -29,6 +29,10 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_option("--seq-lens", a.seq_lens, "sequence lengths of the sweep, comma separated")->delimiter(',');
   app.add_option("--batch", a.batch, "sft: sequences; dpo: pairs; grpo: completions of one group")
       ->check(CLI::PositiveNumber);
+  app.add_option("--pack", a.pack,
+                 "sft: N sequences of T / N tokens per row, packed (each attends only to itself: the attention a "
+                 "packed batch of RL rollouts runs); the sweep and the search")
+      ->check(CLI::PositiveNumber);
   app.add_option("--budget", a.budget,
                  "activation budget of the max-length search (e.g. 1GiB; device: the whole GPU past the statics)");
   app.add_option("--repeat", a.repeat, "timed steps per point (median reported)")->check(CLI::PositiveNumber);
@@ -154,6 +158,11 @@ torch::Device CheckedDevice(const Args& a) {
   if (device.is_cuda() && (!a.world_sizes.empty() || a.sample_prompts > 0 || !a.tokenizer.empty())) {
     throw InvalidArgument("--device cuda measures the engines' steps (the sweep, the search, --lora-rank); the "
                           "data-parallel, sample and text modes run on the CPU");
+  }
+  if (a.pack > 1 && (a.objective != "sft" || !a.world_sizes.empty() || !a.context_parallel.empty() ||
+                     a.lora_rank > 0 || a.sample_prompts > 0 || !a.tokenizer.empty())) {
+    throw InvalidArgument("--pack packs sft sequences for the sweep and the search; drop it for --objective " +
+                          a.objective + " and the data-parallel, context-parallel, LoRA, sample and text modes");
   }
   if (device.is_cuda() && a.profile) {
     // RecordFunction times the host side of one thread; on a GPU the kernels run later.

@@ -17,6 +17,7 @@ struct Args {
   uint64_t seed = 0;
   std::vector<std::string> engines{"full", "checkpoint", "stream"};
   std::vector<int64_t> seq_lens{1024, 2048, 4096, 8192, 16384};
+  int64_t pack = 1;  ///< sft: sequences per row, packed
   int64_t batch = 1, repeat = 3, warmup = 1, chunk = 0, logits_chunk = -1, key_chunk = 0;
   std::string budget = "1GiB", mem_limit = "auto";
   bool no_search = false, no_sweep = false, quick = false, check = false, profile = false;

@@ -31,12 +31,18 @@ struct Workload {
   std::string objective = "sft";  ///< sft | dpo | grpo
   int64_t batch = 1;              ///< sft: sequences; dpo: pairs; grpo: completions of one group
   uint64_t data_seed = 1;
+  /// sft: sequences per row, packed (each seq_len / pack tokens, attending only to itself).
+  int64_t pack = 1;
 };
 
 /// Synthetic sequences of exactly `seq_len` tokens (rows of a right-padded batch are all
 /// seq_len long): sft sequences with a prompt quarter masked out; dpo pairs (same prompt,
-/// chosen role 0 / rejected role 1); one grpo group with spread rewards.
+/// chosen role 0 / rejected role 1); one grpo group with spread rewards. With w.pack > 1,
+/// batch x pack sft sequences of seq_len / pack tokens (the last of each row the rest).
 std::vector<Sequence> SyntheticSequences(const Workload& w, int64_t seq_len, int64_t vocab);
+/// The batch of a step at `seq_len`: SyntheticSequences right-padded, or packed into rows of
+/// seq_len with w.pack > 1.
+Batch SyntheticBatch(const Workload& w, int64_t seq_len, int64_t vocab);
 
 /// The sizes that stay alive across steps.
 struct StaticBytes {
@@ -101,13 +107,14 @@ struct Run {
   TimeBreakdown breakdown;
 };
 
-/// Analytic FLOPs of one training step of `variant` (GEMMs and attention matmuls only).
+/// Analytic FLOPs of one training step of `variant` (GEMMs and attention matmuls only), over
+/// rows of `pack` sequences each (SyntheticBatch).
 struct StepFlops {
   double executed = 0;
   double model = 0;
 };
 StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t rows, int64_t seq_len, const Variant& v,
-                        bool sequence_pass);
+                        bool sequence_pass, int64_t pack = 1);
 
 /// The process's resident bytes (VmRSS) and peak resident bytes (VmHWM) as the kernel
 /// counts them; ResetPeakRss() returns freed heap to the OS and restarts the peak (Linux:

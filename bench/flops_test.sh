@@ -3,7 +3,8 @@
 # (AnalyticFlops) against the profiler's count of the matrix products a profiled step ran,
 # from their operands' shapes (--profile --check: equal to 1e-9, else the run fails). Every
 # engine the sweep has (full, the checkpoint baselines, stream, offloaded, kept attention), the
-# three objectives, sliding windows past a key tile (Gemma3 at T = 1536) and a mixture of experts.
+# three objectives, sliding windows past a key tile (Gemma3 at T = 1536), a mixture of experts, and
+# rows of packed sequences (whose tiles before a chunk's first sequence are skipped), with windows.
 set -euo pipefail
 BENCH=${1:?streambp-bench}; OUT=${2:-$(mktemp -d)}; mkdir -p "$OUT"
 engines=full,checkpoint,stream,stream:offload,stream:keep
@@ -27,3 +28,9 @@ run sft
 run dpo --objective dpo
 run grpo_moe --objective grpo --family qwen3_moe
 run gemma3_windows --family gemma3 --seq-lens 256,1536
+run packed --pack 3 --seq-lens 256,300
+run gemma3_packed --family gemma3 --pack 2 --seq-lens 1024,1536
+# --pack packs sft sequences: another objective is refused before any model is built.
+if out=$("$BENCH" --quick --objective dpo --pack 2 2>&1); then echo "--pack with dpo ran: $out"; exit 1; fi
+grep -q -- "--pack packs sft sequences" <<<"$out" || { echo "$out"; exit 1; }
+echo "--pack with dpo refused"

@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     ctx.optimizer = a.optimizer;
     ctx.threads = torch::get_num_threads();
     ctx.search_growth = a.search_growth;
-    ctx.workload = {a.objective, a.batch, 1};
+    ctx.workload = {a.objective, a.batch, 1, a.pack};
     ctx.profile = a.profile;
     PrepareStatics(ctx);
     const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
@@ -140,8 +140,10 @@ int main(int argc, char** argv) {
                   (long long)c.sparse_layers(), (long long)c.num_experts, (long long)c.moe_intermediate_size,
                   (long long)c.num_experts_per_tok, c.norm_topk_prob ? ", renormalised" : "");
     }
-    std::printf("objective: %s, batch %lld; weights %s, gradients %s, %s state %s; sweep limit %s of activations\n\n",
-                a.objective.c_str(), (long long)a.batch, HumanBytes(ctx.statics.weights).c_str(),
+    std::printf("objective: %s, batch %lld%s; weights %s, gradients %s, %s state %s; sweep limit %s of activations\n\n",
+                a.objective.c_str(), (long long)a.batch,
+                a.pack > 1 ? (", " + std::to_string(a.pack) + " sequences packed per row").c_str() : "",
+                HumanBytes(ctx.statics.weights).c_str(),
                 HumanBytes(ctx.statics.grads).c_str(), a.optimizer.c_str(), HumanBytes(ctx.statics.optimizer).c_str(),
                 HumanBytes(ctx.mem_limit).c_str());
 
@@ -163,6 +165,7 @@ int main(int argc, char** argv) {
                        {"dtype", a.dtype}};
     report["objective"] = a.objective;
     report["batch"] = a.batch;
+    report["pack"] = a.pack;
     report["repeat"] = a.repeat;
     report["command"] = [&] {
       std::string s;

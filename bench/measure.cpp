@@ -109,11 +109,14 @@ std::vector<Sequence> SyntheticSequences(const Workload& w, int64_t seq_len, int
   const int64_t prompt_len = T / 4;
   std::vector<Sequence> out;
   if (w.objective == "sft") {
-    for (int64_t i = 0; i < w.batch; ++i) {
+    const int64_t pack = std::clamp<int64_t>(w.pack, 1, T);
+    for (int64_t i = 0; i < w.batch * pack; ++i) {
+      // Row i / pack's sequence i % pack: T / pack tokens, the row's last one the rest.
+      const int64_t n = i % pack + 1 < pack ? T / pack : T - (pack - 1) * (T / pack);
       Sequence s;
-      s.tokens = random_tokens(T);
-      s.loss_mask.assign(T, 1);
-      std::fill(s.loss_mask.begin(), s.loss_mask.begin() + prompt_len, 0);
+      s.tokens = random_tokens(n);
+      s.loss_mask.assign(n, 1);
+      std::fill(s.loss_mask.begin(), s.loss_mask.begin() + n / 4, 0);
       out.push_back(std::move(s));
     }
     return out;
@@ -145,7 +148,7 @@ std::vector<Sequence> SyntheticSequences(const Workload& w, int64_t seq_len, int
 }
 
 StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int64_t T, const Variant& v,
-                        bool sequence_pass) {
+                        bool sequence_pass, int64_t pack) {
   const double d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
   const double V = c.vocab_size, L = c.num_hidden_layers, H = c.num_attention_heads, hd = c.head_dim;
   const double kv_params = 2 * d * kvd;
@@ -164,19 +167,28 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
   // (query, key) pairs the model defines (causal, within the window) and those the chunked
   // engines visit.
   const auto chunks = ResolveChunks(v.options, T, c, dtype);
+  // Packed rows (SyntheticBatch): `pack` sequences of T / pack positions (the last the rest);
+  // a query sees only its own sequence's keys.
+  pack = std::clamp<int64_t>(pack, 1, T);
+  const int64_t seq = T / pack;
+  auto sequence_start = [&](int64_t p) { return std::min(p / seq, pack - 1) * seq; };
   double causal_attention = 0, visited_attention = 0, prefix_rows = 0;
   for (int64_t s = 0; s < T; s += chunks.chunk) prefix_rows += static_cast<double>(std::min<int64_t>(T, s + chunks.chunk));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const int64_t w = c.window(l) > 0 ? std::min<int64_t>(c.window(l), T) : T;
-    const double W = static_cast<double>(w);
-    causal_attention += attention(W * (W + 1) / 2 + (static_cast<double>(T) - W) * W);
+    for (int64_t i = 0; i < pack; ++i) {  // per sequence of the row: causal within the window
+      const double n = static_cast<double>(i + 1 < pack ? seq : T - (pack - 1) * seq);
+      const double W = std::min(static_cast<double>(w), n);
+      causal_attention += attention(W * (W + 1) / 2 + (n - W) * W);
+    }
     // A window's first key tile is visited whole: the tiles run from key 0 in steps of the
-    // key tile, and a chunk visits from the one holding its first query's oldest key on.
+    // key tile, and a chunk visits from the one holding its first query's oldest key on (the
+    // tiles before its sequence's start, where every pair is masked, are skipped).
     const int64_t tile = std::max<int64_t>(1, chunks.key_chunk);
     double pairs = 0;
     for (int64_t s = 0; s < T; s += chunks.chunk) {
       const int64_t e = std::min<int64_t>(T, s + chunks.chunk);
-      const int64_t first_key = std::max<int64_t>(0, s - w + 1) / tile * tile;
+      const int64_t first_key = std::max<int64_t>(sequence_start(s), s - w + 1) / tile * tile;
       pairs += static_cast<double>(e - s) * static_cast<double>(e - first_key);
     }
     visited_attention += attention(pairs);
@@ -258,6 +270,12 @@ void PrepareStatics(Context& ctx) {
   }
 }
 
+Batch SyntheticBatch(const Workload& w, int64_t seq_len, int64_t vocab) {
+  const auto sequences = SyntheticSequences(w, seq_len, vocab);
+  return w.pack > 1 ? MakeBatch(sequences, Layout::kPacked, std::max<int64_t>(seq_len, 4))
+                    : MakeBatch(sequences, Layout::kRightPad);
+}
+
 // checkpoint:chunked with the default logits chunk: the one DefaultChunks picks for this length.
 static Variant AtLength(const Variant& v, const ModelConfig& config, torch::Dtype dtype, int64_t seq_len) {
   Variant out = v;
@@ -270,8 +288,7 @@ static Variant AtLength(const Variant& v, const ModelConfig& config, torch::Dtyp
 Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t warmup, int64_t repeat,
                  int64_t activation_budget) {
   const Variant v = AtLength(variant, ctx.config, ctx.dtype, seq_len);
-  const auto sequences = SyntheticSequences(ctx.workload, seq_len, ctx.config.vocab_size);
-  const auto batch = MakeBatch(sequences, Layout::kRightPad);
+  const auto batch = SyntheticBatch(ctx.workload, seq_len, ctx.config.vocab_size);
   const int64_t T = batch.length(), rows = batch.rows();
   Run r;
   r.variant = v;
@@ -289,7 +306,7 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
   r.predicted_activation_bytes = estimate.activation_bytes;
   r.predicted_peak_bytes = estimate.total();
   auto probe = CreateObjective(ctx.workload.objective, nlohmann::json::object());
-  const auto flops = AnalyticFlops(ctx.config, ctx.dtype, rows, T, v, probe->needs_sequence_pass());
+  const auto flops = AnalyticFlops(ctx.config, ctx.dtype, rows, T, v, probe->needs_sequence_pass(), ctx.workload.pack);
   r.flops = flops.executed;
   r.model_flops = flops.model;
   const int64_t statics = ctx.statics.weights + ctx.statics.grads + ctx.statics.optimizer;
@@ -476,8 +493,7 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
       // As the server does: the largest chunks whose estimate fits the budget (for
       // checkpoint:tiled its attention blocks and the logits chunk, so the baseline gets the
       // same help from small tiles that stream gets).
-      const int64_t rows = MakeBatch(SyntheticSequences(ctx.workload, 8, ctx.config.vocab_size),
-                                     Layout::kRightPad).rows();
+      const int64_t rows = SyntheticBatch(ctx.workload, 8, ctx.config.vocab_size).rows();
       auto chosen = ChooseChunks(ctx.config, ctx.dtype, rows, T, statics + budget, ctx.optimizer,
                                  ctx.adapter ? &ctx.adapter->config() : nullptr, v.options);
       x.options.chunk = chosen.chunk;
@@ -507,7 +523,7 @@ SearchResult SearchMaxLength(Context& ctx, const Variant& v, int64_t budget, int
   };
   auto round = [&](int64_t T) { return std::max<int64_t>(align, T / align * align); };
   {
-    const int64_t rows = MakeBatch(SyntheticSequences(ctx.workload, 8, ctx.config.vocab_size), Layout::kRightPad).rows();
+    const int64_t rows = SyntheticBatch(ctx.workload, 8, ctx.config.vocab_size).rows();
     auto predicted_fits = [&](int64_t T) {
       const auto x = options_for(T);
       return EstimateStepMemory(ctx.config, ctx.dtype, rows, T, x.options, ctx.optimizer,

@@ -6,7 +6,8 @@
 # the layer inputs offloaded to pinned host memory past the lengths that fit on the device
 # (the pinned buffers now exactly one layer input each, the host's memory checked up front).
 #   GPU_DEADLINE=$(( $(date +%s) + 560 )) bash scripts/gpu/offload-and-speed.sh OUT
-# PARTS picks and orders the parts (default: exact kernels speed offload lora; also offload_warm).
+# PARTS picks and orders the parts (default: exact kernels speed offload lora; also offload_warm,
+# packed).
 # A dry run on a CPU build: GPU_DEVICE=cpu GPU_BIN=DIR BENCH_PRESET=tiny SEARCH_PRESET=tiny
 # SPEED_LEN=512 OFFLOAD_LEN=1024 OFFLOAD_MAX=2048 SEARCH_BUDGET=8MiB LORA_BUDGET=16MiB
 # LORA_START=512 GEMM_N=256 PARTS="exact speed offload lora".
@@ -46,6 +47,13 @@ for part in ${PARTS:-exact kernels speed offload lora}; do
     # buffers the warm-up pinned (memory::HostBufferCache).
     offload_warm) BENCH_ENGINES=stream,stream:offload BENCH_LENS=$LEN BENCH_WARMUP=1 BENCH_NAME=offload_warm_${LEN} \
                     BENCH_SECONDS=150 $S bench "$W" ;;
+    # Packed rows (RL rollouts): stream at LEN with PACK (default 8) sequences per row, through
+    # flash's varlen entry (STREAMBP_FLASH_VARLEN) and through the tiled kernel (the speed
+    # part's stream step is the same tokens as one sequence).
+    packed) for attn in auto tiled; do
+              STREAMBP_ATTENTION=$attn BENCH_ENGINES=stream BENCH_LENS=$LEN BENCH_WARMUP=1 BENCH_SECONDS=90 \
+                BENCH_NAME=packed${PACK:-8}_${LEN}_$attn BENCH_EXTRA="--pack ${PACK:-8}" $S bench "$W"
+            done ;;
     # From OFF_START up to OFF_MAX; a length whose pinned buffers the host cannot hold is
     # refused before it runs (the step checks the host's available memory first).
     offload) echo "offload search from $OFF_START to $OFF_MAX (host: $(( AVAIL_KIB / 1024 / 1024 )) GiB available)" | tee -a "$W/steps.log"
