@@ -181,14 +181,12 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
       const double W = std::min(static_cast<double>(w), n);
       causal_attention += attention(W * (W + 1) / 2 + (n - W) * W);
     }
-    // A window's first key tile is visited whole: the tiles run from key 0 in steps of the
-    // key tile, and a chunk visits from the one holding its first query's oldest key on (the
-    // tiles before its sequence's start, where every pair is masked, are skipped).
-    const int64_t tile = std::max<int64_t>(1, chunks.key_chunk);
+    // A chunk's key tiles run from the first key its first query sees (the oldest in its
+    // window, its sequence's start: AttentionPattern::key_start) to its end.
     double pairs = 0;
     for (int64_t s = 0; s < T; s += chunks.chunk) {
       const int64_t e = std::min<int64_t>(T, s + chunks.chunk);
-      const int64_t first_key = std::max<int64_t>(sequence_start(s), s - w + 1) / tile * tile;
+      const int64_t first_key = std::max<int64_t>(sequence_start(s), s - w + 1);
       pairs += static_cast<double>(e - s) * static_cast<double>(e - first_key);
     }
     visited_attention += attention(pairs);

@@ -106,6 +106,41 @@ TEST(Varlen, SegmentsGiveTheCausalMask) {
   EXPECT_TRUE(CausalSegments(AttentionPattern(torch::ones({1, 2, 2}, torch::kBool)), 0).empty());
 }
 
+// The tiled kernel's tiles start at AttentionPattern::key_start: no query of the block sees
+// a key before it, and some query of some row sees the key at it (packed, left-padded, right-
+// padded rows; windows; blocks inside and across sequences). Runs unknown: the window only.
+TEST(Varlen, KeyStartIsTheFirstKeyABlockSees) {
+  const auto seqs = testing::RandomSequences({13, 6, 9, 2}, 50, 11);
+  int checked = 0;
+  for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
+    auto batch = MakeBatch(seqs, layout, layout == Layout::kPacked ? 16 : 0);
+    const int64_t T = batch.length();
+    for (bool known : {true, false}) {
+      if (!known) batch.runs = nullptr;
+      for (int64_t window : {int64_t{0}, int64_t{3}}) {
+        for (int64_t s = 0; s < T; s += 3) {
+          const int64_t e = std::min(T, s + 5);  // blocks [s, s+5) of queries against keys [0, e)
+          const auto pattern = AttentionPattern::Causal(batch, s, e, e, window);
+          const int64_t k = pattern.key_start(0, e - s);
+          const auto mask = pattern.dense();  // [B, e - s, e]
+          ASSERT_LE(k, e);
+          if (k > 0) {
+            EXPECT_FALSE(mask.slice(2, 0, k).any().item<bool>()) << LayoutName(layout) << " s " << s;
+          }
+          if (known && k < e) {
+            EXPECT_TRUE(mask.select(2, k).any().item<bool>()) << LayoutName(layout) << " s " << s << " k " << k;
+          }
+          if (!known) {
+            EXPECT_EQ(k, window > 0 ? std::max<int64_t>(0, s - window + 1) : 0);
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 50);
+}
+
 // Largest difference relative to the largest magnitude of b.
 double MaxRel(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item<double>();

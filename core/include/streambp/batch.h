@@ -155,6 +155,10 @@ struct AttentionPattern {
   torch::Tensor dense() const { return block(0, queries(), 0, keys()); }  ///< [B, C, L]
   /// Keys at or past this index are masked for every query row of [q0, q1) (causality).
   int64_t key_limit(int64_t q0, int64_t q1) const;
+  /// Keys before this index are masked for every query row of [q0, q1): those older than
+  /// the first query's window, and (runs known) those before the run that holds the first
+  /// query in each row. At most key_limit(q0, q1).
+  int64_t key_start(int64_t q0, int64_t q1) const;
 
   torch::Tensor mask;          ///< the given mask, or undefined (Causal)
   torch::Tensor sequence_ids;  ///< Causal: the batch's sequence ids [B, T]

@@ -379,6 +379,23 @@ torch::Tensor AttentionPattern::block(int64_t q0, int64_t q1, int64_t k0, int64_
   return (q_seq == k_seq) & allowed.unsqueeze(0);
 }
 
+int64_t AttentionPattern::key_start(int64_t q0, int64_t q1) const {
+  if (mask.defined()) return 0;
+  const int64_t qa = q_start + q0;
+  int64_t start = window > 0 ? std::max<int64_t>(0, qa - window + 1) : 0;
+  if (runs && !runs->empty()) {
+    // Later queries of the block are in the same run or a later one: no row's keys before its
+    // first query's run are seen by any of them.
+    int64_t earliest = qa;
+    for (const auto& row : *runs) {
+      const auto after = std::upper_bound(row.begin(), row.end(), qa);  // row: {0, ..., T}, qa < T
+      if (after != row.begin()) earliest = std::min(earliest, *std::prev(after));
+    }
+    start = std::max(start, earliest);
+  }
+  return std::min(start, key_limit(q0, q1));
+}
+
 int64_t AttentionPattern::key_limit(int64_t q0, int64_t q1) const {
   (void)q0;
   if (mask.defined()) return k_end;

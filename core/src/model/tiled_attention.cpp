@@ -99,7 +99,7 @@ std::optional<std::vector<Tile>> PlanTilesOnHost(const AttentionPattern& pattern
     return true;
   };
   std::vector<Tile> tiles;
-  for (int64_t k0 = 0; k0 < limit; k0 += tile) {
+  for (int64_t k0 = pattern.key_start(q0, q1); k0 < limit; k0 += tile) {
     const int64_t k1 = std::min(limit, k0 + tile);
     // Some pair is in the band: the closest one (query qa, key k1 - 1) within the window, and
     // a key at or before the last query.
@@ -115,13 +115,15 @@ std::optional<std::vector<Tile>> PlanTilesOnHost(const AttentionPattern& pattern
 }
 
 // The key tiles that some query row of [q0, q1) may attend to, and which of them need no
-// mask. Read back once per block (one device sync on a GPU, not one per tile).
+// mask. Read back once per block (one device sync on a GPU, not one per tile). Tiles run from
+// the first key any query of the block may see (its window's oldest key, its sequence's
+// start: AttentionPattern::key_start), so no tile is spent on keys all of them mask.
 std::vector<Tile> PlanTiles(const AttentionPattern& pattern, int64_t q0, int64_t q1, int64_t tile) {
   if (auto planned = PlanTilesOnHost(pattern, q0, q1, tile)) return *std::move(planned);
   const int64_t limit = pattern.key_limit(q0, q1);
   std::vector<Tile> tiles;
   std::vector<torch::Tensor> flags;
-  for (int64_t k0 = 0; k0 < limit; k0 += tile) {
+  for (int64_t k0 = pattern.key_start(q0, q1); k0 < limit; k0 += tile) {
     const int64_t k1 = std::min(limit, k0 + tile);
     auto m = pattern.block(q0, q1, k0, k1);
     flags.push_back(m.any());
@@ -177,6 +179,15 @@ void SavePattern(AutogradContext* ctx, const AttentionPattern& m) {
   ctx->saved_data["mask"] = m.mask;
   ctx->saved_data["sequence_ids"] = m.sequence_ids;
   ctx->saved_data["pattern"] = std::vector<int64_t>{m.q_start, m.q_end, m.k_end, m.window};
+  // The runs, so that the backward's tiles start where the forward's did: each row's length,
+  // then its starts (empty where unknown).
+  std::vector<int64_t> runs;
+  if (m.runs) {
+    for (const auto& row : *m.runs) runs.push_back(static_cast<int64_t>(row.size()));
+    for (const auto& row : *m.runs) runs.insert(runs.end(), row.begin(), row.end());
+  }
+  ctx->saved_data["runs"] = runs;
+  ctx->saved_data["rows"] = static_cast<int64_t>(m.runs ? m.runs->size() : 0);
 }
 
 AttentionPattern LoadPattern(AutogradContext* ctx) {
@@ -188,6 +199,18 @@ AttentionPattern LoadPattern(AutogradContext* ctx) {
   m.q_end = ints[1];
   m.k_end = ints[2];
   m.window = ints[3];
+  const int64_t rows = ctx->saved_data["rows"].toInt();
+  if (rows > 0) {
+    const auto flat = ctx->saved_data["runs"].toIntVector();
+    auto runs = std::make_shared<std::vector<std::vector<int64_t>>>(rows);
+    size_t at = static_cast<size_t>(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto n = static_cast<size_t>(flat[static_cast<size_t>(r)]);
+      (*runs)[static_cast<size_t>(r)].assign(flat.begin() + at, flat.begin() + at + n);
+      at += n;
+    }
+    m.runs = std::move(runs);
+  }
   return m;
 }
 
