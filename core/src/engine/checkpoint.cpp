@@ -5,6 +5,7 @@
 // under torch.utils.checkpoint on GPUs): the strongest checkpointing baseline.
 #include <map>
 
+#include "../model/weight_gradients.h"
 #include "engine_common.h"
 
 namespace streambp::engine {
@@ -47,6 +48,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
   h_last = torch::Tensor();
   if (ready) ready(-2);
   auto grad = std::move(head.grad_h);  // not held past the top layer's backward
+  InPlaceWeightGradients in_place;  // each layer's weight gradients straight into .grad
   for (int64_t i = static_cast<int64_t>(model.layer_list.size()) - 1; i >= 0; --i) {
     Report(progress, EngineProgress::Phase::kBackward, i, static_cast<int64_t>(model.layer_list.size()));
     torch::AutoGradMode grad_mode(true);

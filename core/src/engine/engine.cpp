@@ -5,6 +5,7 @@
 
 #include <ATen/record_function.h>
 
+#include "../model/weight_gradients.h"
 #include "engine_common.h"
 #include "streambp/error.h"
 #include "streambp/estimate.h"
@@ -431,17 +432,6 @@ LogitsChunk MakeChunk(const Batch& batch, torch::Tensor logits, int64_t s, int64
   c.sequence_ids = batch.sequence_ids.slice(1, s, e);
   return c;
 }
-
-namespace {
-
-// A parameter's gradient tensor, made (zeros) if it has none yet, for in-place accumulation.
-torch::Tensor GradientOf(const torch::Tensor& parameter) {
-  auto& grad = parameter.mutable_grad();
-  if (!grad.defined()) grad = torch::zeros_like(parameter);
-  return grad;
-}
-
-}  // namespace
 
 HeadResult HeadForwardBackward(CausalLMImpl& model, const torch::Tensor& h_last, const Batch& batch,
                                Objective& objective, int64_t chunk, bool want_grad, const Progress& progress) {

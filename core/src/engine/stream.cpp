@@ -25,6 +25,7 @@
 // rank's dK^, dV^ are complete only after every rank's queries ran, so there the K/V
 // backward is a third pass, in order, after the exchange of dK^, dV^.
 #include "engine_common.h"
+#include "../model/weight_gradients.h"
 #include "layer_store.h"
 #include "streambp/error.h"
 
@@ -342,6 +343,8 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
   store->drop(layers);
   if (ready) ready(-2);
   auto grad = std::move(head.grad_h);
+  // Each chunk's weight gradients go straight into .grad (docs/architecture.md: Engines).
+  InPlaceWeightGradients in_place;
   for (int64_t i = layers - 1; i >= 0; --i) {
     auto& layer = *model.layer_list[i];
     const int64_t window = config.window(i);

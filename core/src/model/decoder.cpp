@@ -9,6 +9,7 @@
 #include "streambp/error.h"
 #include "streambp/lora.h"
 #include "streambp/model.h"
+#include "weight_gradients.h"
 
 namespace streambp {
 namespace F = torch::nn::functional;
@@ -110,7 +111,9 @@ torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
     const auto& w = lora_->weight;
     return F::linear(x.to(w.scalar_type()), w, bias.defined() ? bias.to(w.scalar_type()) : bias).to(x.scalar_type());
   }
-  auto y = F::linear(x, weight, bias);
+  auto y = InPlaceWeightGradients::active() && torch::GradMode::is_enabled() && weight.requires_grad()
+               ? LinearAddingWeightGradients(x, weight, bias)
+               : F::linear(x, weight, bias);
   if (lora_ == nullptr) return y;
   // PEFT: the input in the adapter's dtype, the term scaled and added in the output's.
   auto term = F::linear(F::linear(x.to(lora_->a.scalar_type()), lora_->a), lora_->b) * lora_scale_;
