@@ -4,7 +4,8 @@
 # from their operands' shapes (--profile --check: equal to 1e-9, else the run fails). Every
 # engine the sweep has (full, the checkpoint baselines, stream, offloaded, kept attention), the
 # three objectives, sliding windows past a key tile (Gemma3 at T = 1536), a mixture of experts, and
-# rows of packed sequences (whose tiles before a chunk's first sequence are skipped), with windows.
+# rows of packed sequences (whose tiles before a chunk's first sequence are skipped), with windows;
+# and on two threads, where attention runs its heads on both.
 set -euo pipefail
 BENCH=${1:?streambp-bench}; OUT=${2:-$(mktemp -d)}; mkdir -p "$OUT"
 engines=full,checkpoint,stream,stream:offload,stream:keep
@@ -28,6 +29,9 @@ run sft
 run dpo --objective dpo
 run grpo_moe --objective grpo --family qwen3_moe
 run gemma3_windows --family gemma3 --seq-lens 256,1536
+# Two threads: the tiled attention splits its heads between them, and the products the other
+# thread runs count too (the tests' environment runs one thread unless told).
+run gemma3_windows_two_threads --family gemma3 --seq-lens 256,1536 --threads 2
 run packed --pack 3 --seq-lens 256,300
 run gemma3_packed --family gemma3 --pack 2 --seq-lens 1024,1536
 # --pack packs sft sequences: another objective is refused before any model is built.

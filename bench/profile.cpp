@@ -7,9 +7,14 @@
 // (copy_, clone, fill, cat: the engines' buffers) or "other" (everything else, and the
 // time between ops). The same callbacks count the FLOPs of every matrix product the step
 // runs, from the operands' shapes: an independent count of what AnalyticFlops predicts.
+// Work that the step hands to other threads with the caller's thread-local state (the tiled
+// attention's heads split among OpenMP threads) counts its products too; its time is the
+// measuring thread's wait, charged to the part that waits.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -45,6 +50,16 @@ struct State {
   std::unordered_map<int64_t, int> created_by;  // autograd sequence number -> category
 };
 thread_local State g_state;
+
+// Other threads running the step's work while a step is profiled: their matrix products only.
+std::atomic<bool> g_collecting{false};
+std::mutex g_helper_mutex;
+double g_helper_flops = 0;  // guarded by g_helper_mutex
+struct HelperState {
+  std::vector<bool> gemm_open;
+  int gemm_depth = 0;
+};
+thread_local HelperState g_helper;
 
 int RegionOf(const char* name) {
   if (std::strncmp(name, "streambp::", 10) != 0) return -1;
@@ -98,7 +113,18 @@ double GemmFlops(const at::RecordFunction& fn) {
 
 std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
   auto& s = g_state;
-  if (!s.active) return nullptr;
+  if (!s.active) {
+    if (!g_collecting.load(std::memory_order_relaxed)) return nullptr;
+    auto& h = g_helper;
+    const double flops = fn.scope() == at::RecordScope::FUNCTION ? GemmFlops(fn) : -1;
+    if (flops >= 0 && h.gemm_depth == 0) {
+      std::lock_guard<std::mutex> lock(g_helper_mutex);
+      g_helper_flops += flops;
+    }
+    h.gemm_depth += flops >= 0 ? 1 : 0;
+    h.gemm_open.push_back(flops >= 0);
+    return nullptr;
+  }
   const double flops = fn.scope() == at::RecordScope::FUNCTION ? GemmFlops(fn) : -1;
   if (flops >= 0 && s.gemm_depth == 0) s.gemm_flops += flops;
   s.gemm_depth += flops >= 0 ? 1 : 0;
@@ -133,7 +159,15 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
 
 void OnEnd(const at::RecordFunction&, at::ObserverContext*) {
   auto& s = g_state;
-  if (!s.active || s.stack.empty()) return;
+  if (!s.active) {
+    auto& h = g_helper;
+    if (!h.gemm_open.empty()) {
+      h.gemm_depth -= h.gemm_open.back() ? 1 : 0;
+      h.gemm_open.pop_back();
+    }
+    return;
+  }
+  if (s.stack.empty()) return;
   if (!s.gemm_open.empty()) {
     s.gemm_depth -= s.gemm_open.back() ? 1 : 0;
     s.gemm_open.pop_back();
@@ -153,21 +187,31 @@ TimeBreakdown ProfileStep(const std::function<void()>& step) {
           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION, at::RecordScope::USER_SCOPE})
           .needsInputs(true));
   s.active = true;
+  {
+    std::lock_guard<std::mutex> lock(g_helper_mutex);
+    g_helper_flops = 0;
+  }
+  g_collecting = true;
   const auto t0 = Clock::now();
   s.last = t0;
   try {
     step();
   } catch (...) {
     s.active = false;
+    g_collecting = false;
     at::removeCallback(handle);
     throw;
   }
   Charge(Clock::now());
   s.active = false;
+  g_collecting = false;
   at::removeCallback(handle);
   TimeBreakdown out;
   out.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  out.gemm_flops = s.gemm_flops;
+  {
+    std::lock_guard<std::mutex> lock(g_helper_mutex);
+    out.gemm_flops = s.gemm_flops + g_helper_flops;
+  }
   for (int c = 0; c < kCount; ++c) out.seconds[Names()[c]] = s.seconds[c];
   out.ops.assign(s.op_seconds.begin(), s.op_seconds.end());
   std::sort(out.ops.begin(), out.ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });

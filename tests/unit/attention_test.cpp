@@ -11,6 +11,7 @@
 #include "streambp/attention.h"
 #include "streambp/batch.h"
 #include "test_util/fixtures.h"
+#include "../../core/src/model/tiled_attention.h"
 
 namespace streambp {
 namespace {
@@ -203,6 +204,70 @@ TEST(Attention, TilesPlannedFromSequenceIdsEqualTilesPlannedFromMasks) {
     }
   }
   EXPECT_EQ(compared, 72);
+}
+
+// On the CPU a tiled call splits its B*KVH key/value heads among the intra-op threads when
+// they share evenly (TiledAttentionThreads), each thread running its heads' tiles with
+// one-thread products. The output and dq, dk, dv (through a sink too) are those of one thread,
+// bit for bit: batch rows with different padding and documents (each head's mask row is its
+// batch row's), a window, query blocks, and head counts that split (6 on 2 or 3 threads) or do
+// not (3 on 2 threads runs as one).
+TEST(Attention, TiledHeadsSplitAmongThreadsEqualOneThread) {
+  struct Threads {
+    int before = at::get_num_threads();
+    ~Threads() { at::set_num_threads(before); }
+  } restore;
+  const auto cpu = torch::Device(torch::kCPU);
+  at::set_num_threads(2);
+  EXPECT_EQ(TiledAttentionThreads(6, cpu), 2);
+  EXPECT_EQ(TiledAttentionThreads(3, cpu), 1);
+  EXPECT_EQ(TiledAttentionThreads(9, cpu), 2);
+  EXPECT_EQ(TiledAttentionThreads(1, cpu), 1);
+  at::set_num_threads(3);
+  EXPECT_EQ(TiledAttentionThreads(6, cpu), 3);
+  EXPECT_EQ(TiledAttentionThreads(4, cpu), 1);
+  at::set_num_threads(1);
+  EXPECT_EQ(TiledAttentionThreads(6, cpu), 1);
+
+  const auto seqs = testing::RandomSequences({21, 9, 16}, 50, 57);
+  int compared = 0;
+  for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
+    const auto batch = MakeBatch(seqs, layout, layout == Layout::kPacked ? 24 : 0);
+    const int64_t T = batch.length(), G = 2, start = T / 4;
+    for (int64_t KVH : {int64_t{2}, int64_t{1}}) {
+      for (int64_t window : {int64_t{0}, int64_t{5}}) {
+        const auto pattern = AttentionPattern::Causal(batch, start, T, T, window);
+        auto in = testing::RandomAttentionInputs(batch.rows(), KVH, G, T - start, T, 8, 61 + window + KVH);
+        auto weight = torch::linspace(-1, 1, in.q.numel(), in.q.options()).view(in.q.sizes());
+        for (bool sink : {false, true}) {
+          auto run = [&](int threads) {
+            at::set_num_threads(threads);
+            KeysValues kv{torch::zeros(in.k.sizes(), in.k.options()), torch::zeros(in.v.sizes(), in.v.options())};
+            const AttentionTiling tiling{4, 5, sink ? &kv : nullptr};
+            auto out = TiledAttention(in.q, in.k, in.v, pattern, G, 0.4, tiling);
+            auto grads = torch::autograd::grad({(out * weight).sum()}, {in.q, in.k, in.v}, {}, false, false, true);
+            if (sink) grads = {grads[0], kv.k, kv.v};
+            grads.insert(grads.begin(), out.detach());
+            return grads;
+          };
+          const auto one = run(1);
+          for (int threads : {2, 3}) {
+            const auto got = run(threads);
+            const std::string where = std::string(LayoutName(layout)) + " kv heads " + std::to_string(KVH) +
+                                      " window " + std::to_string(window) + " threads " + std::to_string(threads) +
+                                      (sink ? " sink" : "");
+            for (size_t i = 0; i < one.size(); ++i) {
+              ASSERT_TRUE(got[i].defined() && one[i].defined()) << where << " tensor " << i;
+              ASSERT_GT(one[i].abs().max().item<double>(), 0) << where << " tensor " << i;
+              EXPECT_TRUE(torch::equal(got[i], one[i])) << where << " tensor " << i;
+            }
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 48);
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 //   dV_j += P_j^T dO;  dS_j = P_j * (dO V_j^T - D);  dQ += dS_j K_j * scale;  dK_j += dS_j^T Q * scale.
 // Products accumulate in place (baddbmm_) into their destinations; every tensor is viewed
 // as [B*KVH, rows, hd], so a block of queries or a tile of keys is a view, never a copy.
+// On the CPU the B*KVH slices of a query block are split among the intra-op threads, each
+// running its slices' tiles with one-thread products (ForSlices): the same ops per slice,
+// so the same values, without every small product of a tile waiting for all threads.
 // With AttentionTiling::kept a call writes its out and lse there, or (replay, the stream
 // engine's backward with EngineOptions::keep_attention) takes them from there instead of
 // running the forward's tiles: the backward is the same from the same out and lse.
@@ -15,6 +18,8 @@
 #include <limits>
 #include <optional>
 
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <torch/torch.h>
 
 namespace streambp {
@@ -161,18 +166,43 @@ Plan MakePlan(const torch::Tensor& q, const torch::Tensor& k, int64_t groups, co
   return p;
 }
 
-// Scores of query positions [q0, q1) against key tile t: [B*KVH, (q1-q0)*G, kt] in the
-// compute dtype, -inf where the pattern masks (q is pre-scaled).
+// Scores of query positions [q0, q1) against key tile t for the slices [b0, b1) of B*KVH that
+// q3 and k3 hold: [b1-b0, (q1-q0)*G, kt] in the compute dtype, -inf where the pattern masks
+// (q is pre-scaled).
 torch::Tensor Scores(const Plan& p, const torch::Tensor& q3, const torch::Tensor& k3, const AttentionPattern& pattern,
-                     int64_t q0, int64_t q1, const Tile& t) {
+                     int64_t q0, int64_t q1, const Tile& t, int64_t b0, int64_t b1) {
   auto s = Product(q3.slice(1, q0 * p.G, q1 * p.G), k3.slice(1, t.k0, t.k1).transpose(1, 2), p.dtype, p.cd);
   if (!t.full) {
-    auto masked = (t.mask.defined() ? t.mask : pattern.block(q0, q1, t.k0, t.k1))
-                      .logical_not()
-                      .reshape({p.B, 1, q1 - q0, 1, t.k1 - t.k0});
-    s.view({p.B, p.KVH, q1 - q0, p.G, t.k1 - t.k0}).masked_fill_(masked, kNegInf);
+    const int64_t rows = q1 - q0, keys = t.k1 - t.k0;
+    auto masked = (t.mask.defined() ? t.mask : pattern.block(q0, q1, t.k0, t.k1)).logical_not();
+    if (b0 == 0 && b1 == p.B * p.KVH) {
+      s.view({p.B, p.KVH, rows, p.G, keys}).masked_fill_(masked.reshape({p.B, 1, rows, 1, keys}), kNegInf);
+    } else {
+      // Slice i of B*KVH belongs to batch row i / KVH.
+      auto batch = torch::arange(b0, b1, torch::TensorOptions().dtype(torch::kLong).device(masked.device()))
+                       .div_(p.KVH, "floor");
+      s.view({b1 - b0, rows, p.G, keys})
+          .masked_fill_(masked.index_select(0, batch).reshape({b1 - b0, rows, 1, keys}), kNegInf);
+    }
   }
   return s;
+}
+
+// Runs f(b0, b1) over the B*KVH slices: split among TiledAttentionThreads threads, each with
+// the caller's thread-local state (grad mode, profiling callbacks) and one-thread products
+// (OpenBLAS runs one thread inside a parallel region); else f(0, B*KVH) on this thread.
+template <typename F>
+void ForSlices(const Plan& p, const torch::Tensor& like, const F& f) {
+  const int64_t n = p.B * p.KVH;
+  if (TiledAttentionThreads(n, like.device()) == 1) {
+    f(0, n);
+    return;
+  }
+  const at::ThreadLocalState state;
+  at::parallel_for(0, n, 1, [&](int64_t b0, int64_t b1) {
+    at::ThreadLocalStateGuard guard(state);
+    f(b0, b1);
+  });
 }
 
 void SavePattern(AutogradContext* ctx, const AttentionPattern& m) {
@@ -243,30 +273,34 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
       lse = torch::empty({BK, R, 1}, opts);
       for (int64_t q0 = 0; q0 < p.C; q0 += p.query_tile) {
         const int64_t q1 = std::min(p.C, q0 + p.query_tile), r0 = q0 * p.G, r1 = q1 * p.G;
-        torch::Tensor m, l, acc;
-        for (const auto& t : PlanTiles(pattern, q0, q1, p.key_tile)) {
-          auto s = Scores(p, q3, k3, pattern, q0, q1, t);
-          auto m_tile = s.amax(-1, /*keepdim=*/true);  // not max(), which also finds the indices, at ~8x the time
-          if (!m.defined()) {  // first tile: nothing to rescale
-            // Rows with no allowed key in this tile keep m = -inf; shift them by 0 so exp gives 0, not NaN.
-            m = m_tile;
-            s.sub_(torch::where(torch::isinf(m), torch::zeros_like(m), m)).exp_();
-            l = s.sum(-1, /*keepdim=*/true);
-            acc = Product(s, v3.slice(1, t.k0, t.k1), p.dtype, p.cd);
-            continue;
+        const auto tiles = PlanTiles(pattern, q0, q1, p.key_tile);
+        TORCH_CHECK(!tiles.empty(), "attention: a block of query rows allows no key");
+        ForSlices(p, q3, [&](int64_t b0, int64_t b1) {
+          const auto qs3 = q3.slice(0, b0, b1), ks3 = k3.slice(0, b0, b1), vs3 = v3.slice(0, b0, b1);
+          torch::Tensor m, l, acc;
+          for (const auto& t : tiles) {
+            auto s = Scores(p, qs3, ks3, pattern, q0, q1, t, b0, b1);
+            auto m_tile = s.amax(-1, /*keepdim=*/true);  // not max(), which also finds the indices, at ~8x the time
+            if (!m.defined()) {  // first tile: nothing to rescale
+              // Rows with no allowed key in this tile keep m = -inf; shift them by 0 so exp gives 0, not NaN.
+              m = m_tile;
+              s.sub_(torch::where(torch::isinf(m), torch::zeros_like(m), m)).exp_();
+              l = s.sum(-1, /*keepdim=*/true);
+              acc = Product(s, vs3.slice(1, t.k0, t.k1), p.dtype, p.cd);
+              continue;
+            }
+            auto m_new = torch::maximum(m, m_tile);
+            auto shift = torch::where(torch::isinf(m_new), torch::zeros_like(m_new), m_new);
+            auto alpha = (m - shift).exp_();
+            s.sub_(shift).exp_();
+            l.mul_(alpha).add_(s.sum(-1, /*keepdim=*/true));
+            acc.mul_(alpha);
+            AddProduct(acc, s, vs3.slice(1, t.k0, t.k1), 1.0, p.dtype);
+            m = m_new;
           }
-          auto m_new = torch::maximum(m, m_tile);
-          auto shift = torch::where(torch::isinf(m_new), torch::zeros_like(m_new), m_new);
-          auto alpha = (m - shift).exp_();
-          s.sub_(shift).exp_();
-          l.mul_(alpha).add_(s.sum(-1, /*keepdim=*/true));
-          acc.mul_(alpha);
-          AddProduct(acc, s, v3.slice(1, t.k0, t.k1), 1.0, p.dtype);
-          m = m_new;
-        }
-        TORCH_CHECK(m.defined(), "attention: a block of query rows allows no key");
-        out.slice(1, r0, r1).copy_(acc.div_(l));
-        lse.slice(1, r0, r1).copy_(m + l.log());
+          out.slice(0, b0, b1).slice(1, r0, r1).copy_(acc.div_(l));
+          lse.slice(0, b0, b1).slice(1, r0, r1).copy_(m + l.log());
+        });
       }
       if (kept != nullptr) {  // for the backward's replay
         kept->out.copy_(out);
@@ -309,19 +343,25 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
     }
     for (int64_t q0 = 0; q0 < p.C; q0 += p.query_tile) {
       const int64_t q1 = std::min(p.C, q0 + p.query_tile), r0 = q0 * p.G, r1 = q1 * p.G;
-      auto qb = q3.slice(1, r0, r1), dob = d_out.slice(1, r0, r1), dqb = dq.slice(1, r0, r1);
-      auto lseb = lse.slice(1, r0, r1), Db = D.slice(1, r0, r1);
-      for (const auto& t : PlanTiles(pattern, q0, q1, p.key_tile)) {
-        auto kt = k3.slice(1, t.k0, t.k1), vt = v3.slice(1, t.k0, t.k1);
-        auto prob = Scores(p, q3, k3, pattern, q0, q1, t).sub_(lseb).exp_();  // masked entries: 0
-        AddProduct(dv.slice(1, t.k0, t.k1), prob.transpose(1, 2), dob, 1.0, p.dtype);
-        auto ds = Product(dob, vt.transpose(1, 2), p.dtype, p.cd);
-        ds.sub_(Db).mul_(prob);
-        prob = torch::Tensor();
-        AddProduct(dqb, ds, kt, scale, p.dtype);
-        // q is pre-scaled: dS^T (scale Q) is already dK's product.
-        AddProduct(dk.slice(1, t.k0, t.k1), ds.transpose(1, 2), qb, 1.0, p.dtype);
-      }
+      const auto tiles = PlanTiles(pattern, q0, q1, p.key_tile);
+      ForSlices(p, q3, [&](int64_t b0, int64_t b1) {
+        const auto qs3 = q3.slice(0, b0, b1), ks3 = k3.slice(0, b0, b1), vs3 = v3.slice(0, b0, b1);
+        const auto dks = dk.slice(0, b0, b1), dvs = dv.slice(0, b0, b1);
+        auto qb = qs3.slice(1, r0, r1), dob = d_out.slice(0, b0, b1).slice(1, r0, r1);
+        auto dqb = dq.slice(0, b0, b1).slice(1, r0, r1);
+        auto lseb = lse.slice(0, b0, b1).slice(1, r0, r1), Db = D.slice(0, b0, b1).slice(1, r0, r1);
+        for (const auto& t : tiles) {
+          auto kt = ks3.slice(1, t.k0, t.k1), vt = vs3.slice(1, t.k0, t.k1);
+          auto prob = Scores(p, qs3, ks3, pattern, q0, q1, t, b0, b1).sub_(lseb).exp_();  // masked entries: 0
+          AddProduct(dvs.slice(1, t.k0, t.k1), prob.transpose(1, 2), dob, 1.0, p.dtype);
+          auto ds = Product(dob, vt.transpose(1, 2), p.dtype, p.cd);
+          ds.sub_(Db).mul_(prob);
+          prob = torch::Tensor();
+          AddProduct(dqb, ds, kt, scale, p.dtype);
+          // q is pre-scaled: dS^T (scale Q) is already dK's product.
+          AddProduct(dks.slice(1, t.k0, t.k1), ds.transpose(1, 2), qb, 1.0, p.dtype);
+        }
+      });
     }
     torch::Tensor grad_k, grad_v;
     if (!sink) {
@@ -334,6 +374,21 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
 };
 
 }  // namespace
+
+int64_t TiledAttentionThreads(int64_t slices, const torch::Device& device) {
+#ifndef _OPENMP
+  // at::parallel_for runs serially in code compiled without OpenMP (STREAMBP_OPENMP_ATTENTION).
+  (void)slices;
+  (void)device;
+  return 1;
+#else
+  const int64_t threads = at::get_num_threads();
+  // Uneven shares (3 slices on 2 threads) would leave a thread idle for a third of the call.
+  const bool split = device.is_cpu() && threads > 1 && !at::in_parallel_region() && slices >= threads &&
+                     (slices % threads == 0 || slices >= 4 * threads);
+  return split ? threads : 1;
+#endif
+}
 
 torch::Tensor TiledAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const AttentionPattern& mask, int64_t groups, double scale,

@@ -25,4 +25,10 @@ torch::Tensor TiledAttention(const torch::Tensor& q, const torch::Tensor& k, con
                              const AttentionPattern& mask, int64_t groups, double scale,
                              const AttentionTiling& tiling);
 
+/// How many threads a call with `slices` = B*KVH key/value heads on `device` splits them among:
+/// on the CPU, at::get_num_threads() when the slices share evenly enough among them (outside a
+/// parallel region), each thread then running its slices' tiles with one-thread products; else 1
+/// (always 1 in a build without OpenMP: -DSTREAMBP_OPENMP_ATTENTION=OFF, or none found).
+int64_t TiledAttentionThreads(int64_t slices, const torch::Device& device);
+
 }  // namespace streambp
