@@ -19,6 +19,13 @@
 
 namespace streambp::testing {
 
+/// Puts LibTorch's intra-op thread count back as it was when this goes (the tests run one
+/// thread unless told; a test that sets others restores it).
+struct RestoreThreads {
+  int before = at::get_num_threads();
+  ~RestoreThreads() { at::set_num_threads(before); }
+};
+
 /// Tiny configs: "llama", "llama_bias" (attention + mlp bias, llama3 rope scaling),
 /// "llama3_tied" (llama3 rope scaling, tied embeddings; not in TinyFamilies()),
 /// "qwen2", "qwen3", "qwen3_tied", "mistral_window" (sliding window 5, linear rope),

@@ -213,10 +213,7 @@ TEST(Attention, TilesPlannedFromSequenceIdsEqualTilesPlannedFromMasks) {
 // batch row's), a window, query blocks, and head counts that split (6 on 2 or 3 threads) or do
 // not (3 on 2 threads runs as one).
 TEST(Attention, TiledHeadsSplitAmongThreadsEqualOneThread) {
-  struct Threads {
-    int before = at::get_num_threads();
-    ~Threads() { at::set_num_threads(before); }
-  } restore;
+  testing::RestoreThreads restore;
   const auto cpu = torch::Device(torch::kCPU);
   at::set_num_threads(2);
   EXPECT_EQ(TiledAttentionThreads(6, cpu), 2);

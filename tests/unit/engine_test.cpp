@@ -114,10 +114,7 @@ INSTANTIATE_TEST_SUITE_P(AllFamiliesLayoutsChunks, EngineExactness, ::testing::V
 // one thread unless told). Stream and checkpoint:tiled agree with full on one thread to 1e-10
 // in float64, a sliding-window family and packed rows included.
 TEST(EngineThreads, TwoThreadsMatchFullOnOne) {
-  struct Threads {
-    int before = at::get_num_threads();
-    ~Threads() { at::set_num_threads(before); }
-  } restore;
+  testing::RestoreThreads restore;
   for (const std::string family : {"qwen3", "gemma3"}) {
     auto config = TinyConfig(family);
     auto model = RandomModel(config, 13, torch::kFloat64);

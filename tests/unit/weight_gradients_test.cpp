@@ -3,11 +3,13 @@
 // and bias's .grad what autograd's own linear backward computes, chunk after chunk.
 #include <thread>
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "../../core/src/model/weight_gradients.h"
 #include "streambp/model.h"
+#include "test_util/fixtures.h"
 
 namespace streambp {
 namespace {
@@ -89,6 +91,70 @@ TEST(InPlaceWeightGradients, FrozenWeightsAndOtherThreadsUseAutograd) {
   torch::autograd::backward({y}, {torch::ones_like(y)});
   EXPECT_FALSE(p->weight.grad().defined());
   EXPECT_LE((x.grad() - torch::ones({1, 4, 2}, torch::kFloat64).matmul(p->weight)).abs().max().item<double>(), 1e-15);
+}
+
+// On two or three threads a projection's products are split among them (y and dX by rows, dW
+// by output features): the output and every gradient equal one thread's bit for bit, in
+// float32 and float64, with and without a bias, a non-contiguous input, a gradient already
+// there, and the forward without a graph (the stream engine's forward and K/V passes).
+TEST(InPlaceWeightGradients, SplitAmongThreadsEqualsOneThread) {
+  testing::RestoreThreads restore;
+  const auto cpu = torch::Device(torch::kCPU);
+  at::set_num_threads(2);
+  EXPECT_EQ(LinearSplitThreads(2 * kLinearSplitRows, 2 * kLinearSplitRows, cpu), 2);
+  EXPECT_EQ(LinearSplitThreads(2 * kLinearSplitRows - 1, 512, cpu), 1);
+  EXPECT_EQ(LinearSplitThreads(512, 2 * kLinearSplitRows - 1, cpu), 1);
+  at::set_num_threads(3);
+  EXPECT_EQ(LinearSplitThreads(320, 192, cpu), 3);
+  at::set_num_threads(1);
+  EXPECT_EQ(LinearSplitThreads(4096, 4096, cpu), 1);
+
+  int compared = 0;
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    for (const bool with_bias : {true, false}) {
+      Projection p(192, 192, with_bias);
+      p->to(dtype);
+      {
+        torch::NoGradGuard no_grad;
+        p->weight.copy_(Random({192, 192}, 31));
+        if (with_bias) p->bias.copy_(Random({192}, 32));
+      }
+      const auto x0 = Random({2, 192, 160}, 33).to(dtype).transpose(1, 2);  // rows 320, non-contiguous
+      const auto weight = Random({2, 160, 192}, 34).to(dtype);
+      const auto earlier = Random({192, 192}, 35).to(dtype);
+      auto run = [&](int threads) {
+        at::set_num_threads(threads);
+        std::vector<torch::Tensor> got;
+        {
+          torch::NoGradGuard no_grad;
+          got.push_back(p->forward(x0));
+        }
+        p->weight.mutable_grad() = earlier.clone();
+        if (with_bias) p->bias.mutable_grad() = torch::Tensor();
+        auto x = x0.detach().requires_grad_(true);
+        InPlaceWeightGradients in_place;
+        auto y = p->forward(x);
+        torch::autograd::backward({y}, {weight});
+        got.insert(got.end(), {y.detach(), x.grad(), p->weight.grad().clone()});
+        if (with_bias) got.push_back(p->bias.grad().clone());
+        return got;
+      };
+      const auto one = run(1);
+      for (int threads : {2, 3}) {
+        const auto got = run(threads);
+        ASSERT_EQ(got.size(), one.size());
+        for (size_t i = 0; i < one.size(); ++i) {
+          const std::string what = std::string(c10::toString(dtype)) + (with_bias ? " bias" : " no bias") +
+                                   " threads " + std::to_string(threads) + " tensor " + std::to_string(i);
+          ASSERT_GT(one[i].abs().max().item<double>(), 0) << what;
+          EXPECT_TRUE(torch::equal(got[i], one[i])) << what << ": max difference "
+                                                   << (got[i] - one[i]).abs().max().item<double>();
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 8);
 }
 
 }  // namespace

@@ -113,7 +113,9 @@ torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
   }
   auto y = InPlaceWeightGradients::active() && torch::GradMode::is_enabled() && weight.requires_grad()
                ? LinearAddingWeightGradients(x, weight, bias)
-               : F::linear(x, weight, bias);
+               : (torch::GradMode::is_enabled() && (weight.requires_grad() || x.requires_grad()))
+                     ? F::linear(x, weight, bias)
+                     : LinearRows(x, weight, bias);
   if (lora_ == nullptr) return y;
   // PEFT: the input in the adapter's dtype, the term scaled and added in the output's.
   auto term = F::linear(F::linear(x.to(lora_->a.scalar_type()), lora_->a), lora_->b) * lora_scale_;

@@ -1,5 +1,7 @@
 #include "weight_gradients.h"
 
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
@@ -7,6 +9,29 @@ namespace streambp {
 namespace {
 
 thread_local bool t_in_place = false;
+
+// Part t of [0, n) in `parts`, its ends on multiples of 64: OpenBLAS's kernels take rows in
+// blocks, and a block cut at another row would sum its edge in another order.
+std::pair<int64_t, int64_t> Part(int64_t n, int64_t t, int64_t parts) {
+  constexpr int64_t kAlign = 64;
+  auto end = [&](int64_t i) { return i == parts ? n : std::min(n, (n * i / parts + kAlign / 2) / kAlign * kAlign); };
+  return {end(t), end(t + 1)};
+}
+
+// f(t) for t in [0, parts) on `parts` intra-op threads, each with the caller's thread-local
+// state (grad mode, profiling callbacks); OpenMP OpenBLAS runs one thread inside the region.
+template <typename F>
+void OnThreads(int64_t parts, const F& f) {
+  const at::ThreadLocalState state;
+  at::parallel_for(0, parts, 1, [&](int64_t t0, int64_t t1) {
+    at::ThreadLocalStateGuard guard(state);
+    for (int64_t t = t0; t < t1; ++t) f(t);
+  });
+}
+
+bool SameDtypes(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  return x.scalar_type() == weight.scalar_type() && (!bias.defined() || bias.scalar_type() == weight.scalar_type());
+}
 
 // y = x W^T + b. Custom functions take defined tensors only: without a bias, the bias-free
 // function below.
@@ -16,7 +41,7 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
                                const torch::Tensor& weight, const torch::Tensor& bias) {
     // A leaf saved for the backward is the parameter itself: its .grad is the one to add to.
     ctx->save_for_backward({x, weight, bias});
-    return torch::nn::functional::linear(x, weight, bias);
+    return LinearRows(x, weight, bias);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -31,10 +56,32 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
                                 const torch::Tensor& bias, const torch::Tensor& grad) {
     const int64_t out = weight.size(0), in = weight.size(1);
     const auto dy = grad.reshape({-1, out});
-    torch::Tensor dx;
-    if (want_dx) dx = dy.mm(weight).view(x.sizes());
     torch::NoGradGuard no_grad;
-    if (weight.requires_grad()) GradientOf(weight).addmm_(dy.t(), x.reshape({-1, in}));
+    const int64_t threads = dy.scalar_type() == weight.scalar_type() && x.scalar_type() == weight.scalar_type()
+                                ? LinearSplitThreads(dy.size(0), out, dy.device())
+                                : 1;
+    torch::Tensor dx;
+    if (threads == 1) {
+      if (want_dx) dx = dy.mm(weight).view(x.sizes());
+      if (weight.requires_grad()) GradientOf(weight).addmm_(dy.t(), x.reshape({-1, in}));
+    } else {
+      // dX by rows, dW by output features: each thread's part of both in one region.
+      const auto x2 = x.reshape({-1, in});
+      const auto gw = weight.requires_grad() ? GradientOf(weight) : torch::Tensor();
+      if (want_dx) dx = torch::empty({dy.size(0), in}, dy.options());
+      OnThreads(threads, [&](int64_t t) {
+        if (want_dx) {
+          const auto [r0, r1] = Part(dy.size(0), t, threads);
+          auto rows = dx.slice(0, r0, r1);
+          at::mm_out(rows, dy.slice(0, r0, r1), weight);
+        }
+        if (gw.defined()) {
+          const auto [f0, f1] = Part(out, t, threads);
+          gw.slice(0, f0, f1).addmm_(dy.slice(1, f0, f1).t(), x2);
+        }
+      });
+      if (want_dx) dx = dx.view(x.sizes());
+    }
     if (bias.defined() && bias.requires_grad()) GradientOf(bias).add_(dy.sum(0));
     return dx;
   }
@@ -45,7 +92,7 @@ class LinearNoBiasFunction : public torch::autograd::Function<LinearNoBiasFuncti
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight) {
     ctx->save_for_backward({x, weight});
-    return torch::nn::functional::linear(x, weight);
+    return LinearRows(x, weight, torch::Tensor());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -57,6 +104,46 @@ class LinearNoBiasFunction : public torch::autograd::Function<LinearNoBiasFuncti
 };
 
 }  // namespace
+
+int64_t LinearSplitThreads(int64_t rows, int64_t out, const torch::Device& device) {
+#ifndef _OPENMP
+  // at::parallel_for runs serially in code compiled without OpenMP (STREAMBP_OPENMP_ATTENTION).
+  (void)rows;
+  (void)out;
+  (void)device;
+  return 1;
+#else
+  const int64_t threads = at::get_num_threads();
+  const bool split = device.is_cpu() && threads > 1 && !at::in_parallel_region() &&
+                     rows >= kLinearSplitRows * threads && out >= kLinearSplitRows * threads;
+  return split ? threads : 1;
+#endif
+}
+
+torch::Tensor LinearRows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  const int64_t in = weight.size(1), out = weight.size(0);
+  if (!x.device().is_cpu() || x.dim() < 1 || x.size(-1) != in || !SameDtypes(x, weight, bias)) {
+    return torch::nn::functional::linear(x, weight, bias);  // its own checks and messages
+  }
+  // The same products on one thread and on several: torch's linear adds a bias after the
+  // product for some layouts (a non-contiguous input), addmm here always.
+  const auto x2 = x.reshape({-1, in});
+  const int64_t rows = x2.size(0), threads = LinearSplitThreads(rows, out, x.device());
+  auto sizes = x.sizes().vec();
+  sizes.back() = out;
+  if (threads == 1) return (bias.defined() ? at::addmm(bias, x2, weight.t()) : at::mm(x2, weight.t())).view(sizes);
+  auto y = torch::empty({rows, out}, x.options());
+  OnThreads(threads, [&](int64_t t) {
+    const auto [r0, r1] = Part(rows, t, threads);
+    auto part = y.slice(0, r0, r1);
+    if (bias.defined()) {
+      at::addmm_out(part, bias, x2.slice(0, r0, r1), weight.t());
+    } else {
+      at::mm_out(part, x2.slice(0, r0, r1), weight.t());
+    }
+  });
+  return y.view(sizes);
+}
 
 torch::Tensor GradientOf(const torch::Tensor& parameter) {
   auto& grad = parameter.mutable_grad();

@@ -25,6 +25,20 @@ class InPlaceWeightGradients {
   bool previous_;
 };
 
+/// Rows of a linear's products per thread below which it is not split (LinearSplitThreads).
+constexpr int64_t kLinearSplitRows = 64;
+
+/// The threads a linear over `rows` positions into `out` features splits its products among
+/// on the CPU: y and dX by rows, dW by output features, each thread with one-thread BLAS, so
+/// the threads meet once per product instead of inside it (OpenBLAS's threads wait for each
+/// other at every block of a product). The same products per element, so the same values.
+/// 1 (one call, as LibTorch runs it) on a GPU, with one thread, inside a parallel region, for
+/// fewer than kLinearSplitRows rows or features per thread, or without OpenMP.
+int64_t LinearSplitThreads(int64_t rows, int64_t out, const torch::Device& device);
+
+/// y = x W^T (+ b) with the rows split as LinearSplitThreads says (else torch's linear).
+torch::Tensor LinearRows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
 /// A parameter's gradient tensor, made (zeros) if it has none yet, for in-place accumulation.
 torch::Tensor GradientOf(const torch::Tensor& parameter);
 
