@@ -18,9 +18,9 @@
 #include <limits>
 #include <optional>
 
-#include <ATen/Parallel.h>
-#include <ATen/ThreadLocalState.h>
 #include <torch/torch.h>
+
+#include "cpu_threads.h"
 
 namespace streambp {
 namespace {
@@ -188,9 +188,8 @@ torch::Tensor Scores(const Plan& p, const torch::Tensor& q3, const torch::Tensor
   return s;
 }
 
-// Runs f(b0, b1) over the B*KVH slices: split among TiledAttentionThreads threads, each with
-// the caller's thread-local state (grad mode, profiling callbacks) and one-thread products
-// (OpenBLAS runs one thread inside a parallel region); else f(0, B*KVH) on this thread.
+// Runs f(b0, b1) over the B*KVH slices: split among TiledAttentionThreads threads (OnRanges),
+// else f(0, B*KVH) on this thread.
 template <typename F>
 void ForSlices(const Plan& p, const torch::Tensor& like, const F& f) {
   const int64_t n = p.B * p.KVH;
@@ -198,11 +197,7 @@ void ForSlices(const Plan& p, const torch::Tensor& like, const F& f) {
     f(0, n);
     return;
   }
-  const at::ThreadLocalState state;
-  at::parallel_for(0, n, 1, [&](int64_t b0, int64_t b1) {
-    at::ThreadLocalStateGuard guard(state);
-    f(b0, b1);
-  });
+  OnRanges(n, f);
 }
 
 void SavePattern(AutogradContext* ctx, const AttentionPattern& m) {
@@ -376,18 +371,10 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
 }  // namespace
 
 int64_t TiledAttentionThreads(int64_t slices, const torch::Device& device) {
-#ifndef _OPENMP
-  // at::parallel_for runs serially in code compiled without OpenMP (STREAMBP_OPENMP_ATTENTION).
-  (void)slices;
-  (void)device;
-  return 1;
-#else
-  const int64_t threads = at::get_num_threads();
+  const int64_t threads = CpuSplitThreads(device);
   // Uneven shares (3 slices on 2 threads) would leave a thread idle for a third of the call.
-  const bool split = device.is_cpu() && threads > 1 && !at::in_parallel_region() && slices >= threads &&
-                     (slices % threads == 0 || slices >= 4 * threads);
+  const bool split = threads > 1 && slices >= threads && (slices % threads == 0 || slices >= 4 * threads);
   return split ? threads : 1;
-#endif
 }
 
 torch::Tensor TiledAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -1,9 +1,9 @@
 #include "weight_gradients.h"
 
-#include <ATen/Parallel.h>
-#include <ATen/ThreadLocalState.h>
 #include <ATen/record_function.h>
 #include <torch/torch.h>
+
+#include "cpu_threads.h"
 
 namespace streambp {
 namespace {
@@ -18,13 +18,10 @@ std::pair<int64_t, int64_t> Part(int64_t n, int64_t t, int64_t parts) {
   return {end(t), end(t + 1)};
 }
 
-// f(t) for t in [0, parts) on `parts` intra-op threads, each with the caller's thread-local
-// state (grad mode, profiling callbacks); OpenMP OpenBLAS runs one thread inside the region.
+// f(t) for t in [0, parts), one part per intra-op thread (OnRanges).
 template <typename F>
 void OnThreads(int64_t parts, const F& f) {
-  const at::ThreadLocalState state;
-  at::parallel_for(0, parts, 1, [&](int64_t t0, int64_t t1) {
-    at::ThreadLocalStateGuard guard(state);
+  OnRanges(parts, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) f(t);
   });
 }
@@ -106,18 +103,9 @@ class LinearNoBiasFunction : public torch::autograd::Function<LinearNoBiasFuncti
 }  // namespace
 
 int64_t LinearSplitThreads(int64_t rows, int64_t out, const torch::Device& device) {
-#ifndef _OPENMP
-  // at::parallel_for runs serially in code compiled without OpenMP (STREAMBP_OPENMP_ATTENTION).
-  (void)rows;
-  (void)out;
-  (void)device;
-  return 1;
-#else
-  const int64_t threads = at::get_num_threads();
-  const bool split = device.is_cpu() && threads > 1 && !at::in_parallel_region() &&
-                     rows >= kLinearSplitRows * threads && out >= kLinearSplitRows * threads;
+  const int64_t threads = CpuSplitThreads(device);
+  const bool split = threads > 1 && rows >= kLinearSplitRows * threads && out >= kLinearSplitRows * threads;
   return split ? threads : 1;
-#endif
 }
 
 torch::Tensor LinearRows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
