@@ -20,6 +20,11 @@ comparison doubles as an independent check of the loss and of every gradient.
         one step of the baseline alone (what `compare` times)
     pytorch_baseline.py gemm [--threads N]
         GFLOP/s of a 2048^3 float32 matrix product, best of five (what `compare` measures)
+    pytorch_baseline.py tiles [--chunk 512 --key-tile 512 --groups 2 --head-dim 64]
+        one thread (as each of attention's threads runs its heads): GFLOP/s of one attention
+        tile's products at those sizes, of a forward tile with its online softmax and of a
+        backward tile with its elementwise steps, against the 2048^3 GEMM on one thread: how
+        close attention's work can come to the GEMM reference (docs/results.md)
 
 Needs PyTorch (Debian: python3-torch) and nothing else.
 """
@@ -228,6 +233,66 @@ def run_gemm(args):
     print(json.dumps({"gflops": 2.0 * n ** 3 / best / 1e9}), flush=True)
 
 
+def best_seconds(f, repeat):
+    for _ in range(3):
+        f()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run_tiles(args):
+    """One query block x key tile of the tiled attention (the ops of
+    core/src/model/tiled_attention.cpp, written here with the same LibTorch calls) on one thread."""
+    import torch
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    rows, keys, hd = args.chunk * args.groups, args.key_tile, args.head_dim
+    q, k, v = torch.randn(1, rows, hd), torch.randn(1, keys, hd), torch.randn(1, keys, hd)
+    do, lse, D = torch.randn(1, rows, hd), torch.randn(1, rows, 1), torch.randn(1, rows, 1)
+    m_old, l_old, acc = torch.randn(1, rows, 1), torch.rand(1, rows, 1), torch.randn(1, rows, hd)
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    c = torch.mm(a, b)
+    gemm = 2.0 * n ** 3 / best_seconds(lambda: torch.mm(a, b, out=c), args.repeat) / 1e9
+    product = 2.0 * rows * keys * hd  # each of the tile's products
+
+    def products():  # the forward tile's two products alone
+        torch.bmm(torch.bmm(q, k.transpose(1, 2)), v)
+
+    def forward():  # scores, online softmax, rescale, P V (a tile after the first)
+        s = torch.bmm(q, k.transpose(1, 2))
+        m_new = torch.maximum(m_old, s.amax(-1, keepdim=True))
+        shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        alpha = (m_old - shift).exp_()
+        s.sub_(shift).exp_()
+        l_old.clone().mul_(alpha).add_(s.sum(-1, keepdim=True))
+        acc.clone().mul_(alpha).baddbmm_(s, v)
+
+    def backward():  # P from the log-sum-exp, dV, dP, dS, dQ, dK
+        p = torch.bmm(q, k.transpose(1, 2)).sub_(lse).exp_()
+        dv = torch.bmm(p.transpose(1, 2), do)
+        ds = torch.bmm(do, v.transpose(1, 2)).sub_(D).mul_(p)
+        torch.bmm(ds, k)
+        torch.bmm(ds.transpose(1, 2), q)
+        return dv
+
+    out = {"threads": 1, "rows": rows, "keys": keys, "head_dim": hd, "gemm_gflops": gemm}
+    for name, f, count in (("products", products, 2), ("forward", forward, 2), ("backward", backward, 5)):
+        gflops = count * product / best_seconds(f, args.repeat) / 1e9
+        out[name] = {"gflops": gflops, "of_gemm": gflops / gemm}
+    print(f"one thread: 2048^3 GEMM {gemm:.1f} GFLOP/s; a {rows} x {keys} tile over head_dim {hd}: products "
+          f"{out['products']['gflops']:.1f} ({out['products']['of_gemm']:.0%}), forward with the online softmax "
+          f"{out['forward']['gflops']:.1f} ({out['forward']['of_gemm']:.0%}), backward "
+          f"{out['backward']['gflops']:.1f} ({out['backward']['of_gemm']:.0%})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
 def chunked_pairs(T, block):
     """(query, key) pairs that causal query blocks of `block` visit: each block's queries
     against every key up to its last position (the diagonal block whole, masked)."""
@@ -407,6 +472,13 @@ def main():
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("gemm")
     g.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    t = sub.add_parser("tiles")
+    t.add_argument("--chunk", type=int, default=512, help="query positions per block (the stream default)")
+    t.add_argument("--key-tile", type=int, default=512, help="keys per tile (the default key chunk)")
+    t.add_argument("--groups", type=int, default=2, help="query heads per kv head (small preset: 8 / 4)")
+    t.add_argument("--head-dim", type=int, default=64)
+    t.add_argument("--repeat", type=int, default=20, help="best of this many runs of each")
+    t.add_argument("--json")
     for name in ("compare", "check", "step"):
         p = sub.add_parser(name)
         p.add_argument("--model", help="Hugging Face model folder (config.json + model.safetensors)")
@@ -433,7 +505,8 @@ def main():
     args = ap.parse_args()
     if args.command == "check" and args.block == 512:
         args.block, args.logits_chunk = 9, 11  # several uneven blocks and chunks on a short sequence
-    return {"compare": run_compare, "check": run_check, "step": run_step, "gemm": run_gemm}[args.command](args) or 0
+    return {"compare": run_compare, "check": run_check, "step": run_step, "gemm": run_gemm,
+            "tiles": run_tiles}[args.command](args) or 0
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 # independent float64 reference of the stream engine's loss and gradients (tiny model, two seeds
 # and lengths, uneven chunks, 1e-10; once with --keep-attention; its FLOP formula against the
 # profiler's count of the same step), then its peak-RSS / wall / FLOP comparison once at T=256
-# (run and checked for completeness; ratios never asserted: they are measurements, docs/results.md).
+# (run and checked for completeness; ratios never asserted: they are measurements, docs/results.md),
+# and its one-thread attention tile measurement once (fields checked, values not asserted).
 #   pytorch_reference_test.sh PYTHON3 STREAMBP_SERVER OUT.json
 set -euo pipefail
 py="$1" server="$2" json="$3"
@@ -25,4 +26,12 @@ assert ours["chunk"] > 0 and ours["flops"] > 0 and theirs["flops"] > 0, r
 assert ours["gemm_fraction"] > 0 and theirs["gemm_fraction"] > 0 and r["gemm_gflops"]["reference"] > 0, r
 assert abs(r["flop_ratio"] - ours["flops"] / theirs["flops"]) < 1e-12, r
 ' "$json"
+"$py" "$script" tiles --chunk 64 --key-tile 64 --repeat 2 --json "$json.tiles"
+"$py" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["rows"] == 128 and r["keys"] == 64 and r["head_dim"] == 64 and r["gemm_gflops"] > 0, r
+for part in ("products", "forward", "backward"):
+    assert r[part]["gflops"] > 0 and abs(r[part]["of_gemm"] - r[part]["gflops"] / r["gemm_gflops"]) < 1e-12, r
+' "$json.tiles"
 echo "pytorch reference: passed"
