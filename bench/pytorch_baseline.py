@@ -23,7 +23,8 @@ comparison doubles as an independent check of the loss and of every gradient.
     pytorch_baseline.py tiles [--chunk 512 --key-tile 512 --groups 2 --head-dim 64]
         one thread (as each of attention's threads runs its heads): GFLOP/s of one attention
         tile's products at those sizes, of a forward tile with its online softmax and of a
-        backward tile with its elementwise steps, against the 2048^3 GEMM on one thread: how
+        backward tile with its elementwise steps (and a forward tile given the log-sum-exp),
+        against the 2048^3 GEMM on one thread: how
         close attention's work can come to the GEMM reference (docs/results.md)
 
 Needs PyTorch (Debian: python3-torch) and nothing else.
@@ -272,6 +273,9 @@ def run_tiles(args):
         l_old.clone().mul_(alpha).add_(s.sum(-1, keepdim=True))
         acc.clone().mul_(alpha).baddbmm_(s, v)
 
+    def known_lse():  # a forward tile that had the row's log-sum-exp already (not how the code runs)
+        acc.clone().baddbmm_(torch.bmm(q, k.transpose(1, 2)).sub_(lse).exp_(), v)
+
     def backward():  # P from the log-sum-exp, dV, dP, dS, dQ, dK
         p = torch.bmm(q, k.transpose(1, 2)).sub_(lse).exp_()
         dv = torch.bmm(p.transpose(1, 2), do)
@@ -281,12 +285,14 @@ def run_tiles(args):
         return dv
 
     out = {"threads": 1, "rows": rows, "keys": keys, "head_dim": hd, "gemm_gflops": gemm}
-    for name, f, count in (("products", products, 2), ("forward", forward, 2), ("backward", backward, 5)):
+    for name, f, count in (("products", products, 2), ("forward", forward, 2), ("known_lse", known_lse, 2),
+                             ("backward", backward, 5)):
         gflops = count * product / best_seconds(f, args.repeat) / 1e9
         out[name] = {"gflops": gflops, "of_gemm": gflops / gemm}
     print(f"one thread: 2048^3 GEMM {gemm:.1f} GFLOP/s; a {rows} x {keys} tile over head_dim {hd}: products "
           f"{out['products']['gflops']:.1f} ({out['products']['of_gemm']:.0%}), forward with the online softmax "
-          f"{out['forward']['gflops']:.1f} ({out['forward']['of_gemm']:.0%}), backward "
+          f"{out['forward']['gflops']:.1f} ({out['forward']['of_gemm']:.0%}), the same with the log-sum-exp known "
+          f"{out['known_lse']['gflops']:.1f} ({out['known_lse']['of_gemm']:.0%}), backward "
           f"{out['backward']['gflops']:.1f} ({out['backward']['of_gemm']:.0%})")
     if args.json:
         with open(args.json, "w") as f:
