@@ -191,6 +191,13 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
     }
     visited_attention += attention(pairs);
   }
+  // The recomputes backpropagate a layer's output without reading it: the down projection's
+  // forward product is left out where no norm reads the MLP's output (a dense layer without
+  // Gemma3's post-feedforward norm; DecoderLayerImpl::backward_queries_normed).
+  double unread = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.sparse_layer(l) && !c.sandwich_norms) unread += 2 * n * d * static_cast<double>(c.intermediate_size);
+  }
   StepFlops f;
   f.model = 3 * (L * 2 * n * layer_params + causal_attention + head);
   // Tiled attention's backward recomputes the probabilities: QK^T, dV, dP, dQ, dK = 2.5x
@@ -198,9 +205,9 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
   if (v.engine == "full") {
     f.executed = 3 * (L * (2 * n * layer_params + square) + head);
   } else if (v.engine == "checkpoint" && v.options.tiled_attention) {
-    f.executed = L * 4 * 2 * n * layer_params + 4.5 * visited_attention + 3 * head + seq_head;
+    f.executed = L * 4 * 2 * n * layer_params - unread + 4.5 * visited_attention + 3 * head + seq_head;
   } else if (v.engine == "checkpoint") {
-    f.executed = 4 * L * (2 * n * layer_params + square) + 3 * head + seq_head;
+    f.executed = 4 * L * (2 * n * layer_params + square) - unread + 3 * head + seq_head;
   } else {
     // Forward; then per layer K/V without a graph, each chunk recomputed with a graph and
     // backpropagated, and the K/V backward (recomputed with a graph).
@@ -209,7 +216,7 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
     // keep_attention: the backward runs the attention's backward from the kept output, without
     // its forward again (QK^T, dV, dP, dQ, dK after the forward's two: 3.5).
     const double attention_passes = v.options.keep_attention ? 3.5 : 4.5;
-    f.executed = L * (2 * n * layer_params + kv_backward + 3 * 2 * n * q_params) +
+    f.executed = L * (2 * n * layer_params + kv_backward + 3 * 2 * n * q_params) - unread +
                  attention_passes * visited_attention + 3 * head + seq_head;
   }
   return f;

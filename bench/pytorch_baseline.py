@@ -311,8 +311,9 @@ def step_flops(cfg, T, chunk, block, keep_attention=False):
     (norms, RoPE, softmax and the loss are not counted); a dense decoder with a gated MLP.
 
     Both run each layer's projections and MLP four times (forward, the recompute, the two
-    products of the backward); stream computes K and V once more (without a graph, for every
-    chunk's keys). Attention in units of a forward (QK^T and PV): stream 4.5 (the forward, its
+    products of the backward), but stream's recompute leaves out the down projection's
+    product (its output is only backpropagated, never read); stream computes K and V once more
+    (without a graph, for every chunk's keys). Attention in units of a forward (QK^T and PV): stream 4.5 (the forward, its
     recompute, and the tiled backward's five products: QK^T again, dV, dP, dQ, dK), the
     baseline 5 (the forward, the layer's recompute, the block's own recompute under its nested
     checkpoint, and the materialized backward's four products). The head: stream 3 (logits,
@@ -326,7 +327,8 @@ def step_flops(cfg, T, chunk, block, keep_attention=False):
     attention = lambda pairs: 4 * H * hd * pairs  # noqa: E731
     head = 2 * (T - 1) * d * V
     ours_attention = (3.5 if keep_attention else 4.5) * attention(chunked_pairs(T, chunk))
-    ours = L * (8 * T * layer_params + 2 * T * kv_params + ours_attention) + 3 * head
+    down = d * cfg["intermediate_size"]
+    ours = L * (8 * T * layer_params - 2 * T * down + 2 * T * kv_params + ours_attention) + 3 * head
     theirs = L * (8 * T * layer_params + 5 * attention(chunked_pairs(T, block))) + 4 * head
     return ours, theirs
 

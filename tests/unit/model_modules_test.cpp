@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include "../../core/src/model/weight_gradients.h"
 #include "streambp/error.h"
 #include "streambp/lora.h"
 #include "streambp/model.h"
@@ -17,6 +18,19 @@ namespace {
 using testing::RandomModel;
 
 class ModelModules : public ::testing::TestWithParam<std::string> {};
+
+// Random A and (nonzero) B in every tensor of `adapter`, so every term and gradient counts;
+// returns them.
+std::vector<torch::Tensor> Randomize(LoraAdapter& adapter, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<torch::Tensor> out;
+  for (auto& [name, t] : adapter.named_parameters()) {
+    out.push_back(t);
+    out.back().copy_(at::normal(0.0, 0.3, t.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat64)));
+  }
+  return out;
+}
 
 // The module tree's parameter names are HF's: "layers.0.self_attn.q_proj.weight" is
 // model.layers.0.self_attn.q_proj.weight, so nothing maps one to the other by hand.
@@ -82,14 +96,7 @@ TEST(ModelModulesLora, AnAdapterAttachesToTheProjectionsItNames) {
   lc.alpha = 5;
   lc.target_modules = {"q_proj", "up_proj"};
   auto adapter = LoraAdapter::Create(config, lc, torch::kFloat64);
-  {
-    torch::NoGradGuard no_grad;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
-    for (auto& [name, t] : adapter->named_parameters()) {
-      auto p = t;
-      p.copy_(at::normal(0.0, 0.3, p.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat64)));
-    }
-  }
+  Randomize(*adapter, 9);
   const auto paths = adapter->named_parameters();
   ASSERT_EQ(paths.size(), 2u * 2 * config.num_hidden_layers);
   EXPECT_EQ(paths[0].first, "model.layers.0.self_attn.q_proj.lora_A.weight");
@@ -123,6 +130,98 @@ TEST(ModelModulesLora, AnAdapterAttachesToTheProjectionsItNames) {
   EXPECT_LT((with_adapter - with_merged).abs().max().item<double>(), 1e-12);
   model->set_adapter(nullptr);
   EXPECT_GT((run(*model) - with_adapter).abs().max().item<double>(), 1e-6);  // detached: the base again
+}
+
+// A layer's backward that never reads its output (DecoderLayerImpl::backward and
+// backward_queries_normed, the engines' recomputes) gives every gradient that the forward
+// and autograd's backward of it give, bit for bit: in every family, so where the down
+// projection leaves out its product (dense layers without a post-feedforward norm) and where it
+// may not (Gemma3's norm reads the MLP's output, a mixture of experts weighs its experts'),
+// with the base trained and with a LoRA adapter on a frozen base; the whole layer, and one
+// chunk of query rows against the prefix's K/V with the normalized rows a leaf (as the stream
+// engine runs it).
+TEST(ModelModulesBackward, NotReadingTheOutputGivesTheSameGradients) {
+  int compared = 0;
+  for (const auto& family : testing::TinyFamilies()) {
+    for (const bool with_adapter : {false, true}) {
+      const auto config = testing::TinyConfig(family);
+      auto model = RandomModel(config, 31, torch::kFloat64);
+      std::vector<torch::Tensor> trained;
+      if (with_adapter) {
+        LoraConfig lc;
+        lc.r = 2;
+        lc.alpha = 3;
+        auto adapter = LoraAdapter::Create(config, lc, torch::kFloat64);
+        trained = Randomize(*adapter, 37);
+        for (auto& p : trained) p.requires_grad_(true);
+        for (auto& p : model->parameters()) p.requires_grad_(false);
+        model->set_adapter(adapter);
+      } else {
+        trained = model->parameters();
+      }
+      const int64_t B = 2, T = 11, s = 4, d = config.hidden_size;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(41);
+      const auto options = torch::TensorOptions().dtype(torch::kFloat64);
+      const auto x0 = at::normal(0.0, 1.0, {B, T, d}, gen, options);
+      const auto grad_y = at::normal(0.0, 1.0, {B, T, d}, gen, options);
+      const auto rope = model->rope_tables(torch::arange(T).unsqueeze(0).expand({B, T}), x0);
+      const AttentionPattern whole(torch::ones({B, T, T}, torch::kBool).tril());
+      const AttentionPattern chunk(torch::ones({B, T - s, T}, torch::kBool).tril(s));
+      for (size_t l = 0; l < model->layer_list.size(); ++l) {
+        auto& layer = *model->layer_list[l];
+        // The gradients of one run: its leaves', then every trained tensor's.
+        auto run = [&](bool queries, bool read) {
+          for (auto& p : trained) p.mutable_grad() = torch::Tensor();
+          InPlaceWeightGradients in_place;  // as the engines run their recomputes
+          torch::AutoGradMode grad_mode(true);
+          std::vector<torch::Tensor> leaves, got;
+          if (!queries) {
+            auto x = x0.detach().requires_grad_(true);
+            leaves = {x};
+            if (read) {
+              torch::autograd::backward({layer.forward(x, rope, whole, AttentionTiling{4})}, {grad_y});
+            } else {
+              layer.backward(x, rope, whole, AttentionTiling{4}, grad_y);
+            }
+          } else {
+            auto x_q = x0.slice(1, s, T).detach().requires_grad_(true);
+            auto h_q = layer.input_layernorm(x0.slice(1, s, T)).detach().requires_grad_(true);
+            auto kv_in = x0.detach().requires_grad_(true);
+            const auto kv = layer.keys_values(kv_in, rope);
+            const auto rope_q = rope.slice(s, T);
+            const auto g = grad_y.slice(1, s, T).contiguous();
+            leaves = {x_q, h_q, kv_in};
+            if (read) {
+              torch::autograd::backward({layer.forward_queries_normed(x_q, h_q, rope_q, kv, chunk, AttentionTiling{4})},
+                                        {g});
+            } else {
+              layer.backward_queries_normed(x_q, h_q, rope_q, kv, chunk, AttentionTiling{4}, g);
+            }
+          }
+          for (auto& t : leaves) got.push_back(t.grad());
+          for (auto& p : trained) got.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+          return got;
+        };
+        for (const bool queries : {false, true}) {
+          const auto reference = run(queries, /*read=*/true), got = run(queries, /*read=*/false);
+          ASSERT_EQ(got.size(), reference.size());
+          int nonzero = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            const std::string what = family + (with_adapter ? " adapter" : "") + " layer " + std::to_string(l) +
+                                     (queries ? " queries" : " whole") + " gradient " + std::to_string(i);
+            ASSERT_EQ(got[i].defined(), reference[i].defined()) << what;
+            if (!got[i].defined()) continue;
+            nonzero += reference[i].abs().max().item<double>() > 0;
+            EXPECT_TRUE(torch::equal(got[i], reference[i]))
+                << what << ": max difference " << (got[i] - reference[i]).abs().max().item<double>();
+          }
+          EXPECT_GE(nonzero, 4) << family << (with_adapter ? " adapter" : "") << " layer " << l << (queries ? " queries" : " whole") << ": too few gradients to compare (" << got.size() << ")";
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GE(compared, 40);
 }
 
 // An adapter made for another model shape is refused by name of what differs, nothing attached.

@@ -93,6 +93,65 @@ TEST(InPlaceWeightGradients, FrozenWeightsAndOtherThreadsUseAutograd) {
   EXPECT_LE((x.grad() - torch::ones({1, 4, 2}, torch::kFloat64).matmul(p->weight)).abs().max().item<double>(), 1e-15);
 }
 
+// backward_only (an output only backpropagated): under InPlaceWeightGradients the product is
+// left out (zeros where it would be) and the backward is forward's, bit for bit: dX, and the
+// .grad added to W and b, with and without a bias, for a trained and a frozen weight.
+// Without the guard, or without a graph, it is forward: the product, autograd's backward.
+TEST(InPlaceWeightGradients, BackwardOnlyLeavesOutTheProductNotTheGradients) {
+  int compared = 0;
+  for (const bool with_bias : {true, false}) {
+    for (const bool frozen : {false, true}) {
+      Projection p(6, 4, with_bias);
+      p->to(torch::kFloat64);
+      {
+        torch::NoGradGuard no_grad;
+        p->weight.copy_(Random({4, 6}, 51));
+        if (with_bias) p->bias.copy_(Random({4}, 52));
+      }
+      p->weight.requires_grad_(!frozen);
+      if (with_bias) p->bias.requires_grad_(!frozen);
+      const auto x0 = Random({2, 6, 5}, 53).transpose(1, 2);
+      const auto g = Random({2, 5, 4}, 54);
+      const std::string what = std::string(with_bias ? "bias" : "no bias") + (frozen ? ", frozen" : ", trained");
+      auto run = [&](bool product) {
+        p->weight.mutable_grad() = torch::Tensor();
+        if (with_bias) p->bias.mutable_grad() = torch::Tensor();
+        auto x = x0.detach().requires_grad_(true);
+        InPlaceWeightGradients in_place;
+        auto y = product ? p->forward(x) : p->backward_only(x);
+        torch::autograd::backward({y}, {g});
+        std::vector<torch::Tensor> got{y.detach(), x.grad()};
+        if (!frozen) got.push_back(p->weight.grad());
+        if (!frozen && with_bias) got.push_back(p->bias.grad());
+        return got;
+      };
+      const auto forward = run(true), only = run(false);
+      EXPECT_GT(forward[0].abs().max().item<double>(), 0.1) << what;
+      EXPECT_TRUE(torch::equal(only[0], torch::zeros_like(forward[0]))) << what << ": the product ran";
+      ASSERT_EQ(only.size(), forward.size()) << what;
+      for (size_t i = 1; i < only.size(); ++i) {
+        ASSERT_TRUE(only[i].defined()) << what << " gradient " << i;
+        EXPECT_GT(forward[i].abs().max().item<double>(), 0.1) << what << " gradient " << i;
+        EXPECT_TRUE(torch::equal(only[i], forward[i]))
+            << what << " gradient " << i << ": max difference " << (only[i] - forward[i]).abs().max().item<double>();
+      }
+      if (frozen) {
+        EXPECT_FALSE(p->weight.grad().defined()) << what;
+      }
+      ++compared;
+      // No guard (autograd's linear) or no graph: forward itself.
+      auto x = x0.detach().requires_grad_(true);
+      auto y = p->backward_only(x);
+      EXPECT_EQ(y.grad_fn()->name().find("streambp"), std::string::npos) << what << ": " << y.grad_fn()->name();
+      EXPECT_TRUE(torch::equal(y, p->forward(x))) << what;
+      torch::NoGradGuard no_grad;
+      InPlaceWeightGradients in_place;
+      EXPECT_TRUE(torch::equal(p->backward_only(x0), p->forward(x0))) << what;
+    }
+  }
+  EXPECT_EQ(compared, 4);
+}
+
 // On two or three threads a projection's products are split among them (y and dX by rows, dW
 // by output features): the output and every gradient equal one thread's bit for bit, in
 // float32 and float64, with and without a bias, a non-contiguous input, a gradient already

@@ -135,12 +135,20 @@ class ProjectionImpl : public torch::nn::Module {
  public:
   ProjectionImpl(int64_t in, int64_t out, bool bias);
   torch::Tensor forward(const torch::Tensor& x);
+  /// forward(x) for an output that is only backpropagated, never read (a layer's recompute
+  /// for its backward: DecoderLayerImpl::backward_queries_normed). When the weight gradients
+  /// go in place (InPlaceWeightGradients, docs/architecture.md: Engines) the product x W^T is
+  /// left out: the result has forward's shape, graph and backward (the same dX, dW, db, and
+  /// the adapter's), but zeros where the product would be. Otherwise it is forward(x).
+  torch::Tensor backward_only(const torch::Tensor& x);
   /// The adapter term from now on (null: none).
   void set_lora(const LoraWeights* weights, double scale);
   torch::Tensor weight;  ///< [out, in]
   torch::Tensor bias;    ///< [out], undefined without a bias
 
  private:
+  /// forward (product) or backward_only (!product).
+  torch::Tensor apply(const torch::Tensor& x, bool product);
   const LoraWeights* lora_ = nullptr;
   double lora_scale_ = 0.0;
 };
@@ -201,6 +209,9 @@ class FeedForwardImpl : public torch::nn::Module {
   /// h [B, c, d]: the rows of the batch's positions [q_start, q_start + c) (what a routing
   /// replay indexes; a dense MLP ignores it).
   virtual torch::Tensor forward(const torch::Tensor& h, int64_t q_start) = 0;
+  /// forward for an output that is only backpropagated, never read: a module may leave out
+  /// the products that feed only the value (ProjectionImpl::backward_only). By default forward.
+  virtual torch::Tensor backward_only(const torch::Tensor& h, int64_t q_start) { return forward(h, q_start); }
   virtual void append_hf_parameters(const std::string& prefix,
                                     std::vector<std::pair<std::string, torch::Tensor>>& out) const = 0;
   virtual std::vector<std::pair<std::string, Projection>> projections() const = 0;
@@ -214,6 +225,8 @@ class GatedMlpImpl : public FeedForwardImpl {
   /// gate_proj up_proj down_proj.
   static std::vector<ProjectionSpec> Projections(const ModelConfig& config, int64_t width = 0);
   torch::Tensor forward(const torch::Tensor& h, int64_t q_start) override;
+  /// The down projection's product left out (its output is the MLP's).
+  torch::Tensor backward_only(const torch::Tensor& h, int64_t q_start) override;
   void append_hf_parameters(const std::string& prefix,
                             std::vector<std::pair<std::string, torch::Tensor>>& out) const override;
   std::vector<std::pair<std::string, Projection>> projections() const override;
@@ -333,6 +346,21 @@ class DecoderLayerImpl : public torch::nn::Module {
   /// The whole layer on the whole sequence.
   torch::Tensor forward(const torch::Tensor& x, const Rope& rope, const AttentionPattern& mask,
                         const AttentionTiling& tiling = {});
+  /// The backward of forward_queries_normed's rows (an engine's recompute): recomputes them
+  /// with a graph and backpropagates grad_y = dL/dy [B, c, d] into whatever requires a
+  /// gradient (x_q, h_q, kv, the parameters). The output's value is never read, so the
+  /// feed-forward leaves out the products that feed only it (FeedForwardImpl::backward_only)
+  /// where no norm reads it (Gemma3's post-feedforward norm does): the same gradients
+  /// without the down projection's forward product.
+  void backward_queries_normed(const torch::Tensor& x_q, const torch::Tensor& h_q, const Rope& rope_q,
+                               const KeysValues& kv, const AttentionPattern& mask, const AttentionTiling& tiling,
+                               const torch::Tensor& grad_y);
+  /// backward_queries_normed from x_q (input_layernorm recomputed with the graph).
+  void backward_queries(const torch::Tensor& x_q, const Rope& rope_q, const KeysValues& kv,
+                        const AttentionPattern& mask, const AttentionTiling& tiling, const torch::Tensor& grad_y);
+  /// The backward of forward (the whole layer on the whole sequence), as backward_queries_normed.
+  void backward(const torch::Tensor& x, const Rope& rope, const AttentionPattern& mask, const AttentionTiling& tiling,
+                const torch::Tensor& grad_y);
 
   /// Parameters under HF's names below `prefix` ("model.layers.3"), in HF's order.
   void append_hf_parameters(const std::string& prefix, std::vector<std::pair<std::string, torch::Tensor>>& out) const;
@@ -344,6 +372,12 @@ class DecoderLayerImpl : public torch::nn::Module {
   std::shared_ptr<FeedForwardImpl> mlp;
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich_norms only
+
+ private:
+  /// forward_queries_normed; with read = false for backward_queries_normed.
+  torch::Tensor queries_output(const torch::Tensor& x_q, const torch::Tensor& h_q, const Rope& rope_q,
+                               const KeysValues& kv, const AttentionPattern& mask, const AttentionTiling& tiling,
+                               bool read);
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -54,9 +54,7 @@ StepResult CheckpointForwardBackward(CausalLMImpl& model, const Batch& batch, Ob
     torch::AutoGradMode grad_mode(true);
     auto x = (i > 0 ? inputs[i] : model.embed(batch.input_ids)).detach().requires_grad_(true);
     inputs[i] = torch::Tensor();
-    auto y = model.layer_list[i]->forward(x, rope, mask(i), tiling);
-    torch::autograd::backward({y}, {grad});
-    y = torch::Tensor();
+    model.layer_list[i]->backward(x, rope, mask(i), tiling, grad);  // the recompute and its backward
     grad = x.grad();
     if (ready) ready(i);
   }

@@ -3,7 +3,8 @@
 //  2. For each query chunk [s, e), the last first: h = norm(x[s:e]) once with a graph;
 //     recompute y[s:e] from x[s:e], h, K^[:e], V^[:e] with a graph (queries never meet later
 //     keys; keys are visited tile by tile with an online softmax, so scores are chunk x
-//     key_chunk) and backprop g[s:e]; this accumulates the parameter gradients, dK^ and dV^
+//     key_chunk; y's value is never read, so the MLP's down projection runs its backward
+//     alone: DecoderLayerImpl::backward_queries_normed) and backprop g[s:e]; this accumulates the parameter gradients, dK^ and dV^
 //     (rows [0, e)), dh and the residual's part of dx. Every chunk after this one has run,
 //     so dK^[s:e], dV^[s:e] are complete: backprop them through the chunk's K/V recomputed
 //     from h (projections and RoPE act on each position alone, so the chunks' VJPs sum to
@@ -129,10 +130,9 @@ torch::Tensor WholeLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int
       rows = kept->positions(s, e, /*replay=*/true);
       tiling.kept = &rows;
     }
-    auto y = layer.forward_queries_normed(x_q, h_q, rope_q, {kv_hat.k.slice(2, 0, e), kv_hat.v.slice(2, 0, e)},
-                                          AttentionPattern::Causal(batch, s, e, e, window), tiling);
-    torch::autograd::backward({y}, {grad.slice(1, s, e).contiguous()});
-    y = torch::Tensor();
+    layer.backward_queries_normed(x_q, h_q, rope_q, {kv_hat.k.slice(2, 0, e), kv_hat.v.slice(2, 0, e)},
+                                  AttentionPattern::Causal(batch, s, e, e, window), tiling,
+                                  grad.slice(1, s, e).contiguous());
     // Chunks [s, T) have all attended to keys [s, e): their dK^, dV^ are complete.
     KeysValues kv = layer.keys_values_normed(h_q, rope_q);
     torch::autograd::backward({kv.k, kv.v}, {grad_kv.k.slice(2, s, e).to(kv.k.scalar_type()),
@@ -181,9 +181,8 @@ torch::Tensor ShardLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int
       tiling.heads = heads.get();
       keys = kv_hat;
     }
-    auto y = layer.forward_queries(x_q, rope.slice(s, e), keys, AttentionPattern::Causal(batch, qs, qe, qe, window),
-                                   tiling);
-    torch::autograd::backward({y}, {grad.slice(1, s, e).contiguous()});
+    layer.backward_queries(x_q, rope.slice(s, e), keys, AttentionPattern::Causal(batch, qs, qe, qe, window), tiling,
+                           grad.slice(1, s, e).contiguous());
     // g[s:e] is done with: dx[s:e] takes its place.
     if (e > s) grad.slice(1, s, e).copy_(x_q.grad());
   }
@@ -214,9 +213,8 @@ torch::Tensor PrefixRecomputeLayerBackward(DecoderLayerImpl& layer, const torch:
     auto x_prefix = Leaf(x_in.slice(1, 0, e));
     auto x_q = Leaf(x_in.slice(1, s, e));
     auto kv = layer.keys_values(x_prefix, rope.slice(0, e));
-    auto y = layer.forward_queries(x_q, rope.slice(s, e), kv, AttentionPattern::Causal(batch, s, e, e, window),
-                                   AttentionTiling{chunks.key_chunk});
-    torch::autograd::backward({y}, {grad_out.slice(1, s, e).contiguous()});
+    layer.backward_queries(x_q, rope.slice(s, e), kv, AttentionPattern::Causal(batch, s, e, e, window),
+                           AttentionTiling{chunks.key_chunk}, grad_out.slice(1, s, e).contiguous());
     grad_x.slice(1, 0, e).add_(x_prefix.grad());
     grad_x.slice(1, s, e).add_(x_q.grad());
   }

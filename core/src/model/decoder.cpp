@@ -103,7 +103,11 @@ void ProjectionImpl::set_lora(const LoraWeights* weights, double scale) {
   lora_scale_ = scale;
 }
 
-torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
+torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) { return apply(x, /*product=*/true); }
+
+torch::Tensor ProjectionImpl::backward_only(const torch::Tensor& x) { return apply(x, /*product=*/false); }
+
+torch::Tensor ProjectionImpl::apply(const torch::Tensor& x, bool product) {
   RECORD_USER_SCOPE("streambp::projection");
   if (lora_ != nullptr && lora_->weight.defined()) {
     // A module to save (PEFT's modules_to_save): the adapter's trainable copy replaces the
@@ -111,11 +115,13 @@ torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
     const auto& w = lora_->weight;
     return F::linear(x.to(w.scalar_type()), w, bias.defined() ? bias.to(w.scalar_type()) : bias).to(x.scalar_type());
   }
-  auto y = InPlaceWeightGradients::active() && torch::GradMode::is_enabled() && weight.requires_grad()
-               ? LinearAddingWeightGradients(x, weight, bias)
-               : (torch::GradMode::is_enabled() && (weight.requires_grad() || x.requires_grad()))
-                     ? F::linear(x, weight, bias)
-                     : LinearRows(x, weight, bias);
+  const bool graph = torch::GradMode::is_enabled() && (weight.requires_grad() || x.requires_grad());
+  // Without the product, a frozen weight's projection goes through the same function (its
+  // backward computes dX alone, as linear's does).
+  const bool in_place = InPlaceWeightGradients::active() && graph && (weight.requires_grad() || !product);
+  auto y = in_place ? LinearAddingWeightGradients(x, weight, bias, product)
+           : graph  ? F::linear(x, weight, bias)
+                    : LinearRows(x, weight, bias);
   if (lora_ == nullptr) return y;
   // PEFT: the input in the adapter's dtype, the term scaled and added in the output's.
   auto term = F::linear(F::linear(x.to(lora_->a.scalar_type()), lora_->a), lora_->b) * lora_scale_;
@@ -235,6 +241,13 @@ torch::Tensor GatedMlpImpl::forward(const torch::Tensor& h, int64_t /*q_start*/)
   return down_proj(gate * up_proj(h));
 }
 
+torch::Tensor GatedMlpImpl::backward_only(const torch::Tensor& h, int64_t /*q_start*/) {
+  RECORD_USER_SCOPE("streambp::mlp");
+  auto gate = gate_proj(h);
+  gate = activation_ == Activation::kGeluTanh ? F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) : F::silu(gate);
+  return down_proj->backward_only(gate * up_proj(h));
+}
+
 void GatedMlpImpl::append_hf_parameters(const std::string& prefix,
                                         std::vector<std::pair<std::string, torch::Tensor>>& out) const {
   for (const auto& [name, p] : projections()) AppendProjection(out, prefix + "." + name, p);
@@ -294,11 +307,19 @@ torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const 
 torch::Tensor DecoderLayerImpl::forward_queries_normed(const torch::Tensor& x_q, const torch::Tensor& h_q,
                                                        const Rope& rope_q, const KeysValues& kv,
                                                        const AttentionPattern& mask, const AttentionTiling& tiling) {
+  return queries_output(x_q, h_q, rope_q, kv, mask, tiling, /*read=*/true);
+}
+
+torch::Tensor DecoderLayerImpl::queries_output(const torch::Tensor& x_q, const torch::Tensor& h_q, const Rope& rope_q,
+                                               const KeysValues& kv, const AttentionPattern& mask,
+                                               const AttentionTiling& tiling, bool read) {
   auto attn_out = self_attn->forward(h_q, rope_q, kv, mask, tiling);
   // Llama: x + attn, then the MLP reads post_attention_layernorm. Gemma3 (sandwich): the
   // attention and MLP outputs are normalized before their residual adds.
   auto x1 = x_q + (pre_feedforward_layernorm ? post_attention_layernorm(attn_out) : attn_out);
   auto h2 = pre_feedforward_layernorm ? pre_feedforward_layernorm(x1) : post_attention_layernorm(x1);
+  // Unread, the MLP's output only passes its gradient on, unless a norm reads its value.
+  if (!read && !post_feedforward_layernorm) return x1 + mlp->backward_only(h2, mask.q_start);
   auto ff = mlp->forward(h2, mask.q_start);
   return x1 + (post_feedforward_layernorm ? post_feedforward_layernorm(ff) : ff);
 }
@@ -307,6 +328,28 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const Rope& rope
                                         const AttentionTiling& tiling) {
   auto h = input_layernorm(x);  // once for both halves
   return forward_queries_normed(x, h, rope, keys_values_normed(h, rope), mask, tiling);
+}
+
+void DecoderLayerImpl::backward_queries_normed(const torch::Tensor& x_q, const torch::Tensor& h_q, const Rope& rope_q,
+                                               const KeysValues& kv, const AttentionPattern& mask,
+                                               const AttentionTiling& tiling, const torch::Tensor& grad_y) {
+  torch::AutoGradMode grad_mode(true);
+  auto y = queries_output(x_q, h_q, rope_q, kv, mask, tiling, /*read=*/false);
+  torch::autograd::backward({y}, {grad_y});
+}
+
+void DecoderLayerImpl::backward_queries(const torch::Tensor& x_q, const Rope& rope_q, const KeysValues& kv,
+                                        const AttentionPattern& mask, const AttentionTiling& tiling,
+                                        const torch::Tensor& grad_y) {
+  torch::AutoGradMode grad_mode(true);
+  backward_queries_normed(x_q, input_layernorm(x_q), rope_q, kv, mask, tiling, grad_y);
+}
+
+void DecoderLayerImpl::backward(const torch::Tensor& x, const Rope& rope, const AttentionPattern& mask,
+                                const AttentionTiling& tiling, const torch::Tensor& grad_y) {
+  torch::AutoGradMode grad_mode(true);
+  auto h = input_layernorm(x);
+  backward_queries_normed(x, h, rope, keys_values_normed(h, rope), mask, tiling, grad_y);
 }
 
 void DecoderLayerImpl::append_hf_parameters(const std::string& p,

@@ -35,17 +35,24 @@ bool SameDtypes(const torch::Tensor& x, const torch::Tensor& weight, const torch
 class LinearFunction : public torch::autograd::Function<LinearFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& weight, const torch::Tensor& bias) {
+                               const torch::Tensor& weight, const torch::Tensor& bias, bool product) {
     // A leaf saved for the backward is the parameter itself: its .grad is the one to add to.
     ctx->save_for_backward({x, weight, bias});
-    return LinearRows(x, weight, bias);
+    return product ? LinearRows(x, weight, bias) : Unread(x, weight);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     return {Backward(ctx->needs_input_grad(0), saved[0], saved[1], saved[2], grads[0]), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
+  }
+
+  // What stands for y when no one reads it: zeros of its shape.
+  static torch::Tensor Unread(const torch::Tensor& x, const torch::Tensor& weight) {
+    auto sizes = x.sizes().vec();
+    sizes.back() = weight.size(0);
+    return torch::zeros(sizes, x.options());
   }
 
   // dL/dx (when wanted); W.grad += dY^T X, b.grad += the column sums of dY.
@@ -87,16 +94,16 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
 class LinearNoBiasFunction : public torch::autograd::Function<LinearNoBiasFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& weight) {
+                               const torch::Tensor& weight, bool product) {
     ctx->save_for_backward({x, weight});
-    return LinearRows(x, weight, torch::Tensor());
+    return product ? LinearRows(x, weight, torch::Tensor()) : LinearFunction::Unread(x, weight);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     return {LinearFunction::Backward(ctx->needs_input_grad(0), saved[0], saved[1], torch::Tensor(), grads[0]),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -144,12 +151,13 @@ InPlaceWeightGradients::~InPlaceWeightGradients() { t_in_place = previous_; }
 bool InPlaceWeightGradients::active() { return t_in_place; }
 
 torch::Tensor LinearAddingWeightGradients(const torch::Tensor& x, const torch::Tensor& weight,
-                                          const torch::Tensor& bias) {
+                                          const torch::Tensor& bias, bool product) {
   // Names the product for profilers with the sequence number its autograd node takes, so
   // that its backward is charged where its forward ran (the bench's breakdown).
   at::RecordFunction record(at::RecordScope::FUNCTION);
   if (record.isActive()) record.before("streambp::linear", at::sequence_number::peek());
-  return bias.defined() ? LinearFunction::apply(x, weight, bias) : LinearNoBiasFunction::apply(x, weight);
+  return bias.defined() ? LinearFunction::apply(x, weight, bias, product)
+                        : LinearNoBiasFunction::apply(x, weight, product);
 }
 
 }  // namespace streambp

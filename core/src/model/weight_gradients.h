@@ -43,8 +43,9 @@ torch::Tensor LinearRows(const torch::Tensor& x, const torch::Tensor& weight, co
 torch::Tensor GradientOf(const torch::Tensor& parameter);
 
 /// y = x W^T (+ b), differentiable in x; W's (and b's) gradients added into their .grad in
-/// the backward when they require one.
+/// the backward when they require one. Without the product (an output only backpropagated,
+/// ProjectionImpl::backward_only), y holds zeros; the backward is the same.
 torch::Tensor LinearAddingWeightGradients(const torch::Tensor& x, const torch::Tensor& weight,
-                                          const torch::Tensor& bias);
+                                          const torch::Tensor& bias, bool product = true);
 
 }  // namespace streambp
