@@ -234,18 +234,26 @@ GatedMlpImpl::GatedMlpImpl(const ModelConfig& c, int64_t width) : activation_(c.
   down_proj = p.at("down_proj");
 }
 
+namespace {
+
+// act(gate_proj(h)) * up_proj(h): what the down projection reads.
+torch::Tensor GatedHidden(ProjectionImpl& gate_proj, ProjectionImpl& up_proj, Activation activation,
+                          const torch::Tensor& h) {
+  auto gate = gate_proj.forward(h);
+  gate = activation == Activation::kGeluTanh ? F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) : F::silu(gate);
+  return gate * up_proj.forward(h);
+}
+
+}  // namespace
+
 torch::Tensor GatedMlpImpl::forward(const torch::Tensor& h, int64_t /*q_start*/) {
   RECORD_USER_SCOPE("streambp::mlp");
-  auto gate = gate_proj(h);
-  gate = activation_ == Activation::kGeluTanh ? F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) : F::silu(gate);
-  return down_proj(gate * up_proj(h));
+  return down_proj(GatedHidden(*gate_proj, *up_proj, activation_, h));
 }
 
 torch::Tensor GatedMlpImpl::backward_only(const torch::Tensor& h, int64_t /*q_start*/) {
   RECORD_USER_SCOPE("streambp::mlp");
-  auto gate = gate_proj(h);
-  gate = activation_ == Activation::kGeluTanh ? F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) : F::silu(gate);
-  return down_proj->backward_only(gate * up_proj(h));
+  return down_proj->backward_only(GatedHidden(*gate_proj, *up_proj, activation_, h));
 }
 
 void GatedMlpImpl::append_hf_parameters(const std::string& prefix,
