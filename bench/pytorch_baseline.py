@@ -13,7 +13,8 @@ comparison doubles as an independent check of the loss and of every gradient.
         peak RSS (the kernel's, per process) and wall time of both, their ratios, JSON; and
         each step's analytic FLOPs and achieved share of a 2048^3 GEMM measured before and
         after (in its own process, same LibTorch and BLAS): the FLOP ratio is the wall ratio
-        the two steps would have if both ran at the same share of the GEMM
+        the two steps would have if both ran at the same share of the GEMM; with --rounds N,
+        N rounds of both processes in alternating order, the ratios the medians over rounds
     pytorch_baseline.py check --server BIN [--preset tiny] --seq-len 40
         float64: loss and every gradient of the baseline vs the server's stream engine
     pytorch_baseline.py step --model DIR --data F.jsonl [--out G.safetensors]
@@ -376,53 +377,98 @@ def baseline_cmd(args, model, data, out=None):
     return cmd + (["--out", out] if out else [])
 
 
+def median(values):
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
 def run_compare(args):
+    """`rounds` rounds, each a GEMM reference, both processes and a GEMM reference again; the
+    processes' order alternates from round to round, so neither always runs in the same minute
+    of a shared machine. Each round's ratios come from its own two processes; the report's
+    ratios are the medians over rounds (every round is kept in the JSON)."""
+    if args.rounds < 1:
+        raise SystemExit(f"pytorch_baseline: --rounds must be at least 1, got {args.rounds}")
     gemm_cmd = [sys.executable, os.path.abspath(__file__), "gemm", "--threads", str(args.threads)]
     gemm = lambda: json.loads(subprocess.run(gemm_cmd, capture_output=True, text=True,  # noqa: E731
                                              check=True).stdout.strip().splitlines()[-1])["gflops"]
+    mib = 1.0 / 1024
+    rounds = []
     with tempfile.TemporaryDirectory() as folder:
         model, data = prepare(args, folder)
         with open(os.path.join(model, "config.json")) as f:
             cfg = json.load(f)
-        gemm_start = gemm()
-        ours = measure_one(server_cmd(args, model, data, os.path.join(folder, "ours.safetensors")))
-        theirs = measure_one(baseline_cmd(args, model, data))
-        gemm_end = gemm()
-    step = json.loads(theirs["stdout"].strip().splitlines()[-1])
-    # grad's line: "... (stream engine, chunks C/LC/KC, S s); ..."
-    line = ours["stdout"].split("(stream engine, chunks ")[1]
-    chunk = int(line.split("/")[0])
-    ours_step = float(line.split(", ")[1].split(" s)")[0])
-    flops_ours, flops_theirs = step_flops(cfg, args.seq_len, chunk, args.block, args.keep_attention)
-    gemm_ref = max(gemm_start, gemm_end)  # a slow minute at one end must not flatter the shares
-    mib = 1.0 / 1024
+        for i in range(args.rounds):
+            gemm_start = gemm()
+            runs = {}
+            order = ("ours", "theirs") if i % 2 == 0 else ("theirs", "ours")
+            for who in order:
+                cmd = (server_cmd(args, model, data, os.path.join(folder, "ours.safetensors")) if who == "ours"
+                       else baseline_cmd(args, model, data))
+                runs[who] = measure_one(cmd)
+            gemm_end = gemm()
+            ours, theirs = runs["ours"], runs["theirs"]
+            step = json.loads(theirs["stdout"].strip().splitlines()[-1])
+            # grad's line: "... (stream engine, chunks C/LC/KC, S s); ..."
+            line = ours["stdout"].split("(stream engine, chunks ")[1]
+            chunk = int(line.split("/")[0])
+            ours_step = float(line.split(", ")[1].split(" s)")[0])
+            flops_ours, flops_theirs = step_flops(cfg, args.seq_len, chunk, args.block, args.keep_attention)
+            gemm_ref = max(gemm_start, gemm_end)  # a slow minute at one end must not flatter the shares
+            r = {
+                "order": list(order),
+                "streambp_grad_stream": {"peak_rss_mib": ours["maxrss_kib"] * mib, "wall_s": ours["wall"],
+                                         "step_s": ours_step, "chunk": chunk, "flops": flops_ours,
+                                         "gemm_fraction": flops_ours / ours_step / 1e9 / gemm_ref,
+                                         "output": ours["stdout"].strip()},
+                "pytorch_eager": {"peak_rss_mib": theirs["maxrss_kib"] * mib, "wall_s": theirs["wall"],
+                                  "step_s": step["step_seconds"], "loss": step["loss"], "flops": flops_theirs,
+                                  "gemm_fraction": flops_theirs / step["step_seconds"] / 1e9 / gemm_ref},
+                "gemm_gflops": {"start": gemm_start, "end": gemm_end, "reference": gemm_ref},
+            }
+            r["rss_ratio"] = r["streambp_grad_stream"]["peak_rss_mib"] / r["pytorch_eager"]["peak_rss_mib"]
+            r["wall_ratio"] = ours["wall"] / theirs["wall"]
+            r["step_ratio"] = ours_step / step["step_seconds"]
+            r["flop_ratio"] = flops_ours / flops_theirs
+            rounds.append(r)
+            if args.rounds > 1:
+                print(f"round {i + 1}/{args.rounds} ({' then '.join(order)}): wall {ours['wall']:.2f} vs "
+                      f"{theirs['wall']:.2f} s = {r['wall_ratio']:.3f}, peak RSS {r['rss_ratio']:.3f}, GEMM "
+                      f"{gemm_start:.0f}/{gemm_end:.0f} GFLOP/s", flush=True)
+    # The median round (by wall ratio) stands for the run; the ratios are each the median over rounds.
+    mid = sorted(rounds, key=lambda r: r["wall_ratio"])[(len(rounds) - 1) // 2]
     report = {
         "seq_len": args.seq_len, "preset": args.preset if not args.model else None, "model": args.model or None,
-        "dtype": args.dtype, "threads": args.threads, "keep_attention": args.keep_attention, "baseline": {"block": args.block, "logits_chunk": args.logits_chunk},
-        "streambp_grad_stream": {"peak_rss_mib": ours["maxrss_kib"] * mib, "wall_s": ours["wall"],
-                                 "step_s": ours_step, "chunk": chunk, "flops": flops_ours,
-                                 "gemm_fraction": flops_ours / ours_step / 1e9 / gemm_ref,
-                                 "output": ours["stdout"].strip()},
-        "pytorch_eager": {"peak_rss_mib": theirs["maxrss_kib"] * mib, "wall_s": theirs["wall"],
-                          "step_s": step["step_seconds"], "loss": step["loss"], "flops": flops_theirs,
-                          "gemm_fraction": flops_theirs / step["step_seconds"] / 1e9 / gemm_ref},
-        "gemm_gflops": {"start": gemm_start, "end": gemm_end, "reference": gemm_ref},
+        "dtype": args.dtype, "threads": args.threads, "keep_attention": args.keep_attention,
+        "baseline": {"block": args.block, "logits_chunk": args.logits_chunk},
+        "streambp_grad_stream": mid["streambp_grad_stream"], "pytorch_eager": mid["pytorch_eager"],
+        "gemm_gflops": mid["gemm_gflops"],
+        "rss_ratio": median([r["rss_ratio"] for r in rounds]),
+        "rss_ratio_max": max(r["rss_ratio"] for r in rounds),
+        "wall_ratio": median([r["wall_ratio"] for r in rounds]),
+        "wall_ratio_range": [min(r["wall_ratio"] for r in rounds), max(r["wall_ratio"] for r in rounds)],
+        "step_ratio": median([r["step_ratio"] for r in rounds]),
+        "flop_ratio": mid["flop_ratio"],
+        "rounds": rounds,
     }
-    report["rss_ratio"] = report["streambp_grad_stream"]["peak_rss_mib"] / report["pytorch_eager"]["peak_rss_mib"]
-    report["wall_ratio"] = ours["wall"] / theirs["wall"]
-    report["step_ratio"] = ours_step / step["step_seconds"]
-    report["flop_ratio"] = flops_ours / flops_theirs
     print(f"T={args.seq_len} {args.dtype}, {args.threads} thread(s); baseline: checkpointed layers, query blocks of "
-          f"{args.block}, logits chunks of {args.logits_chunk}")
+          f"{args.block}, logits chunks of {args.logits_chunk}" +
+          (f"; the median of {args.rounds} rounds (by wall ratio)" if args.rounds > 1 else ""))
     print(f"{'':24s} {'peak RSS MiB':>13s} {'wall s':>9s} {'step s':>9s} {'TFLOP':>7s} {'GFLOP/s':>8s} {'%GEMM':>6s}")
     ours_name = "streambp-server grad" + (" (keep)" if args.keep_attention else "")
     for name, r in ((ours_name, report["streambp_grad_stream"]), ("eager PyTorch", report["pytorch_eager"])):
         print(f"{name:24s} {r['peak_rss_mib']:13.1f} {r['wall_s']:9.2f} {r['step_s']:9.2f} {r['flops'] / 1e12:7.2f} "
               f"{r['flops'] / r['step_s'] / 1e9:8.1f} {100 * r['gemm_fraction']:5.0f}%")
-    print(f"GEMM 2048^3 float32: {gemm_start:.0f} GFLOP/s before, {gemm_end:.0f} after (shares use {gemm_ref:.0f})")
-    print(f"ratios (streambp / PyTorch): peak RSS {report['rss_ratio']:.3f}, wall {report['wall_ratio']:.3f}, step "
-          f"{report['step_ratio']:.3f}; FLOPs {report['flop_ratio']:.3f} (the step ratio at equal shares of the GEMM)")
-    print(f"losses: {ours['stdout'].split(';')[0].strip()} | PyTorch {step['loss']:.9f}")
+    g = report["gemm_gflops"]
+    print(f"GEMM 2048^3 float32: {g['start']:.0f} GFLOP/s before, {g['end']:.0f} after (shares use {g['reference']:.0f})")
+    over = f" over {args.rounds} rounds" if args.rounds > 1 else ""
+    print(f"ratios (streambp / PyTorch{', medians' + over if over else ''}): peak RSS {report['rss_ratio']:.3f}"
+          f"{' (largest %.3f)' % report['rss_ratio_max'] if over else ''}, wall {report['wall_ratio']:.3f}"
+          f"{' (%.3f-%.3f)' % tuple(report['wall_ratio_range']) if over else ''}, step {report['step_ratio']:.3f}; "
+          f"FLOPs {report['flop_ratio']:.3f} (the step ratio at equal shares of the GEMM)")
+    out = report["streambp_grad_stream"]["output"]
+    print(f"losses: {out.split(';')[0].strip()} | PyTorch {report['pytorch_eager']['loss']:.9f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
@@ -508,6 +554,8 @@ def main():
                            help="run streambp-server grad with --keep-attention (selective recompute)")
         if name == "compare":
             p.add_argument("--json")
+            p.add_argument("--rounds", type=int, default=1,
+                           help="rounds of both processes, their order alternating; ratios are medians over rounds")
         if name == "check":
             p.add_argument("--tolerance", type=float, default=1e-10)
     args = ap.parse_args()
