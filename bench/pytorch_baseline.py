@@ -35,6 +35,7 @@ import json
 import math
 import os
 import random
+import statistics
 import struct
 import subprocess
 import sys
@@ -377,12 +378,6 @@ def baseline_cmd(args, model, data, out=None):
     return cmd + (["--out", out] if out else [])
 
 
-def median(values):
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-
 def run_compare(args):
     """`rounds` rounds, each a GEMM reference, both processes and a GEMM reference again; the
     processes' order alternates from round to round, so neither always runs in the same minute
@@ -444,11 +439,11 @@ def run_compare(args):
         "baseline": {"block": args.block, "logits_chunk": args.logits_chunk},
         "streambp_grad_stream": mid["streambp_grad_stream"], "pytorch_eager": mid["pytorch_eager"],
         "gemm_gflops": mid["gemm_gflops"],
-        "rss_ratio": median([r["rss_ratio"] for r in rounds]),
+        "rss_ratio": statistics.median([r["rss_ratio"] for r in rounds]),
         "rss_ratio_max": max(r["rss_ratio"] for r in rounds),
-        "wall_ratio": median([r["wall_ratio"] for r in rounds]),
+        "wall_ratio": statistics.median([r["wall_ratio"] for r in rounds]),
         "wall_ratio_range": [min(r["wall_ratio"] for r in rounds), max(r["wall_ratio"] for r in rounds)],
-        "step_ratio": median([r["step_ratio"] for r in rounds]),
+        "step_ratio": statistics.median([r["step_ratio"] for r in rounds]),
         "flop_ratio": mid["flop_ratio"],
         "rounds": rounds,
     }
