@@ -307,7 +307,29 @@ def chunked_pairs(T, block):
     return sum((min(T, s + block) - s) * min(T, s + block) for s in range(0, T, block))
 
 
-def step_flops(cfg, T, chunk, block, keep_attention=False):
+def tiled_pairs(T, chunk, key_tile, pieces=True):
+    """(query, key) pairs the stream engine's tiled attention visits over one sequence: each
+    chunk's key tiles up to its last position, and (pieces: float32 and float64, whose products
+    run in the compute dtype) a tile the causal rule masks in part (the diagonal) in four pieces
+    of the chunk's rows, each over the keys up to its last row, where that covers at most 7/8
+    of the tile."""
+    pairs = 0
+    for s in range(0, T, chunk):
+        e = min(T, s + chunk)
+        step = (e - s + 3) // 4
+        for k0 in range(0, e, key_tile):
+            k1 = min(e, k0 + key_tile)
+            tile = (e - s) * (k1 - k0)
+            if not pieces or k1 - 1 <= s or e - s < 2:
+                pairs += tile
+                continue
+            pieces = [(min(e, a + step) - a) * (min(k1, min(e, a + step)) - k0)
+                      for a in range(s, e, step) if min(k1, min(e, a + step)) > k0]
+            pairs += sum(pieces) if 8 * sum(pieces) <= 7 * tile else tile
+    return pairs
+
+
+def step_flops(cfg, T, chunk, block, keep_attention=False, key_tile=None, pieces=True):
     """Analytic FLOPs (a multiply-add is 2) of one SFT step of T positions: the stream engine with
     query chunks of `chunk`, and the baseline with attention blocks of `block`. GEMMs only
     (norms, RoPE, softmax and the loss are not counted); a dense decoder with a gated MLP.
@@ -315,7 +337,8 @@ def step_flops(cfg, T, chunk, block, keep_attention=False):
     Both run each layer's projections and MLP four times (forward, the recompute, the two
     products of the backward), but stream's recompute leaves out the down projection's
     product (its output is only backpropagated, never read); stream computes K and V once more
-    (without a graph, for every chunk's keys). Attention in units of a forward (QK^T and PV): stream 4.5 (the forward, its
+    (without a graph, for every chunk's keys). Attention in units of a forward (QK^T and PV) over
+    the pairs each visits (stream: tiled_pairs with key tiles of `key_tile`, default the chunk): stream 4.5 (the forward, its
     recompute, and the tiled backward's five products: QK^T again, dV, dP, dQ, dK), the
     baseline 5 (the forward, the layer's recompute, the block's own recompute under its nested
     checkpoint, and the materialized backward's four products). The head: stream 3 (logits,
@@ -328,7 +351,7 @@ def step_flops(cfg, T, chunk, block, keep_attention=False):
     layer_params = 2 * d * H * hd + kv_params + 3 * d * cfg["intermediate_size"]
     attention = lambda pairs: 4 * H * hd * pairs  # noqa: E731
     head = 2 * (T - 1) * d * V
-    ours_attention = (3.5 if keep_attention else 4.5) * attention(chunked_pairs(T, chunk))
+    ours_attention = (3.5 if keep_attention else 4.5) * attention(tiled_pairs(T, chunk, key_tile or chunk, pieces))
     down = d * cfg["intermediate_size"]
     ours = L * (8 * T * layer_params - 2 * T * down + 2 * T * kv_params + ours_attention) + 3 * head
     theirs = L * (8 * T * layer_params + 5 * attention(chunked_pairs(T, block))) + 4 * head
@@ -407,9 +430,10 @@ def run_compare(args):
             step = json.loads(theirs["stdout"].strip().splitlines()[-1])
             # grad's line: "... (stream engine, chunks C/LC/KC, S s); ..."
             line = ours["stdout"].split("(stream engine, chunks ")[1]
-            chunk = int(line.split("/")[0])
+            chunk, key_tile = int(line.split("/")[0]), int(line.split(",")[0].split("/")[2])
             ours_step = float(line.split(", ")[1].split(" s)")[0])
-            flops_ours, flops_theirs = step_flops(cfg, args.seq_len, chunk, args.block, args.keep_attention)
+            flops_ours, flops_theirs = step_flops(cfg, args.seq_len, chunk, args.block, args.keep_attention, key_tile,
+                                                  args.dtype in ("float32", "float64"))
             gemm_ref = max(gemm_start, gemm_end)  # a slow minute at one end must not flatter the shares
             r = {
                 "order": list(order),

@@ -2,6 +2,7 @@
 // that takes one computes the materialized softmax's output and gradients (float64).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -265,6 +266,75 @@ TEST(Attention, TiledHeadsSplitAmongThreadsEqualOneThread) {
     }
   }
   EXPECT_EQ(compared, 48);
+}
+
+// A key tile that the pattern masks in part over a block's rows (the causal diagonal, a
+// window's edge) is visited in pieces of rows, each over the keys its rows may see; the plan
+// covers every allowed (query, key) pair exactly once, reads no key twice for a row, and is
+// the same whether planned from the sequence ids or from the tiles' masks (the flags read
+// back). Pieces are taken only where they save an eighth of the tile.
+TEST(Attention, TilesMaskedInPartRunInRowPieces) {
+  // One sequence of 32, queries [16, 32), one block of 16, key tiles of 16: the keys [0, 16)
+  // whole, the diagonal tile in four pieces of four rows, 5/8 of its square.
+  auto visits = [](const std::vector<TiledVisit>& plan) {
+    std::vector<std::array<int64_t, 5>> out;
+    for (const auto& v : plan) out.push_back({v.q0, v.q1, v.k0, v.k1, v.masked});
+    return out;
+  };
+  const auto one = MakeBatch(testing::RandomSequences({32}, 50, 3), Layout::kRightPad);
+  EXPECT_EQ(visits(TiledAttentionPlan(AttentionPattern::Causal(one, 16, 32, 32), 0, 16, 16)),
+            (std::vector<std::array<int64_t, 5>>{
+                {0, 16, 0, 16, 0}, {0, 4, 16, 20, 1}, {4, 8, 16, 24, 1}, {8, 12, 16, 28, 1}, {12, 16, 16, 32, 1}}));
+  // Four rows against a 64-key tile whose diagonal is 4 x 4: pieces would compute 250 of 256
+  // pairs, so the tile runs whole.
+  const auto longer = MakeBatch(testing::RandomSequences({64}, 50, 5), Layout::kRightPad);
+  EXPECT_EQ(visits(TiledAttentionPlan(AttentionPattern::Causal(longer, 60, 64, 64), 0, 4, 64)),
+            (std::vector<std::array<int64_t, 5>>{{0, 4, 0, 64, 1}}));
+
+  const auto seqs = testing::RandomSequences({40, 17, 29, 8}, 50, 31);
+  int pieced = 0, planned = 0;
+  for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
+    const auto batch = MakeBatch(seqs, layout, layout == Layout::kPacked ? 48 : 0);
+    const int64_t T = batch.length();
+    for (int64_t start : {int64_t{0}, T / 3}) {
+      for (int64_t window : {int64_t{0}, int64_t{6}}) {
+        const auto causal = AttentionPattern::Causal(batch, start, T, T, window);
+        auto strided = causal;
+        strided.sequence_ids = causal.sequence_ids.t().contiguous().t();
+        const auto allowed = causal.dense().any(0);  // [C, L]: some batch row allows the pair
+        for (const auto& [key_tile, block] : {std::pair<int64_t, int64_t>{8, 16}, {16, 12}, {5, 40}}) {
+          auto covered = torch::zeros({T - start, T}, torch::kInt64);
+          const std::string where = std::string(LayoutName(layout)) + " start " + std::to_string(start) + " window " +
+                                    std::to_string(window) + " tiles " + std::to_string(key_tile) + "/" +
+                                    std::to_string(block);
+          for (int64_t q0 = 0; q0 < T - start; q0 += block) {
+            const int64_t q1 = std::min(T - start, q0 + block);
+            const auto plan = TiledAttentionPlan(causal, q0, q1, key_tile);
+            const auto from_masks = TiledAttentionPlan(strided, q0, q1, key_tile);
+            ASSERT_EQ(plan.size(), from_masks.size()) << where << " block " << q0;
+            for (size_t i = 0; i < plan.size(); ++i) {
+              const auto &a = plan[i], &b = from_masks[i];
+              EXPECT_TRUE(a.q0 == b.q0 && a.q1 == b.q1 && a.k0 == b.k0 && a.k1 == b.k1)
+                  << where << " block " << q0 << " visit " << i;
+              ASSERT_TRUE(a.q0 >= q0 && a.q1 <= q1 && a.q0 < a.q1 && a.k0 < a.k1) << where;
+              covered.slice(0, a.q0, a.q1).slice(1, a.k0, a.k1) += 1;
+              pieced += (a.q0 != q0 || a.q1 != q1) ? 1 : 0;
+              // Unmasked visits allow every pair.
+              if (!a.masked) {
+                EXPECT_TRUE(causal.block(a.q0, a.q1, a.k0, a.k1).all().item<bool>()) << where;
+              }
+            }
+            ++planned;
+          }
+          EXPECT_TRUE(covered.masked_select(allowed).eq(1).all().item<bool>())
+              << where << ": an allowed pair not visited exactly once";
+          EXPECT_LE(covered.max().item<int64_t>(), 1) << where;
+        }
+      }
+    }
+  }
+  EXPECT_GT(planned, 0);
+  EXPECT_GT(pieced, 50) << "no tile ran in pieces";
 }
 
 }  // namespace

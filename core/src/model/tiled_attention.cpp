@@ -9,6 +9,8 @@
 // On the CPU the B*KVH slices of a query block are split among the intra-op threads, each
 // running its slices' tiles with one-thread products (ForSlices): the same ops per slice,
 // so the same values, without every small product of a tile waiting for all threads.
+// A tile masked in part (the diagonal) is visited in pieces of query rows (RowPieces), each
+// against only the keys its rows may see.
 // With AttentionTiling::kept a call writes its out and lse there, or (replay, the stream
 // engine's backward with EngineOptions::keep_attention) takes them from there instead of
 // running the forward's tiles: the backward is the same from the same out and lse.
@@ -58,11 +60,45 @@ torch::Tensor Product(const torch::Tensor& a, const torch::Tensor& b, torch::Dty
   return torch::bmm(a.to(dtype), b.to(dtype)).to(cd);
 }
 
+// One product of a block's visit: the queries [q0, q1) (the block's, or a piece of them)
+// against the keys [k0, k1).
 struct Tile {
   int64_t k0, k1;
-  bool full;  // every (query, key) pair of the block is allowed: no masking needed
-  torch::Tensor mask;  // the block's mask where the plan built it (else built when needed)
+  bool full;  // every (query, key) pair is allowed: no masking needed
+  torch::Tensor mask;  // its mask where the plan built it (else built when needed)
+  int64_t q0, q1;
 };
+
+// A tile that the pattern masks in part over many query rows (the causal diagonal, a
+// window's edge) is visited in pieces of rows, each against the keys some row of the piece
+// may see: the diagonal's masked half is mostly not computed. In kRowPieces pieces, a
+// query block x its diagonal tile computes 5/8 of the square instead of all of it (the
+// masked pairs computed for chunks of c in a T-long row fall from c/T of the causal pairs to
+// c/4T: 6.25% -> 1.56% at 512 of 8192).
+// Taken where the pieces save an eighth of the tile or more, and where the products run in
+// the compute dtype (float32, float64): a bfloat16 product rounds its sum once, and four
+// pieces' dK/dV products would round four partial sums (EngineBfloat16.* saw q_norm's
+// gradient error grow from within 1.25x autograd's to 1.5x). The pieces of a tile follow
+// each other in row order, so each row still meets its keys in order.
+constexpr int64_t kRowPieces = 4;
+
+std::vector<Tile> RowPieces(const AttentionPattern& pattern, int64_t q0, int64_t q1, const Tile& t,
+                            bool pieces_allowed) {
+  const int64_t rows = q1 - q0, step = (rows + kRowPieces - 1) / kRowPieces;
+  if (!pieces_allowed || t.full || rows < 2) return {};
+  std::vector<Tile> pieces;
+  int64_t area = 0;
+  for (int64_t s0 = q0; s0 < q1; s0 += step) {
+    const int64_t s1 = std::min(q1, s0 + step);
+    const int64_t k0 = std::max(t.k0, pattern.key_start(s0, s1));
+    const int64_t k1 = std::min(t.k1, pattern.key_limit(s0, s1));
+    if (k0 >= k1) continue;
+    pieces.push_back({k0, k1, false, torch::Tensor(), s0, s1});
+    area += (s1 - s0) * (k1 - k0);
+  }
+  if (8 * area > 7 * rows * (t.k1 - t.k0)) return {};
+  return pieces;
+}
 
 // PlanTiles for the causal rule over sequence ids held on the CPU, without a mask for the
 // tiles that need none (building every tile's mask to ask any() and all() of it took 1.3 s
@@ -70,78 +106,108 @@ struct Tile {
 // batch rows' keys and queries each belong to one sequence is allowed entirely; a tile the
 // band does not reach is skipped; the others (the diagonal, a window's edge, a document or
 // padding boundary) get their mask, kept for the scores, and are skipped where it allows
-// nothing. The same tiles and flags as the masks give: the same output and gradients, bit
-// for bit. nullopt: not such a rule.
+// nothing; RowPieces splits them the same way as PlanTiles does. The same tiles, pieces and
+// flags as the masks give: the same output and gradients, bit for bit. nullopt: not such a rule.
 std::optional<std::vector<Tile>> PlanTilesOnHost(const AttentionPattern& pattern, int64_t q0, int64_t q1,
-                                                 int64_t tile) {
+                                                 int64_t tile, bool pieces_allowed) {
   const auto& ids = pattern.sequence_ids;
   if (pattern.mask.defined() || !ids.defined() || !ids.device().is_cpu() || ids.scalar_type() != torch::kInt64 ||
       ids.dim() != 2 || !ids.is_contiguous()) {
     return std::nullopt;
   }
-  const int64_t qa = pattern.q_start + q0, qb = pattern.q_start + q1, w = pattern.window;
-  const int64_t limit = pattern.key_limit(q0, q1), B = ids.size(0), T = ids.size(1);
+  const int64_t w = pattern.window, B = ids.size(0), T = ids.size(1);
   const int64_t* id = ids.data_ptr<int64_t>();
-  // Whether each batch row's queries belong to one sequence (asked once for the block).
-  bool queries_one = true;
-  for (int64_t b = 0; b < B && queries_one; ++b) {
-    const int64_t* row = id + b * T;
-    for (int64_t j = qa; j < qb; ++j) {
-      if (row[j] != row[qa]) {
-        queries_one = false;
-        break;
-      }
-    }
-  }
-  auto one_sequence = [&](int64_t k0, int64_t k1) {
-    if (!queries_one) return false;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t* row = id + b * T;
-      for (int64_t j = k0; j < k1; ++j) {
-        if (row[j] != row[qa]) return false;
-      }
-    }
-    return true;
-  };
-  std::vector<Tile> tiles;
-  for (int64_t k0 = pattern.key_start(q0, q1); k0 < limit; k0 += tile) {
-    const int64_t k1 = std::min(limit, k0 + tile);
+  // Queries [s0, s1) x keys [k0, k1): skipped (nullopt), allowed entirely, or with its mask.
+  auto classify = [&](int64_t s0, int64_t s1, int64_t k0, int64_t k1) -> std::optional<Tile> {
+    const int64_t qa = pattern.q_start + s0, qb = pattern.q_start + s1;
     // Some pair is in the band: the closest one (query qa, key k1 - 1) within the window, and
     // a key at or before the last query.
-    if (k0 > qb - 1 || (w > 0 && qa - (k1 - 1) >= w)) continue;
-    if (k1 - 1 <= qa && (w == 0 || (qb - 1) - k0 < w) && one_sequence(k0, k1)) {
-      tiles.push_back({k0, k1, true, torch::Tensor()});
+    if (k0 > qb - 1 || (w > 0 && qa - (k1 - 1) >= w)) return std::nullopt;
+    // Whether each batch row's queries and keys all belong to the sequence of its first query.
+    auto one_sequence = [&] {
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t* row = id + b * T;
+        for (int64_t j = qa; j < qb; ++j) {
+          if (row[j] != row[qa]) return false;
+        }
+        for (int64_t j = k0; j < k1; ++j) {
+          if (row[j] != row[qa]) return false;
+        }
+      }
+      return true;
+    };
+    if (k1 - 1 <= qa && (w == 0 || (qb - 1) - k0 < w) && one_sequence()) {
+      return Tile{k0, k1, true, torch::Tensor(), s0, s1};
+    }
+    auto mask = pattern.block(s0, s1, k0, k1);
+    if (!mask.any().item<bool>()) return std::nullopt;
+    return Tile{k0, k1, false, std::move(mask), s0, s1};
+  };
+  std::vector<Tile> tiles;
+  const int64_t limit = pattern.key_limit(q0, q1);
+  for (int64_t k0 = pattern.key_start(q0, q1); k0 < limit; k0 += tile) {
+    auto t = classify(q0, q1, k0, std::min(limit, k0 + tile));
+    if (!t) continue;
+    const auto pieces = RowPieces(pattern, q0, q1, *t, pieces_allowed);
+    if (pieces.empty()) {
+      tiles.push_back(*std::move(t));
       continue;
     }
-    auto mask = pattern.block(q0, q1, k0, k1);
-    if (mask.any().item<bool>()) tiles.push_back({k0, k1, false, std::move(mask)});
+    for (const auto& piece : pieces) {
+      if (auto kept = classify(piece.q0, piece.q1, piece.k0, piece.k1)) tiles.push_back(*std::move(kept));
+    }
   }
   return tiles;
 }
 
-// The key tiles that some query row of [q0, q1) may attend to, and which of them need no
-// mask. Read back once per block (one device sync on a GPU, not one per tile). Tiles run from
-// the first key any query of the block may see (its window's oldest key, its sequence's
-// start: AttentionPattern::key_start), so no tile is spent on keys all of them mask.
-std::vector<Tile> PlanTiles(const AttentionPattern& pattern, int64_t q0, int64_t q1, int64_t tile) {
-  if (auto planned = PlanTilesOnHost(pattern, q0, q1, tile)) return *std::move(planned);
+// The key tiles that some query row of [q0, q1) may attend to, which of them need no mask,
+// and the row pieces of those masked in part (RowPieces). Read back once per block (one
+// device sync on a GPU, not one per tile). Tiles run from the first key any query of the
+// block may see (its window's oldest key, its sequence's start: AttentionPattern::key_start),
+// so no tile is spent on keys all of them mask.
+std::vector<Tile> PlanTiles(const AttentionPattern& pattern, int64_t q0, int64_t q1, int64_t tile,
+                            bool pieces_allowed) {
+  if (auto planned = PlanTilesOnHost(pattern, q0, q1, tile, pieces_allowed)) return *std::move(planned);
   const int64_t limit = pattern.key_limit(q0, q1);
-  std::vector<Tile> tiles;
+  // Every tile and every candidate piece (RowPieces of the tile as if it were masked),
+  // flagged together; a tile's pieces replace it where the tile is masked in part.
+  std::vector<Tile> candidates;
+  std::vector<std::pair<size_t, size_t>> pieces_of;  // per tile: its pieces' range in candidates
   std::vector<torch::Tensor> flags;
-  for (int64_t k0 = pattern.key_start(q0, q1); k0 < limit; k0 += tile) {
-    const int64_t k1 = std::min(limit, k0 + tile);
-    auto m = pattern.block(q0, q1, k0, k1);
+  auto add = [&](const Tile& t) {
+    auto m = pattern.block(t.q0, t.q1, t.k0, t.k1);
     flags.push_back(m.any());
     flags.push_back(m.all());
-    tiles.push_back({k0, k1, false, torch::Tensor()});
+    candidates.push_back(t);
+  };
+  std::vector<size_t> tile_at;
+  for (int64_t k0 = pattern.key_start(q0, q1); k0 < limit; k0 += tile) {
+    const Tile t{k0, std::min(limit, k0 + tile), false, torch::Tensor(), q0, q1};
+    tile_at.push_back(candidates.size());
+    add(t);
+    const size_t first = candidates.size();
+    for (const auto& piece : RowPieces(pattern, q0, q1, t, pieces_allowed)) add(piece);
+    pieces_of.emplace_back(first, candidates.size());
   }
-  if (tiles.empty()) return tiles;
+  if (candidates.empty()) return {};
   const auto read = torch::stack(flags).to(torch::kCPU).contiguous();
   const bool* f = read.data_ptr<bool>();
+  auto keep = [&](size_t i, std::vector<Tile>& out) {
+    if (!f[2 * i]) return;
+    auto t = candidates[i];
+    t.full = f[2 * i + 1];
+    out.push_back(std::move(t));
+  };
   std::vector<Tile> kept;
-  for (size_t i = 0; i < tiles.size(); ++i) {
+  for (size_t n = 0; n < tile_at.size(); ++n) {
+    const size_t i = tile_at[n];
+    const auto [first, last] = pieces_of[n];
     if (!f[2 * i]) continue;
-    kept.push_back({tiles[i].k0, tiles[i].k1, f[2 * i + 1], torch::Tensor()});
+    if (f[2 * i + 1] || first == last) {
+      keep(i, kept);
+      continue;
+    }
+    for (size_t j = first; j < last; ++j) keep(j, kept);
   }
   return kept;
 }
@@ -150,6 +216,7 @@ std::vector<Tile> PlanTiles(const AttentionPattern& pattern, int64_t q0, int64_t
 struct Plan {
   int64_t B, KVH, G, C, L, query_tile, key_tile;
   torch::Dtype dtype, cd;
+  bool pieces;  // RowPieces may split masked tiles: the products run in the compute dtype
 };
 
 Plan MakePlan(const torch::Tensor& q, const torch::Tensor& k, int64_t groups, const AttentionTiling& tiling) {
@@ -163,14 +230,16 @@ Plan MakePlan(const torch::Tensor& q, const torch::Tensor& k, int64_t groups, co
   p.key_tile = tiling.key_tile > 0 ? std::min(tiling.key_tile, p.L) : p.L;
   p.dtype = q.scalar_type();
   p.cd = ComputeDtypeOf(q);
+  p.pieces = p.dtype == p.cd;
   return p;
 }
 
-// Scores of query positions [q0, q1) against key tile t for the slices [b0, b1) of B*KVH that
-// q3 and k3 hold: [b1-b0, (q1-q0)*G, kt] in the compute dtype, -inf where the pattern masks
-// (q is pre-scaled).
+// Scores of tile t's query positions [t.q0, t.q1) against its keys for the slices [b0, b1) of
+// B*KVH that q3 and k3 hold: [b1-b0, (t.q1-t.q0)*G, t.k1-t.k0] in the compute dtype, -inf
+// where the pattern masks (q is pre-scaled).
 torch::Tensor Scores(const Plan& p, const torch::Tensor& q3, const torch::Tensor& k3, const AttentionPattern& pattern,
-                     int64_t q0, int64_t q1, const Tile& t, int64_t b0, int64_t b1) {
+                     const Tile& t, int64_t b0, int64_t b1) {
+  const int64_t q0 = t.q0, q1 = t.q1;
   auto s = Product(q3.slice(1, q0 * p.G, q1 * p.G), k3.slice(1, t.k0, t.k1).transpose(1, 2), p.dtype, p.cd);
   if (!t.full) {
     const int64_t rows = q1 - q0, keys = t.k1 - t.k0;
@@ -268,30 +337,45 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
       lse = torch::empty({BK, R, 1}, opts);
       for (int64_t q0 = 0; q0 < p.C; q0 += p.query_tile) {
         const int64_t q1 = std::min(p.C, q0 + p.query_tile), r0 = q0 * p.G, r1 = q1 * p.G;
-        const auto tiles = PlanTiles(pattern, q0, q1, p.key_tile);
+        const auto tiles = PlanTiles(pattern, q0, q1, p.key_tile, p.pieces);
         TORCH_CHECK(!tiles.empty(), "attention: a block of query rows allows no key");
         ForSlices(p, q3, [&](int64_t b0, int64_t b1) {
           const auto qs3 = q3.slice(0, b0, b1), ks3 = k3.slice(0, b0, b1), vs3 = v3.slice(0, b0, b1);
           torch::Tensor m, l, acc;
           for (const auto& t : tiles) {
-            auto s = Scores(p, qs3, ks3, pattern, q0, q1, t, b0, b1);
+            auto s = Scores(p, qs3, ks3, pattern, t, b0, b1);
             auto m_tile = s.amax(-1, /*keepdim=*/true);  // not max(), which also finds the indices, at ~8x the time
-            if (!m.defined()) {  // first tile: nothing to rescale
-              // Rows with no allowed key in this tile keep m = -inf; shift them by 0 so exp gives 0, not NaN.
-              m = m_tile;
-              s.sub_(torch::where(torch::isinf(m), torch::zeros_like(m), m)).exp_();
-              l = s.sum(-1, /*keepdim=*/true);
-              acc = Product(s, vs3.slice(1, t.k0, t.k1), p.dtype, p.cd);
-              continue;
+            const bool whole = t.q0 == q0 && t.q1 == q1;
+            if (!m.defined()) {
+              if (whole) {  // first tile: nothing to rescale
+                // Rows with no allowed key in this tile keep m = -inf; shift them by 0 so exp gives 0, not NaN.
+                m = m_tile;
+                s.sub_(torch::where(torch::isinf(m), torch::zeros_like(m), m)).exp_();
+                l = s.sum(-1, /*keepdim=*/true);
+                acc = Product(s, vs3.slice(1, t.k0, t.k1), p.dtype, p.cd);
+                continue;
+              }
+              // The block starts with row pieces: every row starts from no key seen (alpha = 0 below).
+              m = torch::full({b1 - b0, r1 - r0, 1}, kNegInf, s.options());
+              l = torch::zeros({b1 - b0, r1 - r0, 1}, s.options());
+              acc = torch::zeros({b1 - b0, r1 - r0, vs3.size(2)}, s.options());
             }
-            auto m_new = torch::maximum(m, m_tile);
+            // A piece updates its rows' running max, sum and output (views of the block's).
+            const int64_t ra = (t.q0 - q0) * p.G, rb = (t.q1 - q0) * p.G;
+            auto mr = whole ? m : m.slice(1, ra, rb), lr = whole ? l : l.slice(1, ra, rb);
+            auto accr = whole ? acc : acc.slice(1, ra, rb);
+            auto m_new = torch::maximum(mr, m_tile);
             auto shift = torch::where(torch::isinf(m_new), torch::zeros_like(m_new), m_new);
-            auto alpha = (m - shift).exp_();
+            auto alpha = (mr - shift).exp_();
             s.sub_(shift).exp_();
-            l.mul_(alpha).add_(s.sum(-1, /*keepdim=*/true));
-            acc.mul_(alpha);
-            AddProduct(acc, s, vs3.slice(1, t.k0, t.k1), 1.0, p.dtype);
-            m = m_new;
+            lr.mul_(alpha).add_(s.sum(-1, /*keepdim=*/true));
+            accr.mul_(alpha);
+            AddProduct(accr, s, vs3.slice(1, t.k0, t.k1), 1.0, p.dtype);
+            if (whole) {
+              m = m_new;
+            } else {
+              mr.copy_(m_new);
+            }
           }
           out.slice(0, b0, b1).slice(1, r0, r1).copy_(acc.div_(l));
           lse.slice(0, b0, b1).slice(1, r0, r1).copy_(m + l.log());
@@ -338,7 +422,7 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
     }
     for (int64_t q0 = 0; q0 < p.C; q0 += p.query_tile) {
       const int64_t q1 = std::min(p.C, q0 + p.query_tile), r0 = q0 * p.G, r1 = q1 * p.G;
-      const auto tiles = PlanTiles(pattern, q0, q1, p.key_tile);
+      const auto tiles = PlanTiles(pattern, q0, q1, p.key_tile, p.pieces);
       ForSlices(p, q3, [&](int64_t b0, int64_t b1) {
         const auto qs3 = q3.slice(0, b0, b1), ks3 = k3.slice(0, b0, b1), vs3 = v3.slice(0, b0, b1);
         const auto dks = dk.slice(0, b0, b1), dvs = dv.slice(0, b0, b1);
@@ -347,14 +431,18 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
         auto lseb = lse.slice(0, b0, b1).slice(1, r0, r1), Db = D.slice(0, b0, b1).slice(1, r0, r1);
         for (const auto& t : tiles) {
           auto kt = ks3.slice(1, t.k0, t.k1), vt = vs3.slice(1, t.k0, t.k1);
-          auto prob = Scores(p, qs3, ks3, pattern, q0, q1, t, b0, b1).sub_(lseb).exp_();  // masked entries: 0
-          AddProduct(dvs.slice(1, t.k0, t.k1), prob.transpose(1, 2), dob, 1.0, p.dtype);
-          auto ds = Product(dob, vt.transpose(1, 2), p.dtype, p.cd);
-          ds.sub_(Db).mul_(prob);
+          // The tile's rows of the block (all of them, or a piece's).
+          const int64_t ra = (t.q0 - q0) * p.G, rb = (t.q1 - q0) * p.G;
+          auto qr = qb.slice(1, ra, rb), dor = dob.slice(1, ra, rb), dqr = dqb.slice(1, ra, rb);
+          // Masked entries: 0.
+          auto prob = Scores(p, qs3, ks3, pattern, t, b0, b1).sub_(lseb.slice(1, ra, rb)).exp_();
+          AddProduct(dvs.slice(1, t.k0, t.k1), prob.transpose(1, 2), dor, 1.0, p.dtype);
+          auto ds = Product(dor, vt.transpose(1, 2), p.dtype, p.cd);
+          ds.sub_(Db.slice(1, ra, rb)).mul_(prob);
           prob = torch::Tensor();
-          AddProduct(dqb, ds, kt, scale, p.dtype);
+          AddProduct(dqr, ds, kt, scale, p.dtype);
           // q is pre-scaled: dS^T (scale Q) is already dK's product.
-          AddProduct(dks.slice(1, t.k0, t.k1), ds.transpose(1, 2), qb, 1.0, p.dtype);
+          AddProduct(dks.slice(1, t.k0, t.k1), ds.transpose(1, 2), qr, 1.0, p.dtype);
         }
       });
     }
@@ -369,6 +457,15 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
 };
 
 }  // namespace
+
+std::vector<TiledVisit> TiledAttentionPlan(const AttentionPattern& pattern, int64_t q0, int64_t q1,
+                                           int64_t key_tile) {
+  std::vector<TiledVisit> visits;
+  for (const auto& t : PlanTiles(pattern, q0, q1, key_tile, /*pieces_allowed=*/true)) {
+    visits.push_back({t.q0, t.q1, t.k0, t.k1, !t.full});
+  }
+  return visits;
+}
 
 int64_t TiledAttentionThreads(int64_t slices, const torch::Device& device) {
   const int64_t threads = CpuSplitThreads(device);

@@ -1,5 +1,7 @@
 #pragma once
 // Attention over query blocks and key tiles (internal to streambp_core).
+#include <vector>
+
 #include <torch/types.h>
 
 #include "streambp/model.h"
@@ -11,7 +13,9 @@ namespace streambp {
 /// (running max and sum per row), so that no rows x keys score matrix exists: at most a
 /// few query block x key tile blocks. Key tiles that the pattern masks for every row of a
 /// block (the causal future, left of a sliding window, other documents) are skipped, and
-/// tiles it allows entirely are not masked at all. The backward recomputes each tile's
+/// tiles it allows entirely are not masked at all; a tile it masks in part over a block's
+/// rows (the causal diagonal) runs in pieces of those rows, each over the keys they may see.
+/// The backward recomputes each tile's
 /// probabilities from the saved log-sum-exp (exact: the same quantities as the materialized
 /// softmax, summed in a different order).
 ///   q    [B, KVH, C*G, hd]  the G query heads of one kv head folded into rows, position
@@ -24,6 +28,17 @@ namespace streambp {
 torch::Tensor TiledAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const AttentionPattern& mask, int64_t groups, double scale,
                              const AttentionTiling& tiling);
+
+/// One product of a block's visit: query positions [q0, q1) (relative to the call's first)
+/// against keys [k0, k1), masked or not.
+struct TiledVisit {
+  int64_t q0, q1, k0, k1;
+  bool masked;
+};
+
+/// The products TiledAttention runs for the query block [q0, q1) with key tiles of key_tile,
+/// in the order it runs them (the same plan in the forward and the backward).
+std::vector<TiledVisit> TiledAttentionPlan(const AttentionPattern& pattern, int64_t q0, int64_t q1, int64_t key_tile);
 
 /// How many threads a call with `slices` = B*KVH key/value heads on `device` splits them among:
 /// on the CPU, at::get_num_threads() when the slices share evenly enough among them (outside a
