@@ -106,7 +106,7 @@ std::vector<Tile> RowPieces(const AttentionPattern& pattern, int64_t q0, int64_t
 // batch rows' keys and queries each belong to one sequence is allowed entirely; a tile the
 // band does not reach is skipped; the others (the diagonal, a window's edge, a document or
 // padding boundary) get their mask, kept for the scores, and are skipped where it allows
-// nothing; RowPieces splits them the same way as PlanTiles does. The same tiles, pieces and
+// nothing, or split by RowPieces (before any mask is built) as PlanTiles splits them. The same tiles, pieces and
 // flags as the masks give: the same output and gradients, bit for bit. nullopt: not such a rule.
 std::optional<std::vector<Tile>> PlanTilesOnHost(const AttentionPattern& pattern, int64_t q0, int64_t q1,
                                                  int64_t tile, bool pieces_allowed) {
@@ -117,12 +117,15 @@ std::optional<std::vector<Tile>> PlanTilesOnHost(const AttentionPattern& pattern
   }
   const int64_t w = pattern.window, B = ids.size(0), T = ids.size(1);
   const int64_t* id = ids.data_ptr<int64_t>();
-  // Queries [s0, s1) x keys [k0, k1): skipped (nullopt), allowed entirely, or with its mask.
-  auto classify = [&](int64_t s0, int64_t s1, int64_t k0, int64_t k1) -> std::optional<Tile> {
+  std::vector<Tile> tiles;
+  // Queries [s0, s1) x keys [k0, k1), appended to `tiles`: nothing where no pair is in the
+  // band, whole where it is allowed entirely, else (split) its row pieces, each visited the
+  // same way, where RowPieces takes it, or whole with its mask where that allows something.
+  auto visit = [&](const auto& self, int64_t s0, int64_t s1, int64_t k0, int64_t k1, bool split) -> void {
     const int64_t qa = pattern.q_start + s0, qb = pattern.q_start + s1;
     // Some pair is in the band: the closest one (query qa, key k1 - 1) within the window, and
     // a key at or before the last query.
-    if (k0 > qb - 1 || (w > 0 && qa - (k1 - 1) >= w)) return std::nullopt;
+    if (k0 > qb - 1 || (w > 0 && qa - (k1 - 1) >= w)) return;
     // Whether each batch row's queries and keys all belong to the sequence of its first query.
     auto one_sequence = [&] {
       for (int64_t b = 0; b < B; ++b) {
@@ -137,25 +140,20 @@ std::optional<std::vector<Tile>> PlanTilesOnHost(const AttentionPattern& pattern
       return true;
     };
     if (k1 - 1 <= qa && (w == 0 || (qb - 1) - k0 < w) && one_sequence()) {
-      return Tile{k0, k1, true, torch::Tensor(), s0, s1};
+      tiles.push_back({k0, k1, true, torch::Tensor(), s0, s1});
+      return;
     }
+    const auto pieces = split ? RowPieces(pattern, s0, s1, Tile{k0, k1, false, torch::Tensor(), s0, s1},
+                                          pieces_allowed)
+                              : std::vector<Tile>{};
+    for (const auto& piece : pieces) self(self, piece.q0, piece.q1, piece.k0, piece.k1, false);
+    if (!pieces.empty()) return;
     auto mask = pattern.block(s0, s1, k0, k1);
-    if (!mask.any().item<bool>()) return std::nullopt;
-    return Tile{k0, k1, false, std::move(mask), s0, s1};
+    if (mask.any().item<bool>()) tiles.push_back({k0, k1, false, std::move(mask), s0, s1});
   };
-  std::vector<Tile> tiles;
   const int64_t limit = pattern.key_limit(q0, q1);
   for (int64_t k0 = pattern.key_start(q0, q1); k0 < limit; k0 += tile) {
-    auto t = classify(q0, q1, k0, std::min(limit, k0 + tile));
-    if (!t) continue;
-    const auto pieces = RowPieces(pattern, q0, q1, *t, pieces_allowed);
-    if (pieces.empty()) {
-      tiles.push_back(*std::move(t));
-      continue;
-    }
-    for (const auto& piece : pieces) {
-      if (auto kept = classify(piece.q0, piece.q1, piece.k0, piece.k1)) tiles.push_back(*std::move(kept));
-    }
+    visit(visit, q0, q1, k0, std::min(limit, k0 + tile), true);
   }
   return tiles;
 }
