@@ -323,9 +323,9 @@ def tiled_pairs(T, chunk, key_tile, pieces=True):
             if not pieces or k1 - 1 <= s or e - s < 2:
                 pairs += tile
                 continue
-            pieces = [(min(e, a + step) - a) * (min(k1, min(e, a + step)) - k0)
-                      for a in range(s, e, step) if min(k1, min(e, a + step)) > k0]
-            pairs += sum(pieces) if 8 * sum(pieces) <= 7 * tile else tile
+            area = sum((min(e, a + step) - a) * (min(k1, e, a + step) - k0)
+                       for a in range(s, e, step) if min(k1, e, a + step) > k0)
+            pairs += area if 8 * area <= 7 * tile else tile
     return pairs
 
 
