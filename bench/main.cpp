@@ -31,6 +31,7 @@ std::string Verdict(bool met) { return met ? "MET" : "MISSED"; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  UseCpuBlasKernels(argv);  // may restart the process with OpenBLAS's kernels for this CPU
   memory::InstallTrackingAllocator();
   Args a;
   CLI::App app{"streambp-bench: memory, time and max sequence length of the engines, side by side"};
@@ -153,6 +154,8 @@ int main(int argc, char** argv) {
                          {"cores", std::thread::hardware_concurrency()},
                          {"torch", runtime.torch_version},
                          {"blas", runtime.blas},
+                         {"blas_core", runtime.blas_core},
+                         {"blas_core_fallback", runtime.blas_fallback},
                          {"threads", runtime.threads},
                          {"device", ctx.memory.describe()},
                          {"device_memory_bytes", ctx.memory.total()},

@@ -44,6 +44,48 @@ import time
 
 DTYPES = {"F64": "float64", "F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
+# OpenBLAS kernel sets (openblas_get_corename's names) without AVX2: what OpenBLAS falls back to
+# on a CPU model newer than the library (Debian 12's 0.3.21 runs Prescott's on Emerald Rapids).
+BEFORE_AVX2 = {"katmai", "coppermine", "northwood", "prescott", "banias", "core2", "penryn", "dunnington",
+               "nehalem", "atom", "sandybridge", "athlon", "opteron", "opteron_sse3", "barcelona", "bobcat",
+               "bulldozer", "piledriver", "steamroller", "nano"}
+
+
+def openblas_core():
+    """The kernel set of the OpenBLAS this process's torch runs ("" for another BLAS)."""
+    import ctypes
+    import torch  # noqa: F401  (loads the BLAS)
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if line.split()[-1].startswith("/")}
+    for path in sorted(p for p in paths if "blas" in os.path.basename(p)):
+        try:
+            lib = ctypes.CDLL(path)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            return lib.openblas_get_corename().decode()
+        except (OSError, AttributeError):
+            continue
+    return ""
+
+
+def use_cpu_blas_kernels():
+    """What streambp-server does when it starts (UseCpuBlasKernels, docs/operations.md): where
+    OpenBLAS fell back to kernels without AVX2 on a CPU with AVX2 and FMA and OPENBLAS_CORETYPE is
+    unset, set it ("SkylakeX" with AVX-512, else "Haswell") and restart this script, so the
+    baseline, the GEMM reference and the server (which inherits the variable) all run the same
+    kernels. Returns the kernel set in use."""
+    core = openblas_core()
+    if "OPENBLAS_CORETYPE" in os.environ or core.lower() not in BEFORE_AVX2:
+        return core
+    with open("/proc/cpuinfo") as f:
+        flags = set(next((line for line in f if line.startswith("flags")), "").split())
+    if not {"avx2", "fma"} <= flags:
+        return core
+    avx512 = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags
+    os.environ["OPENBLAS_CORETYPE"] = "SkylakeX" if avx512 else "Haswell"
+    os.environ["STREAMBP_OPENBLAS_FALLBACK"] = core
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:])
+
 
 def read_safetensors(path):
     import torch
@@ -460,6 +502,7 @@ def run_compare(args):
     report = {
         "seq_len": args.seq_len, "preset": args.preset if not args.model else None, "model": args.model or None,
         "dtype": args.dtype, "threads": args.threads, "keep_attention": args.keep_attention,
+        "blas_core": args.blas_core, "blas_core_fallback": os.environ.get("STREAMBP_OPENBLAS_FALLBACK", ""),
         "baseline": {"block": args.block, "logits_chunk": args.logits_chunk},
         "streambp_grad_stream": mid["streambp_grad_stream"], "pytorch_eager": mid["pytorch_eager"],
         "gemm_gflops": mid["gemm_gflops"],
@@ -471,7 +514,8 @@ def run_compare(args):
         "flop_ratio": mid["flop_ratio"],
         "rounds": rounds,
     }
-    print(f"T={args.seq_len} {args.dtype}, {args.threads} thread(s); baseline: checkpointed layers, query blocks of "
+    print(f"T={args.seq_len} {args.dtype}, {args.threads} thread(s), OpenBLAS kernels {args.blas_core or '(not OpenBLAS)'}"
+          f" in all processes; baseline: checkpointed layers, query blocks of "
           f"{args.block}, logits chunks of {args.logits_chunk}" +
           (f"; the median of {args.rounds} rounds (by wall ratio)" if args.rounds > 1 else ""))
     print(f"{'':24s} {'peak RSS MiB':>13s} {'wall s':>9s} {'step s':>9s} {'TFLOP':>7s} {'GFLOP/s':>8s} {'%GEMM':>6s}")
@@ -578,6 +622,7 @@ def main():
         if name == "check":
             p.add_argument("--tolerance", type=float, default=1e-10)
     args = ap.parse_args()
+    args.blas_core = use_cpu_blas_kernels()
     if args.command == "check" and args.block == 512:
         args.block, args.logits_chunk = 9, 11  # several uneven blocks and chunks on a short sequence
     return {"compare": run_compare, "check": run_check, "step": run_step, "gemm": run_gemm,

@@ -1,10 +1,15 @@
 #include "streambp/runtime.h"
 
+#include <dlfcn.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -14,9 +19,14 @@
 
 namespace streambp {
 
+std::string RuntimeInfo::blas_kernels() const {
+  if (blas_core.empty()) return blas;
+  return blas + " (" + blas_core + " kernels" + (blas_fallback.empty() ? "" : ", not its own choice " + blas_fallback) + ")";
+}
+
 std::string RuntimeInfo::describe() const {
-  return "LibTorch " + torch_version + ", BLAS " + blas + ", " + std::to_string(threads) +
-         " thread(s)" + (cuda ? ", CUDA" : ", CPU");
+  return "LibTorch " + torch_version + ", BLAS " + blas_kernels() + ", " + std::to_string(threads) + " thread(s)" +
+         (cuda ? ", CUDA" : ", CPU");
 }
 
 RuntimeInfo GetRuntimeInfo() {
@@ -40,6 +50,10 @@ RuntimeInfo GetRuntimeInfo() {
       info.blas = ec ? path : real.string();
       if (info.blas.find("openblas") != std::string::npos || info.blas.find("mkl") != std::string::npos) break;
     }
+  }
+  info.blas_core = OpenBlasCore();
+  if (const char* fallback = std::getenv("STREAMBP_OPENBLAS_FALLBACK"); fallback && !info.blas_core.empty()) {
+    info.blas_fallback = fallback;
   }
   return info;
 }
@@ -85,6 +99,53 @@ int CpuQuotaCores(const std::string& quota, const std::string& period) {
 void ConfigureThreads(int threads) {
   if (threads <= 0) threads = DefaultThreads();
   torch::set_num_threads(threads);
+}
+
+std::string BetterOpenBlasCore(const std::string& chosen, bool avx2_fma, bool avx512) {
+  // OpenBLAS's kernel sets (openblas_get_corename's names) that stop short of AVX2.
+  static const char* const kBeforeAvx2[] = {
+      "katmai", "coppermine", "northwood", "prescott", "banias", "core2", "penryn", "dunnington",
+      "nehalem", "atom", "sandybridge", "athlon", "opteron", "opteron_sse3", "barcelona", "bobcat",
+      "bulldozer", "piledriver", "steamroller", "nano"};
+  std::string name;
+  for (char c : chosen) name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  bool before_avx2 = false;
+  for (const char* core : kBeforeAvx2) before_avx2 = before_avx2 || name == core;
+  if (!before_avx2 || !avx2_fma) return "";
+  return avx512 ? "SkylakeX" : "Haswell";
+}
+
+std::string OpenBlasCore() {
+  // OpenBLAS came in as LibTorch's libblas.so.3, so its symbols are in the global scope.
+  using CoreName = char* (*)();
+  auto corename = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const char* name = corename ? corename() : nullptr;
+  return name ? std::string(name) : std::string();
+}
+
+void UseCpuBlasKernels(char** argv) {
+  if (const char* set = std::getenv("OPENBLAS_CORETYPE"); set != nullptr) return;  // the user's, or ours after exec
+  const std::string chosen = OpenBlasCore();
+  if (chosen.empty()) return;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+#else
+  const bool avx2_fma = false, avx512 = false;
+#endif
+  const std::string better = BetterOpenBlasCore(chosen, avx2_fma, avx512);
+  if (better.empty()) return;
+  setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
+  setenv("STREAMBP_OPENBLAS_FALLBACK", chosen.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  // No exec (no /proc): run on as loaded; the same results, only slower products.
+  std::fprintf(stderr, "streambp: could not restart with OPENBLAS_CORETYPE=%s (%s); running on OpenBLAS's %s kernels\n",
+               better.c_str(), std::strerror(errno), chosen.c_str());
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("STREAMBP_OPENBLAS_FALLBACK");
 }
 
 }  // namespace streambp

@@ -62,13 +62,14 @@ std::string BuildInfo() {
 #else
   const std::string compiler = "GCC " __VERSION__;
 #endif
-  return "streambp-server " STREAMBP_VERSION "\nLibTorch " + rt.torch_version + "\nBLAS " + rt.blas + "\n" + cuda +
+  return "streambp-server " STREAMBP_VERSION "\nLibTorch " + rt.torch_version + "\nBLAS " + rt.blas_kernels() + "\n" + cuda +
          "\ncompiler " + compiler + ", C++" + std::to_string(__cplusplus / 100 % 100);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  streambp::UseCpuBlasKernels(argv);  // may restart the process with OpenBLAS's kernels for this CPU
   streambp::memory::InstallTrackingAllocator();
   CLI::App app{"streambp-server: exact StreamBP training as a service"};
   app.require_subcommand(1);

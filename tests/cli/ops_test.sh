@@ -17,6 +17,29 @@ for word in "streambp-server [0-9]" "LibTorch [0-9]" "BLAS " "CUDA"; do
   grep -q "$word" "$dir/version.out" || fail "--version lacks '$word': $(cat "$dir/version.out")"
 done
 
+# OpenBLAS's kernels: with no OPENBLAS_CORETYPE the server runs kernels that use AVX2 wherever
+# the CPU has AVX2 and FMA (it restarts itself where OpenBLAS fell back to older ones); a
+# kernel set the operator names stands, and is said as theirs.
+# (scripts/test.sh passes the server's choice to every test process; unset here, so this
+# server makes the choice itself.)
+env -u OPENBLAS_CORETYPE -u STREAMBP_OPENBLAS_FALLBACK "$server" --version > "$dir/version_own.out" 2>&1 ||
+  fail "--version: $(cat "$dir/version_own.out")"
+if grep -q "kernels" "$dir/version_own.out"; then
+  core=$(sed -n 's/^BLAS .*(\([A-Za-z0-9_]*\) kernels.*/\1/p' "$dir/version_own.out")
+  flags=$(grep -m1 '^flags' /proc/cpuinfo)
+  if [[ " $flags " == *" avx2 "* && " $flags " == *" fma "* ]]; then
+    case "$core" in
+      Katmai|Coppermine|Northwood|Prescott|Banias|Core2|Penryn|Dunnington|Nehalem|Atom|Sandybridge|"")
+        fail "an AVX2 CPU runs OpenBLAS's '$core' kernels: $(cat "$dir/version_own.out")";;
+    esac
+  fi
+  OPENBLAS_CORETYPE=Nehalem "$server" --version > "$dir/version_env.out" 2>&1 || fail "--version: $(cat "$dir/version_env.out")"
+  grep -q "^BLAS .*(Nehalem kernels)$" "$dir/version_env.out" ||
+    fail "OPENBLAS_CORETYPE=Nehalem was not kept as the operator's: $(cat "$dir/version_env.out")"
+elif grep -qi "openblas" "$dir/version_own.out"; then
+  fail "--version names OpenBLAS but not its kernels: $(cat "$dir/version_own.out")"
+fi
+
 write_config() {  # write_config LEVEL
   cat > "$dir/config.json" <<JSON
 {"listen": "127.0.0.1:0", "metrics": {"listen": "127.0.0.1:0"}, "log": {"level": "$1"}}

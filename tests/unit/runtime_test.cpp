@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -82,6 +83,49 @@ TEST(Runtime, CpuQuotaCoresRoundUpAndNoQuotaIsZero) {
   EXPECT_EQ(CpuQuotaCores("", ""), 0);           // no cgroup files
   EXPECT_EQ(CpuQuotaCores("100000", "0"), 0);
   EXPECT_EQ(CpuQuotaCores("1x", "100000"), 0);
+}
+
+// OpenBLAS falls back to kernels without AVX2 on a CPU model newer than the library: where the
+// CPU has AVX2 and FMA the process asks for "Haswell" (with AVX-512 F/CD/BW/DQ/VL "SkylakeX");
+// a set that already uses AVX2 (its own choice, or an AMD one) stands.
+TEST(Runtime, BetterOpenBlasCoreOnlyReplacesAFallbackTheCpuOutruns) {
+  EXPECT_EQ(BetterOpenBlasCore("Prescott", true, true), "SkylakeX");
+  EXPECT_EQ(BetterOpenBlasCore("Prescott", true, false), "Haswell");
+  EXPECT_EQ(BetterOpenBlasCore("PRESCOTT", true, false), "Haswell");
+  EXPECT_EQ(BetterOpenBlasCore("Sandybridge", true, false), "Haswell");  // AVX without AVX2
+  EXPECT_EQ(BetterOpenBlasCore("Nehalem", true, true), "SkylakeX");
+  EXPECT_EQ(BetterOpenBlasCore("Prescott", false, false), "");  // the CPU has nothing better
+  for (const char* own : {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen", "Excavator", ""}) {
+    EXPECT_EQ(BetterOpenBlasCore(own, true, true), "") << own;
+  }
+}
+
+// The flags the kernel reports for the first CPU (/proc/cpuinfo), by name.
+bool CpuHas(const std::string& flag) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+  }
+  return false;
+}
+
+// This test process started through the tests' main (UseCpuBlasKernels): it runs the best
+// kernel set its CPU has, as streambp-server and streambp-bench do.
+TEST(Runtime, RunsOpenBlasKernelsForThisCpu) {
+  const auto info = GetRuntimeInfo();
+  if (info.blas_core.empty()) GTEST_SKIP() << "the BLAS is not OpenBLAS: " << info.blas;
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr && std::getenv("STREAMBP_OPENBLAS_FALLBACK") == nullptr) {
+    GTEST_SKIP() << "OPENBLAS_CORETYPE=" << std::getenv("OPENBLAS_CORETYPE") << " was set before the tests ran";
+  }
+  const bool avx2_fma = CpuHas("avx2") && CpuHas("fma");
+  const bool avx512 = CpuHas("avx512f") && CpuHas("avx512cd") && CpuHas("avx512bw") && CpuHas("avx512dq") &&
+                      CpuHas("avx512vl");
+  EXPECT_EQ(BetterOpenBlasCore(info.blas_core, avx2_fma, avx512), "") << info.describe();
+  EXPECT_NE(info.describe().find(info.blas_core + " kernels"), std::string::npos) << info.describe();
+  if (!info.blas_fallback.empty()) {  // restarted: the set OpenBLAS picked by itself is said
+    EXPECT_NE(info.describe().find("not its own choice " + info.blas_fallback), std::string::npos);
+  }
 }
 
 }  // namespace

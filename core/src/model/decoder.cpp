@@ -116,9 +116,10 @@ torch::Tensor ProjectionImpl::apply(const torch::Tensor& x, bool product) {
     return F::linear(x.to(w.scalar_type()), w, bias.defined() ? bias.to(w.scalar_type()) : bias).to(x.scalar_type());
   }
   const bool graph = torch::GradMode::is_enabled() && (weight.requires_grad() || x.requires_grad());
-  // Without the product, a frozen weight's projection goes through the same function (its
-  // backward computes dX alone, as linear's does).
-  const bool in_place = InPlaceWeightGradients::active() && graph && (weight.requires_grad() || !product);
+  // A frozen weight's projection goes through the same function too (its backward computes dX
+  // alone): with and without the product, the same dX by construction, whatever the BLAS's
+  // kernels do with linear's layouts (docs/architecture.md: Engines).
+  const bool in_place = InPlaceWeightGradients::active() && graph;
   auto y = in_place ? LinearAddingWeightGradients(x, weight, bias, product)
            : graph  ? F::linear(x, weight, bias)
                     : LinearRows(x, weight, bias);
