@@ -48,7 +48,7 @@ std::string OpenBlasCore();
 /// OPENBLAS_CORETYPE is unset, sets OPENBLAS_CORETYPE to BetterOpenBlasCore's choice and
 /// re-executes the program with the same arguments (the PID stays; OpenBLAS reads the
 /// variable only when it loads). Returns everywhere else. Any OPENBLAS_CORETYPE the user sets
-/// is kept as it is (docs/operations.md: Give the server its cores).
+/// is kept as it is (docs/operations.md: Metrics, logs, health, "OpenBLAS's kernels for the CPU").
 void UseCpuBlasKernels(char** argv);
 
 }  // namespace streambp

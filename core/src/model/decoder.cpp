@@ -118,7 +118,8 @@ torch::Tensor ProjectionImpl::apply(const torch::Tensor& x, bool product) {
   const bool graph = torch::GradMode::is_enabled() && (weight.requires_grad() || x.requires_grad());
   // A frozen weight's projection goes through the same function too (its backward computes dX
   // alone): with and without the product, the same dX by construction, whatever the BLAS's
-  // kernels do with linear's layouts (docs/architecture.md: Engines).
+  // kernels do with linear's layouts (on OpenBLAS's AVX-512 kernels F::linear's autograd dX
+  // differed from this function's in the last bit).
   const bool in_place = InPlaceWeightGradients::active() && graph;
   auto y = in_place ? LinearAddingWeightGradients(x, weight, bias, product)
            : graph  ? F::linear(x, weight, bias)
