@@ -33,7 +33,8 @@ if grep -q "kernels" "$dir/version_own.out"; then
         fail "an AVX2 CPU runs OpenBLAS's '$core' kernels: $(cat "$dir/version_own.out")";;
     esac
   fi
-  OPENBLAS_CORETYPE=Nehalem "$server" --version > "$dir/version_env.out" 2>&1 || fail "--version: $(cat "$dir/version_env.out")"
+  env -u STREAMBP_OPENBLAS_FALLBACK OPENBLAS_CORETYPE=Nehalem "$server" --version > "$dir/version_env.out" 2>&1 ||
+    fail "--version: $(cat "$dir/version_env.out")"
   grep -q "^BLAS .*(Nehalem kernels)$" "$dir/version_env.out" ||
     fail "OPENBLAS_CORETYPE=Nehalem was not kept as the operator's: $(cat "$dir/version_env.out")"
 elif grep -qi "openblas" "$dir/version_own.out"; then
