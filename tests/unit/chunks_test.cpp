@@ -20,32 +20,33 @@ bool PowerOfTwo(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 // The rule worked by hand for the small preset (L 8, d 512, d_kv 256, d_ff 1536, 8 heads,
 // q/k norms, V 32000) in float32 at T = 8192: the step stores S = T (L d + 4 d_kv) 4 B =
 // 160 MiB (167.8 MB). On the CPU a query chunk's working set gets S / 2 = 83.9 MB: a chunk of
-// 512 (the largest) with key tiles of 512 needs 512 x 68.6 kB (graph) + 3 x 8 x 512 x 512 x 4 B
-// (scores) = 60.6 MB; its key tiles of 1024 would need 85.9 MB. The head gets the larger of
-// S / 4 (41.9 MB) and the room a layer's backward holds anyway: that working set plus K^, V^
-// and their gradients over T (4 x 8192 x 256 x 4 B = 33.6 MB), 94.1 MB. A logits chunk of c
-// needs 4 c V 4 B + 2 c d 4 B: 128 -> 66.1 MB fits, 256 -> 132.2 MB does not.
+// 512 (the largest) with key tiles of 256 (the CPU's longest) needs 512 x 68.6 kB (graph) +
+// 3 x 8 x 512 x 256 x 4 B (scores) = 47.8 MB. The head gets the larger of S / 4 (41.9 MB) and the
+// room a layer's backward holds anyway: that working set plus K^, V^ and their gradients over T
+// (4 x 8192 x 256 x 4 B = 33.6 MB), 81.4 MB. A logits chunk of c needs 4 c V 4 B + 2 c d 4 B:
+// 128 -> 66.1 MB fits, 256 -> 132.2 MB does not.
 TEST(DefaultChunks, SmallPresetAt8192IsWorkedOutByHand) {
   const auto c = DefaultChunks(PresetConfig("small"), torch::kFloat32, 8192);
   EXPECT_EQ(c.chunk, 512);
   EXPECT_EQ(c.logits_chunk, 128);
-  EXPECT_EQ(c.key_chunk, 512);
-  // Twice the sequence: twice the room; the key tiles reach 1024 once their 85.9 MB fit, and
-  // the layer's room (85.9 + 67.1 MB) holds a logits chunk of 256 (132.2 MB), not 512.
+  EXPECT_EQ(c.key_chunk, kDefaultCpuKeyChunk);
+  EXPECT_EQ(kDefaultCpuKeyChunk, 256);
+  // Twice the sequence: the key tiles stay at 256; the layer's room (47.8 + 67.1 MB) and S / 4
+  // (83.9 MB) hold a logits chunk of 128 (66.1 MB), not 256 (132.2 MB).
   const auto longer = DefaultChunks(PresetConfig("small"), torch::kFloat32, 16384);
   EXPECT_EQ(longer.chunk, 512);
-  EXPECT_EQ(longer.key_chunk, 1024);
-  EXPECT_EQ(longer.logits_chunk, 256);
+  EXPECT_EQ(longer.key_chunk, 256);
+  EXPECT_EQ(longer.logits_chunk, 128);
+  // Four times: S / 4 = 167.8 MB holds 256 (4 x 256 x 32000 x 4 B = 131.1 MB), not 512.
   const auto longest = DefaultChunks(PresetConfig("small"), torch::kFloat32, 32768);
   EXPECT_EQ(longest.chunk, 512);
-  EXPECT_EQ(longest.key_chunk, 1024);
+  EXPECT_EQ(longest.key_chunk, 256);
   EXPECT_EQ(longest.logits_chunk, 256);
-  // Half the sequence: 41.9 MB hold a chunk of 256 with tiles of 256 (24.0 MB), not 512 of
-  // 512; tiles of 512 for that chunk would need 30.3 MB, still within the room. The head's
-  // room: 30.3 + 16.8 MB, a logits chunk of 64 (33.0 MB).
+  // Half the sequence: 41.9 MB hold a chunk of 256 with tiles of 256 (24.0 MB), not 512
+  // (47.8 MB). The head's room: 24.0 + 16.8 MB, a logits chunk of 64 (33.0 MB).
   const auto shorter = DefaultChunks(PresetConfig("small"), torch::kFloat32, 4096);
   EXPECT_EQ(shorter.chunk, 256);
-  EXPECT_EQ(shorter.key_chunk, 512);
+  EXPECT_EQ(shorter.key_chunk, 256);
   EXPECT_EQ(shorter.logits_chunk, 64);
 }
 
@@ -85,7 +86,7 @@ TEST(DefaultChunks, StayInBoundsAndGrowWithTheSequence) {
         const std::string where = preset + " " + std::string(c10::toString(dtype)) + " T=" + std::to_string(T);
         for (auto [size, lo, hi] : {std::tuple{c.chunk, kMinDefaultChunk, kDefaultChunk},
                                     std::tuple{c.logits_chunk, kMinDefaultLogitsChunk, kDefaultLogitsChunk},
-                                    std::tuple{c.key_chunk, kMinDefaultChunk, kDefaultKeyChunk}}) {
+                                    std::tuple{c.key_chunk, kMinDefaultChunk, kDefaultCpuKeyChunk}}) {
           EXPECT_GE(size, std::min(lo, T)) << where;
           EXPECT_LE(size, std::min(hi, T)) << where;
           EXPECT_TRUE(PowerOfTwo(size) || size == T) << where;
@@ -101,7 +102,7 @@ TEST(DefaultChunks, StayInBoundsAndGrowWithTheSequence) {
   const auto c = DefaultChunks(PresetConfig("qwen3-8b"), torch::kBFloat16, 1 << 20);
   EXPECT_EQ(c.chunk, kDefaultChunk);
   EXPECT_EQ(c.logits_chunk, kDefaultLogitsChunk);
-  EXPECT_EQ(c.key_chunk, kDefaultKeyChunk);
+  EXPECT_EQ(c.key_chunk, kDefaultCpuKeyChunk);  // the CPU's; CUDA's reach kDefaultKeyChunk (below)
 }
 
 // On CUDA the query chunk may grow to kDefaultCudaChunk by the same rule (each chunk costs the

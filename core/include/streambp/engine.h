@@ -114,6 +114,9 @@ constexpr int64_t kDefaultChunk = 512;
 constexpr int64_t kDefaultCudaChunk = 4096;  ///< the largest query chunk on a CUDA device
 constexpr int64_t kDefaultLogitsChunk = 1024;
 constexpr int64_t kDefaultKeyChunk = 1024;
+/// The longest default key tile on the CPU: a tile of scores for a 512-position chunk then stays
+/// within a core's second-level cache while its softmax pass and products run (docs/results.md).
+constexpr int64_t kDefaultCpuKeyChunk = 256;
 constexpr int64_t kMinDefaultChunk = 64;
 constexpr int64_t kMinDefaultLogitsChunk = 32;
 

@@ -5,6 +5,7 @@
 
 #include <ATen/record_function.h>
 
+#include "../model/softmax_rows.h"
 #include "../model/weight_gradients.h"
 #include "engine_common.h"
 #include "streambp/error.h"
@@ -289,8 +290,7 @@ torch::Tensor TokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_t log
   const Batch batch = OnModelDevice(*model, cpu_batch);
   auto out = torch::zeros({batch.rows(), batch.length()}, torch::kFloat64);
   ForEachLogitsChunk(model, batch, logits_chunk, temperature, [&](int64_t s, int64_t e, const torch::Tensor& logits) {
-    auto target = batch.targets.slice(1, s, e).unsqueeze(-1);
-    auto logp = logits.gather(-1, target).squeeze(-1) - logits.logsumexp(-1);
+    auto logp = TargetLogprobs(logits, batch.targets.slice(1, s, e));
     out.slice(1, s, e).copy_(logp.to(torch::kFloat64).cpu());
   });
   return out.masked_fill_(HasNextToken(batch).logical_not(), 0.0);
@@ -355,8 +355,7 @@ torch::Tensor ShardTokenLogprobs(CausalLM& model, const Batch& cpu_batch, int64_
     const int64_t e = std::min(T, s + chunk);
     auto logits = model->logits(x.slice(1, s, e));
     if (temperature != 1.0) logits = logits / temperature;
-    auto target = batch.targets.slice(1, begin + s, begin + e).unsqueeze(-1);
-    auto logp = logits.gather(-1, target).squeeze(-1) - logits.logsumexp(-1);
+    auto logp = TargetLogprobs(logits, batch.targets.slice(1, begin + s, begin + e));
     out.slice(1, begin + s, begin + e).copy_(logp.to(torch::kFloat64).cpu());
   }
   return out.masked_fill_(HasNextToken(batch).logical_not(), 0.0);

@@ -1,9 +1,11 @@
 // Tiled attention with an online softmax and a recomputing backward (the FlashAttention
-// recurrences, written with LibTorch ops). Forward, per query block and key tile j with
+// recurrences; the products are LibTorch ops). Forward, per query block and key tile j with
 // scores S_j (q pre-scaled):
 //   m' = max(m, rowmax S_j);  l = l e^(m - m') + rowsum e^(S_j - m');  acc = acc e^(m - m') + e^(S_j - m') V_j
 // and out = acc / l, lse = m + log l. Backward with P_j = e^(S_j - lse) and D = rowsum(dO * out):
 //   dV_j += P_j^T dO;  dS_j = P_j * (dO V_j^T - D);  dQ += dS_j K_j * scale;  dK_j += dS_j^T Q * scale.
+// A tile's elementwise steps (max, exp, sums, rescaling; P and dS in the backward) are
+// OnlineSoftmaxStep and SoftmaxGradStep: one pass per row on the CPU (softmax_rows.h).
 // Products accumulate in place (baddbmm_) into their destinations; every tensor is viewed
 // as [B*KVH, rows, hd], so a block of queries or a tile of keys is a view, never a copy.
 // On the CPU the B*KVH slices of a query block are split among the intra-op threads, each
@@ -23,6 +25,7 @@
 #include <torch/torch.h>
 
 #include "cpu_threads.h"
+#include "softmax_rows.h"
 
 namespace streambp {
 namespace {
@@ -342,38 +345,25 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
           torch::Tensor m, l, acc;
           for (const auto& t : tiles) {
             auto s = Scores(p, qs3, ks3, pattern, t, b0, b1);
-            auto m_tile = s.amax(-1, /*keepdim=*/true);  // not max(), which also finds the indices, at ~8x the time
             const bool whole = t.q0 == q0 && t.q1 == q1;
             if (!m.defined()) {
               if (whole) {  // first tile: nothing to rescale
-                // Rows with no allowed key in this tile keep m = -inf; shift them by 0 so exp gives 0, not NaN.
-                m = m_tile;
-                s.sub_(torch::where(torch::isinf(m), torch::zeros_like(m), m)).exp_();
-                l = s.sum(-1, /*keepdim=*/true);
+                m = torch::empty({b1 - b0, r1 - r0, 1}, s.options());
+                l = torch::empty({b1 - b0, r1 - r0, 1}, s.options());
+                OnlineSoftmaxStep(s, m, l, torch::Tensor(), /*first=*/true);
                 acc = Product(s, vs3.slice(1, t.k0, t.k1), p.dtype, p.cd);
                 continue;
               }
-              // The block starts with row pieces: every row starts from no key seen (alpha = 0 below).
+              // The block starts with row pieces: every row starts from no key seen.
               m = torch::full({b1 - b0, r1 - r0, 1}, kNegInf, s.options());
               l = torch::zeros({b1 - b0, r1 - r0, 1}, s.options());
               acc = torch::zeros({b1 - b0, r1 - r0, vs3.size(2)}, s.options());
             }
             // A piece updates its rows' running max, sum and output (views of the block's).
             const int64_t ra = (t.q0 - q0) * p.G, rb = (t.q1 - q0) * p.G;
-            auto mr = whole ? m : m.slice(1, ra, rb), lr = whole ? l : l.slice(1, ra, rb);
-            auto accr = whole ? acc : acc.slice(1, ra, rb);
-            auto m_new = torch::maximum(mr, m_tile);
-            auto shift = torch::where(torch::isinf(m_new), torch::zeros_like(m_new), m_new);
-            auto alpha = (mr - shift).exp_();
-            s.sub_(shift).exp_();
-            lr.mul_(alpha).add_(s.sum(-1, /*keepdim=*/true));
-            accr.mul_(alpha);
+            auto accr = acc.slice(1, ra, rb);
+            OnlineSoftmaxStep(s, m.slice(1, ra, rb), l.slice(1, ra, rb), accr, /*first=*/false);
             AddProduct(accr, s, vs3.slice(1, t.k0, t.k1), 1.0, p.dtype);
-            if (whole) {
-              m = m_new;
-            } else {
-              mr.copy_(m_new);
-            }
           }
           out.slice(0, b0, b1).slice(1, r0, r1).copy_(acc.div_(l));
           lse.slice(0, b0, b1).slice(1, r0, r1).copy_(m + l.log());
@@ -432,11 +422,11 @@ struct TiledAttentionFunction : public torch::autograd::Function<TiledAttentionF
           // The tile's rows of the block (all of them, or a piece's).
           const int64_t ra = (t.q0 - q0) * p.G, rb = (t.q1 - q0) * p.G;
           auto qr = qb.slice(1, ra, rb), dor = dob.slice(1, ra, rb), dqr = dqb.slice(1, ra, rb);
-          // Masked entries: 0.
-          auto prob = Scores(p, qs3, ks3, pattern, t, b0, b1).sub_(lseb.slice(1, ra, rb)).exp_();
-          AddProduct(dvs.slice(1, t.k0, t.k1), prob.transpose(1, 2), dor, 1.0, p.dtype);
+          // The scores become the probabilities (masked entries: 0), dO V^T becomes dS.
+          auto prob = Scores(p, qs3, ks3, pattern, t, b0, b1);
           auto ds = Product(dor, vt.transpose(1, 2), p.dtype, p.cd);
-          ds.sub_(Db.slice(1, ra, rb)).mul_(prob);
+          SoftmaxGradStep(prob, ds, lseb.slice(1, ra, rb), Db.slice(1, ra, rb));
+          AddProduct(dvs.slice(1, t.k0, t.k1), prob.transpose(1, 2), dor, 1.0, p.dtype);
           prob = torch::Tensor();
           AddProduct(dqr, ds, kt, scale, p.dtype);
           // q is pre-scaled: dS^T (scale Q) is already dK's product.

@@ -9,19 +9,13 @@
 
 #include "streambp/error.h"
 #include "streambp/objective.h"
+#include "../model/softmax_rows.h"
 
 namespace streambp::objectives {
 
-/// log p(target) of every position of a chunk: logit[target] - logsumexp(logits), on the
-/// graph of `logits` (one extra B x c tensor, no second B x c x V one). The gather is made
-/// first, in its own statement: autograd runs the later node's backward first, so
-/// logsumexp's B x c x V temporaries come and go before gather's B x c x V gradient exists.
-/// The other order (which `a - b` leaves to the compiler) holds one more B x c x V tensor
-/// at the head's peak (docs/results.md: The default chunk sizes).
-inline torch::Tensor TargetLogprobs(const torch::Tensor& logits, const torch::Tensor& targets) {
-  auto target_logit = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
-  return target_logit - logits.logsumexp(-1);
-}
+/// log p(target) of every position of a chunk, on the graph of `logits` (one extra B x c
+/// tensor, no second B x c x V one): model/softmax_rows.h.
+using ::streambp::TargetLogprobs;
 
 /// Sums values [B, c] into [n] by sequence id (ids of -1, padding, are dropped), on the
 /// values' device. Padding adds an exact 0 to sequence 0 instead of being selected out, so

@@ -258,9 +258,7 @@ class GrpoObjective final : public Objective {
     }
     if (o_.entropy) {
       torch::NoGradGuard no_grad;
-      auto z = Scaled(chunk.logits);
-      auto logp_all = torch::log_softmax(z, -1);
-      auto ent = -(logp_all.exp() * logp_all).sum(-1);
+      auto ent = RowEntropy(Scaled(chunk.logits));
       auto m = mask.to(ent.scalar_type());
       metrics_.add("entropy", (ent * m).sum(), m.sum());
     }

@@ -33,10 +33,8 @@ class SftObjective final : public Objective {
   }
 
   torch::Tensor chunk_loss(const LogitsChunk& chunk) override {
-    // log p(target) = logit[target] - logsumexp(logits): keeps one c x V tensor alive
-    // instead of log_softmax's second one.
-    auto target_logit = chunk.logits.gather(-1, chunk.targets.unsqueeze(-1)).squeeze(-1);
-    auto token_logp = target_logit - chunk.logits.logsumexp(-1);
+    // log p(target) = logit[target] - logsumexp(logits): keeps no second c x V tensor alive.
+    auto token_logp = objectives::TargetLogprobs(chunk.logits, chunk.targets);
     auto mask = chunk.target_mask.to(token_logp.scalar_type());
     {
       torch::NoGradGuard no_grad;
