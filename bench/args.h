@@ -81,4 +81,23 @@ int64_t MemAvailable();
 /// /proc/cpuinfo's model name.
 std::string CpuModel();
 
+/// --replot: reads a written report and draws its plot again (nothing runs). `budget_given`:
+/// --budget was on the command line (its line is drawn).
+int Replot(const Args& a, bool budget_given);
+
+/// What the ratios and targets of a sweep are computed from.
+struct TargetInputs {
+  const Args& args;
+  const ModelConfig& config;
+  torch::ScalarType dtype;
+  const std::vector<Run>& runs;
+  const std::vector<Run>& ablation;  ///< K/V once, prefix recompute (or empty)
+  const std::vector<SearchResult>& searches;
+  int64_t budget;   ///< the max-length searches' activation budget (0: none ran)
+  double gemm_ref;  ///< GFLOP/s of the GEMM reference
+};
+/// Prints the ratios against the strongest baselines and the targets (MET / MISSED), and puts
+/// them in `report` ("ratios", "offload", "keep_attention", "targets").
+void ReportTargets(const TargetInputs& in, nlohmann::json& report);
+
 }  // namespace streambp::bench

@@ -194,7 +194,8 @@ Run MeasurePoint(Context& ctx, const Variant& v, int64_t seq_len, int64_t warmup
 
 /// One point per variant at length T, its `repeat` timed steps in rounds: every variant's
 /// step i runs before any variant's step i + 1 (after `warmup` steps in the first round), so
-/// a slow minute of a shared machine falls on all of them. Each Run has every round's sample
+/// a slow minute of a shared machine falls on all of them; odd rounds run the variants in
+/// reverse order, so none is always the one that runs second. Each Run has every round's sample
 /// (median and rates from them), the largest peaks, and the profile of one step after the
 /// last round (Context::profile); a round out of memory makes the point out of memory.
 std::vector<Run> MeasureInRounds(Context& ctx, const std::vector<Variant>& variants, int64_t seq_len,

@@ -394,9 +394,14 @@ std::vector<Run> MeasureInRounds(Context& ctx, const std::vector<Variant>& varia
                                  int64_t warmup, int64_t repeat) {
   const bool profile = ctx.profile;
   std::vector<Run> point(variants.size());
+  const size_t n = variants.size();
   for (int64_t round = 0; round < repeat; ++round) {
     ctx.profile = profile && round == repeat - 1;
-    for (size_t k = 0; k < variants.size(); ++k) {
+    // Odd rounds run the variants in reverse (A B, B A, ...): a variant that always ran
+    // second would take whatever the first one leaves (a heap to return, a warmer or cooler
+    // machine) in every round.
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = round % 2 == 0 ? i : n - 1 - i;
       if (round > 0 && point[k].oom) continue;
       const auto r = MeasurePoint(ctx, variants[k], seq_len, round == 0 ? warmup : 0, 1, 0);
       if (round == 0) {

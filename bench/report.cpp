@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "args.h"
 #include "bench.h"
 
 namespace streambp::bench {
@@ -350,6 +351,40 @@ std::vector<std::string> PrintProfile(const std::vector<Run>& runs, bool check, 
     }
   }
   return problems;
+}
+
+// --replot: the plot of a written report again, without running anything.
+int Replot(const Args& a, bool budget_given) {
+  std::ifstream in(a.replot);
+  const auto report = nlohmann::json::parse(in);
+  std::vector<Run> runs;
+  for (const auto& j : report.at("runs")) {
+    Run r;
+    r.oom = j.value("oom", false);
+    r.predicted_activation_bytes = j.value("predicted_activation_bytes", int64_t{0});
+    if (j.contains("step_seconds_samples")) r.samples = j["step_seconds_samples"].get<std::vector<double>>();
+    r.variant.engine = j.at("engine");
+    r.variant.logits_chunked = j.at("logits_chunked");
+    r.variant.options.recompute_kv_per_chunk = j.value("recompute_kv_per_chunk", false);
+    r.variant.options.tiled_attention = j.value("tiled_attention", false);
+    r.variant.options.offload_layer_inputs = j.value("offload_layer_inputs", false);
+    r.variant.options.keep_attention = j.value("keep_attention", false);
+    r.seq_len = j.at("seq_len");
+    if (!r.oom) {
+      r.activation_bytes = j.at("activation_bytes");
+      r.step_seconds = j.at("step_seconds");
+    }
+    runs.push_back(r);
+  }
+  // The budget line only when asked for (a sweep's report has none of its own).
+  WritePlot(a.plot_path, runs, budget_given ? ParseBytes(a.budget) : 0,
+            "streambp-bench: " + report.value("objective", std::string("?")) + ", " +
+                report["model"].value("source", std::string("?")) + " (" +
+                report["model"].value("family", std::string("?")) + "), " +
+                report["model"].value("dtype", std::string("?")),
+            report["machine"].value("description", std::string()));
+  std::printf("plot: %s\n", a.plot_path.c_str());
+  return 0;
 }
 
 }  // namespace streambp::bench
