@@ -103,6 +103,11 @@ struct Run {
   /// timed step: page faults, mmap/munmap and their TLB shootdowns; their median in system_seconds.
   std::vector<double> system_samples;
   double system_seconds = 0;
+  /// The GEMM reference measured next to each timed step (Context::gemm_n > 0): the mean of
+  /// an n^3 GEMM's GFLOP/s right before and right after it. On a machine whose speed drifts
+  /// within minutes, a step's share of the GEMM speed is taken against these, not against a
+  /// reference measured minutes away (AdjacentGemmFractions).
+  std::vector<double> gemm_samples;
   /// One more step after the timed ones, profiled (Context::profile); empty otherwise.
   TimeBreakdown breakdown;
 };
@@ -170,6 +175,9 @@ struct Context {
   int64_t mem_limit = 0;  ///< activation bytes past which a sweep point counts as OOM (0 = none)
   int threads = 1;        ///< LibTorch intra-op threads of the measuring thread
   bool profile = false;   ///< each point: one more step with the time breakdown
+  /// > 0: each timed step of MeasurePoint runs between two GEMMs of this size (Run::gemm_samples),
+  /// measured outside the step's memory and RSS peaks.
+  int64_t gemm_n = 0;
   /// MeasurePoint ends each step when the backward of the second-highest decoder layer starts:
   /// the peak has passed (every engine's backward goes down the layers, each freeing the stored
   /// input of the one it finished; the next allocates what the last one freed). Times are then
@@ -346,6 +354,10 @@ nlohmann::json KeepAttentionRatios(const std::vector<Run>& runs, const std::vect
 /// analytic count; with `check`, the points where they differ by more than `flops_tolerance`.
 std::vector<std::string> PrintProfile(const std::vector<Run>& runs, bool check, double flops_tolerance);
 nlohmann::json RunJson(const Run& r);
+/// Each timed step's GFLOP/s over the GEMM measured next to it (Run::gemm_samples); empty
+/// without those. MedianOf: their median (0 when empty).
+std::vector<double> AdjacentGemmFractions(const Run& r);
+double MedianOf(std::vector<double> v);
 /// Every probe of a max-length search, as RunJson (a search's "runs"; "probes" is their count).
 nlohmann::json ProbesJson(const SearchResult& s);
 std::string HumanBytes(int64_t bytes);

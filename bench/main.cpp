@@ -295,6 +295,7 @@ int main(int argc, char** argv) {
 
     const auto variants = MakeVariants(a);
     std::vector<Run> runs;
+    ctx.gemm_n = a.gemm_n;  // the sweep's and the ablation's steps between two GEMMs (Run::gemm_samples)
     if (!a.no_sweep) {
       auto size = [](int64_t n) { return n > 0 ? std::to_string(n) : std::string("default"); };
       std::printf("== sweep: %lld warm-up + %lld timed step(s) per point, in rounds (each engine's step i before any "
@@ -344,6 +345,7 @@ int main(int argc, char** argv) {
     // Max sequence length under the activation budget.
     report["max_seq_len"] = nlohmann::json::array();
     std::vector<SearchResult> searches;
+    ctx.gemm_n = 0;
     if (budget > 0) {
       std::printf("\n== max sequence length under an activation budget of %s (from %lld, %gx per probe to the first OOM, then bisection to %.0f%%)\n",
                   HumanBytes(budget).c_str(), (long long)a.search_start, a.search_growth, 100 * a.search_tol);

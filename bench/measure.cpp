@@ -251,7 +251,24 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
   int64_t peak = 0;
   ResetPeakRss();
   r.rss_start_bytes = ResidentBytes();
+  // GEMMs next to each timed step (Run::gemm_samples): each outside the step's tracked peak
+  // (before reset_peak, after the peak is read) and its RSS peak (VmHWM read before the GEMM
+  // after a step, reset after the GEMM before it), its buffers returned before the step.
+  const bool brackets = ctx.gemm_n > 0 && !ctx.stop_after_peak;
+  int64_t rss_peak = 0;
+  auto gemm_now = [&] {
+    const double g = MeasureGemmGflops(ctx.dtype, ctx.gemm_n, ctx.memory);
+    ctx.memory.release_cached();
+    return g;
+  };
   for (int64_t i = 0; i < warmup + repeat; ++i) {
+    const bool timed = i >= warmup;
+    double gemm_before = 0;
+    if (brackets && timed) {
+      rss_peak = std::max(rss_peak, PeakResidentBytes());
+      gemm_before = gemm_now();
+      ResetPeakRss();
+    }
     ZeroGradients(ctx);
     auto objective = CreateObjective(ctx.workload.objective, nlohmann::json::object());
     ctx.memory.reset_peak();
@@ -324,7 +341,12 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
       break;
     }
     peak = std::max(peak, ctx.memory.peak());
+    if (brackets && timed) {
+      rss_peak = std::max(rss_peak, PeakResidentBytes());
+      r.gemm_samples.push_back(0.5 * (gemm_before + gemm_now()));
+    }
   }
+  if (brackets && !r.gemm_samples.empty()) ResetPeakRss();  // the last GEMM is not the profiled step's
   if (ctx.profile && !r.oom) {
     ZeroGradients(ctx);
     auto objective = CreateObjective(ctx.workload.objective, nlohmann::json::object());
@@ -344,7 +366,7 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
     if (error) std::rethrow_exception(error);
   }
   ZeroGradients(ctx);
-  r.rss_peak_bytes = PeakResidentBytes();
+  r.rss_peak_bytes = std::max(rss_peak, PeakResidentBytes());
   if (r.oom) return r;
   r.peak_bytes = peak;
   r.activation_bytes = peak - statics;
@@ -364,11 +386,12 @@ namespace {
 void MergeRound(Run& into, const Run& round) {
   if (round.oom) {  // the rounds before it keep their samples
     auto samples = std::move(into.samples), faults = std::move(into.fault_samples),
-         system = std::move(into.system_samples);
+         system = std::move(into.system_samples), gemm = std::move(into.gemm_samples);
     into = round;
     into.samples = std::move(samples);
     into.fault_samples = std::move(faults);
     into.system_samples = std::move(system);
+    into.gemm_samples = std::move(gemm);
     return;
   }
   into.samples.insert(into.samples.end(), round.samples.begin(), round.samples.end());
@@ -376,6 +399,7 @@ void MergeRound(Run& into, const Run& round) {
   into.minor_faults = Median(into.fault_samples);
   into.system_samples.insert(into.system_samples.end(), round.system_samples.begin(), round.system_samples.end());
   into.system_seconds = Median(into.system_samples);
+  into.gemm_samples.insert(into.gemm_samples.end(), round.gemm_samples.begin(), round.gemm_samples.end());
   into.peak_bytes = std::max(into.peak_bytes, round.peak_bytes);
   into.activation_bytes = std::max(into.activation_bytes, round.activation_bytes);
   into.rss_peak_bytes = std::max(into.rss_peak_bytes, round.rss_peak_bytes);

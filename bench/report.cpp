@@ -30,6 +30,22 @@ nlohmann::json ProbesJson(const SearchResult& s) {
   return probes;
 }
 
+std::vector<double> AdjacentGemmFractions(const Run& r) {
+  std::vector<double> out;
+  if (r.gemm_samples.size() != r.samples.size()) return out;
+  for (size_t i = 0; i < r.samples.size(); ++i) {
+    if (r.samples[i] > 0 && r.gemm_samples[i] > 0) out.push_back(r.flops / r.samples[i] / 1e9 / r.gemm_samples[i]);
+  }
+  return out;
+}
+
+double MedianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 nlohmann::json RunJson(const Run& r) {
   nlohmann::json j{{"engine", r.variant.engine},
                    {"logits_chunked", r.variant.logits_chunked},
@@ -79,6 +95,10 @@ nlohmann::json RunJson(const Run& r) {
   j["minor_faults_samples"] = r.fault_samples;
   j["system_seconds_per_step"] = r.system_seconds;
   j["system_seconds_samples"] = r.system_samples;
+  if (!r.gemm_samples.empty()) {
+    j["gemm_gflops_samples"] = r.gemm_samples;
+    j["gemm_fraction_samples"] = AdjacentGemmFractions(r);
+  }
   j["tokens_per_second"] = r.tokens_per_second;
   j["gflops"] = r.gflops;
   j["loss"] = r.loss;
@@ -201,7 +221,15 @@ std::vector<std::string> CheckReport(const nlohmann::json& report) {
                          ": " + std::to_string(r["step_seconds_samples"].size()) + " timed steps, not --repeat " +
                          std::to_string(repeat));
     }
-    // Each timed step's faults and kernel seconds next to its time.
+    // Each timed step's faults and kernel seconds next to its time, and (a sweep's) the GEMM
+    // measured next to it.
+    if (r.contains("gemm_gflops_samples") &&
+        (r["gemm_gflops_samples"].size() != r.value("step_seconds_samples", nlohmann::json::array()).size() ||
+         !std::all_of(r["gemm_gflops_samples"].begin(), r["gemm_gflops_samples"].end(),
+                      [](const nlohmann::json& g) { return g.is_number() && g.get<double>() > 0; }))) {
+      problems.push_back("run " + r.value("label", std::string("?")) + " T=" + std::to_string(r.value("seq_len", 0)) +
+                         ": 'gemm_gflops_samples' is not one positive GFLOP/s per timed step");
+    }
     if (r.contains("step_seconds_samples")) {
       for (const char* k : {"minor_faults_samples", "system_seconds_samples"}) {
         if (!r.contains(k) || r[k].size() != r["step_seconds_samples"].size()) {
@@ -257,9 +285,9 @@ const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t 
 
 // chunk, logits, key: what the engine used; est.key: the key chunk the estimate assumed.
 void PrintRunHeader() {
-  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %7s %8s %9s %9s %6s\n", "engine", "T", "B",
-              "chunk", "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s",
-              "GFLOP/s", "%GEMM", "off MiB", "RSS MiB", "faults", "sys s");
+  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %6s %6s %8s %9s %9s %6s\n", "engine", "T",
+              "B", "chunk", "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s",
+              "GFLOP/s", "%GEMM", "%adj", "off MiB", "RSS MiB", "faults", "sys s");
 }
 
 void PrintRun(const Run& r, double gemm) {
@@ -269,14 +297,18 @@ void PrintRun(const Run& r, double gemm) {
                 (long long)r.predicted_key_chunk,
                 r.oom_predicted ? " (predicted by the estimate; not run)" : " (budgeted allocator refused)");
   } else {
-    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %6.1f%% %8.1f "
-                "%9.1f %9.0f %6.2f\n",
+    // %adj: the median over the timed steps of each step's GFLOP/s over the GEMM measured next to it.
+    const auto adjacent = AdjacentGemmFractions(r);
+    char adj[16] = "-";
+    if (!adjacent.empty()) std::snprintf(adj, sizeof adj, "%.1f%%", 100.0 * MedianOf(adjacent));
+    std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %5.1f%% %6s "
+                "%8.1f %9.1f %9.0f %6.2f\n",
                 r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,
                 (long long)r.logits_chunk, (long long)r.key_chunk, (long long)r.predicted_key_chunk,
                 Mib(r.peak_bytes), Mib(r.activation_bytes),
                 Mib(r.predicted_activation_bytes),
                 static_cast<double>(r.predicted_activation_bytes) / std::max<int64_t>(1, r.activation_bytes),
-                r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm, Mib(r.offloaded_bytes),
+                r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm, adj, Mib(r.offloaded_bytes),
                 Mib(r.rss_peak_bytes), r.minor_faults, r.system_seconds);
   }
   std::fflush(stdout);
