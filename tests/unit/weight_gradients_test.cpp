@@ -152,10 +152,33 @@ TEST(InPlaceWeightGradients, BackwardOnlyLeavesOutTheProductNotTheGradients) {
   EXPECT_EQ(compared, 4);
 }
 
+// Whether this machine's BLAS, on one thread, gives the rows [r0, r1) of an [n, k] x [k, m]
+// product the same values when it computes them alone as when it computes the whole, for cuts
+// at multiples of 64 (where LinearSplitThreads cuts its parts). OpenBLAS's AVX-512 kernels
+// and its double-precision ones do; its AVX2 single-precision kernels (Haswell, Zen) change
+// their order of summation with the width they are handed, so a split there is one thread's
+// product to float32 rounding, not bit for bit.
+bool BlasCutsInvariant(torch::Dtype dtype) {
+  testing::RestoreThreads restore;
+  at::set_num_threads(1);
+  // y and dX: rows of a [320, 192] x [192, 192] product; dW: features of dY^T X, [192, 320] x [320, 160].
+  const auto a = Random({320, 192}, 36).to(dtype), b = Random({192, 192}, 37).to(dtype);
+  const auto x = Random({320, 160}, 38).to(dtype);
+  const auto whole = at::mm(a, b), whole_w = at::mm(a.t(), x);
+  for (const auto& [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{0, 64}, {64, 128}, {128, 192}, {192, 320}}) {
+    if (!torch::equal(at::mm(a.slice(0, r0, r1), b), whole.slice(0, r0, r1))) return false;
+    if (r1 <= 192 && !torch::equal(at::mm(a.slice(1, r0, r1).t(), x), whole_w.slice(0, r0, r1))) return false;
+  }
+  return true;
+}
+
 // On two or three threads a projection's products are split among them (y and dX by rows, dW
 // by output features): the output and every gradient equal one thread's bit for bit, in
 // float32 and float64, with and without a bias, a non-contiguous input, a gradient already
-// there, and the forward without a graph (the stream engine's forward and K/V passes).
+// there, and the forward without a graph (the stream engine's forward and K/V passes) —
+// where the BLAS itself gives a cut product's rows the whole product's values
+// (BlasCutsInvariant; in float64 every OpenBLAS kernel set does); elsewhere within float32
+// rounding of them (1e-5 of the largest).
 TEST(InPlaceWeightGradients, SplitAmongThreadsEqualsOneThread) {
   testing::RestoreThreads restore;
   const auto cpu = torch::Device(torch::kCPU);
@@ -168,8 +191,13 @@ TEST(InPlaceWeightGradients, SplitAmongThreadsEqualsOneThread) {
   at::set_num_threads(1);
   EXPECT_EQ(LinearSplitThreads(4096, 4096, cpu), 1);
 
-  int compared = 0;
+  int compared = 0, bitwise = 0;
   for (const auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    const bool exact = BlasCutsInvariant(dtype);
+    if (!exact) {
+      std::printf("this BLAS's %s products depend on where their rows are cut: split vs one thread within rounding\n",
+                  c10::toString(dtype));
+    }
     for (const bool with_bias : {true, false}) {
       Projection p(192, 192, with_bias);
       p->to(dtype);
@@ -205,15 +233,22 @@ TEST(InPlaceWeightGradients, SplitAmongThreadsEqualsOneThread) {
         for (size_t i = 0; i < one.size(); ++i) {
           const std::string what = std::string(c10::toString(dtype)) + (with_bias ? " bias" : " no bias") +
                                    " threads " + std::to_string(threads) + " tensor " + std::to_string(i);
-          ASSERT_GT(one[i].abs().max().item<double>(), 0) << what;
-          EXPECT_TRUE(torch::equal(got[i], one[i])) << what << ": max difference "
-                                                   << (got[i] - one[i]).abs().max().item<double>();
+          const double largest = one[i].abs().max().item<double>();
+          ASSERT_GT(largest, 0) << what;
+          if (exact) {
+            EXPECT_TRUE(torch::equal(got[i], one[i])) << what << ": max difference "
+                                                     << (got[i] - one[i]).abs().max().item<double>();
+          } else {
+            EXPECT_LE((got[i] - one[i]).abs().max().item<double>(), 1e-5 * largest) << what;
+          }
         }
         ++compared;
+        bitwise += exact ? 1 : 0;
       }
     }
   }
   EXPECT_EQ(compared, 8);
+  EXPECT_GE(bitwise, 4);  // float64 bit for bit on every kernel set
 }
 
 }  // namespace

@@ -10,8 +10,10 @@ namespace {
 
 thread_local bool t_in_place = false;
 
-// Part t of [0, n) in `parts`, its ends on multiples of 64: OpenBLAS's kernels take rows in
-// blocks, and a block cut at another row would sum its edge in another order.
+// Part t of [0, n) in `parts`, its ends on multiples of 64: OpenBLAS's AVX-512 kernels take rows
+// in blocks, and a block cut at another row would sum its edge in another order. (Its AVX2
+// float32 kernels sum in an order that depends on the width of the call: these cuts do not keep
+// their bits.)
 std::pair<int64_t, int64_t> Part(int64_t n, int64_t t, int64_t parts) {
   constexpr int64_t kAlign = 64;
   auto end = [&](int64_t i) { return i == parts ? n : std::min(n, (n * i / parts + kAlign / 2) / kAlign * kAlign); };

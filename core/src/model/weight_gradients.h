@@ -31,7 +31,9 @@ constexpr int64_t kLinearSplitRows = 64;
 /// The threads a linear over `rows` positions into `out` features splits its products among
 /// on the CPU: y and dX by rows, dW by output features, each thread with one-thread BLAS, so
 /// the threads meet once per product instead of inside it (OpenBLAS's threads wait for each
-/// other at every block of a product). The same products per element, so the same values.
+/// other at every block of a product). The same products per element: one thread's values bit
+/// for bit where the BLAS sums a row the same way whatever width it is handed (OpenBLAS's AVX-512
+/// kernels, and float64), within float32 rounding on its AVX2 kernels (docs/architecture.md: Engines).
 /// 1 (one call, as LibTorch runs it) on a GPU, with one thread, inside a parallel region, for
 /// fewer than kLinearSplitRows rows or features per thread, or without OpenMP.
 int64_t LinearSplitThreads(int64_t rows, int64_t out, const torch::Device& device);
