@@ -12,7 +12,8 @@ if [ ! -f "$build/build.ninja" ] || [ $# -gt 0 ] || [ ${#extra[@]} -gt 0 ]; then
 fi
 # ccache caches no compile that reads a precompiled header unless told these are safe to
 # ignore (a PCH's defines and its file times); then a rebuild in the same directory after a
-# clean hits (about 60 s -> 3 s a file). A clone at another path still misses: its PCH differs.
+# clean hits (one file with its PCH: 60 s -> 3 s). A clone at another path still misses: its PCH
+# differs.
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 jobs="${BUILD_JOBS:-$(nproc)}"
 echo "build: compiling in $build with $jobs jobs (first build takes a few minutes: LibTorch headers are heavy)"
