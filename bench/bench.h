@@ -355,9 +355,9 @@ nlohmann::json KeepAttentionRatios(const std::vector<Run>& runs, const std::vect
 std::vector<std::string> PrintProfile(const std::vector<Run>& runs, bool check, double flops_tolerance);
 nlohmann::json RunJson(const Run& r);
 /// Each timed step's GFLOP/s over the GEMM measured next to it (Run::gemm_samples); empty
-/// without those. MedianOf: their median (0 when empty).
+/// without those. Median: the median of any samples (0 when empty).
 std::vector<double> AdjacentGemmFractions(const Run& r);
-double MedianOf(std::vector<double> v);
+double Median(std::vector<double> v);
 /// Every probe of a max-length search, as RunJson (a search's "runs"; "probes" is their count).
 nlohmann::json ProbesJson(const SearchResult& s);
 std::string HumanBytes(int64_t bytes);

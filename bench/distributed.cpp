@@ -67,13 +67,6 @@ json OpsJson(const CommStats& now, const CommStats& before) {
   return out;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Per timed step, the largest value over the ranks (the job waits for its slowest rank);
 // then the median over the steps.
 double MedianOfMax(const json& ranks, const std::function<double(const json&)>& get) {

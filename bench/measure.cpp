@@ -60,13 +60,6 @@ Usage ProcessUsage() {
   return {static_cast<int64_t>(u.ru_minflt), u.ru_stime.tv_sec + 1e-6 * u.ru_stime.tv_usec};
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 }  // namespace
 
 int64_t StatusBytes(const std::string& key) {

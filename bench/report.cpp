@@ -39,7 +39,7 @@ std::vector<double> AdjacentGemmFractions(const Run& r) {
   return out;
 }
 
-double MedianOf(std::vector<double> v) {
+double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -300,7 +300,7 @@ void PrintRun(const Run& r, double gemm) {
     // %adj: the median over the timed steps of each step's GFLOP/s over the GEMM measured next to it.
     const auto adjacent = AdjacentGemmFractions(r);
     char adj[16] = "-";
-    if (!adjacent.empty()) std::snprintf(adj, sizeof adj, "%.1f%%", 100.0 * MedianOf(adjacent));
+    if (!adjacent.empty()) std::snprintf(adj, sizeof adj, "%.1f%%", 100.0 * Median(adjacent));
     std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %5.1f%% %6s "
                 "%8.1f %9.1f %9.0f %6.2f\n",
                 r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,

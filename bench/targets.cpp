@@ -10,12 +10,6 @@ namespace {
 
 std::string Verdict(bool met) { return met ? "MET" : "MISSED"; }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Round i's steps of `a` and `b` ran next to each other (MeasureInRounds): their ratios, one
 // per round (empty unless both have two or more rounds).
 std::vector<double> RoundRatios(const Run& a, const Run& b) {
@@ -102,7 +96,7 @@ void ReportTargets(const TargetInputs& in, nlohmann::json& report) {
       }
     }
     std::printf("; %.0f%% of GEMM", 100 * s->gflops / gemm_ref);
-    const double adjacent = MedianOf(AdjacentGemmFractions(*s));
+    const double adjacent = Median(AdjacentGemmFractions(*s));
     if (adjacent > 0) {
       std::printf(" (%.0f%% of the GEMM next to its steps)", 100 * adjacent);
       row["gemm_fraction_adjacent"] = adjacent;
