@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
                          {"blas", runtime.blas},
                          {"blas_core", runtime.blas_core},
                          {"blas_core_fallback", runtime.blas_fallback},
+                         {"softmax_rows", runtime.softmax_rows},
                          {"threads", runtime.threads},
                          {"device", ctx.memory.describe()},
                          {"device_memory_bytes", ctx.memory.total()},

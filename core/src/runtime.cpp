@@ -17,6 +17,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "model/softmax_rows.h"
+
 namespace streambp {
 
 std::string RuntimeInfo::blas_kernels() const {
@@ -25,8 +27,8 @@ std::string RuntimeInfo::blas_kernels() const {
 }
 
 std::string RuntimeInfo::describe() const {
-  return "LibTorch " + torch_version + ", BLAS " + blas_kernels() + ", " + std::to_string(threads) + " thread(s)" +
-         (cuda ? ", CUDA" : ", CPU");
+  return "LibTorch " + torch_version + ", BLAS " + blas_kernels() + ", softmax rows " + softmax_rows + ", " +
+         std::to_string(threads) + " thread(s)" + (cuda ? ", CUDA" : ", CPU");
 }
 
 RuntimeInfo GetRuntimeInfo() {
@@ -52,6 +54,7 @@ RuntimeInfo GetRuntimeInfo() {
     }
   }
   info.blas_core = OpenBlasCore();
+  info.softmax_rows = SoftmaxRowIsa();
   if (const char* fallback = std::getenv("STREAMBP_OPENBLAS_FALLBACK"); fallback && !info.blas_core.empty()) {
     info.blas_fallback = fallback;
   }

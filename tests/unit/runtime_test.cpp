@@ -123,6 +123,8 @@ TEST(Runtime, RunsOpenBlasKernelsForThisCpu) {
                       CpuHas("avx512vl");
   EXPECT_EQ(BetterOpenBlasCore(info.blas_core, avx2_fma, avx512), "") << info.describe();
   EXPECT_NE(info.describe().find(info.blas_core + " kernels"), std::string::npos) << info.describe();
+  EXPECT_FALSE(info.softmax_rows.empty());
+  EXPECT_NE(info.describe().find("softmax rows " + info.softmax_rows + ","), std::string::npos) << info.describe();
   if (!info.blas_fallback.empty()) {  // restarted: the set OpenBLAS picked by itself is said
     EXPECT_NE(info.describe().find("not its own choice " + info.blas_fallback), std::string::npos);
   }

@@ -1,11 +1,15 @@
 // Tiled attention's softmax steps (core/src/model/softmax_rows.h): the fused CPU passes and the
 // LibTorch ops (a GPU's path) both compute the online softmax's recurrences, checked against the
-// formulas written out here in float64; the float32 exp is within 2 units in the last place.
+// formulas written out here in float64, on every version of the passes this CPU runs; the float32 exp is
+// within 2 units in the last place.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -31,26 +35,84 @@ auto WithFused(bool on, const F& f) {
   return f();
 }
 
+// The ways a pass runs: "ops" (LibTorch ops, a GPU's path) and each version of the fused CPU
+// passes this CPU runs (SoftmaxRowIsas: "avx512f", "avx2+fma", "baseline").
+std::vector<std::string> Paths() {
+  std::vector<std::string> paths{"ops"};
+  for (const auto& isa : SoftmaxRowIsas()) paths.push_back(isa);
+  return paths;
+}
+
+// Runs f on `path`, restoring the settings.
+template <typename F>
+auto WithPath(const std::string& path, const F& f) {
+  const bool fused = path != "ops";
+  const std::string isa = fused ? SetSoftmaxRowIsa(path) : SoftmaxRowIsa();
+  struct Restore {
+    std::string isa;
+    ~Restore() { SetSoftmaxRowIsa(isa); }
+  } restore{isa};
+  return WithFused(fused, f);
+}
+
+// The version the passes choose follows the CPU's features as the kernel reports them
+// (/proc/cpuinfo), whatever its model: a compiler's dispatch by CPU model once left an AMD
+// EPYC on the scalar baseline.
+TEST(SoftmaxRows, TheFastestVersionThisCpuRunsIsChosen) {
+  const auto isas = SoftmaxRowIsas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.back(), "baseline");
+  EXPECT_EQ(SoftmaxRowIsa(), isas.front());
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      flags = line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  }
+  if (flags.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags to compare with";
+  auto has = [&](const std::string& f) { return flags.find(" " + f + " ") != std::string::npos; };
+  const std::string want = has("avx512f") && has("avx2") && has("fma") ? "avx512f"
+                           : has("avx2") && has("fma")                 ? "avx2+fma"
+                                                                       : "baseline";
+  EXPECT_EQ(SoftmaxRowIsa(), want) << "flags:" << flags;
+#endif
+  try {
+    SetSoftmaxRowIsa("sse9");
+    ADD_FAILURE() << "an unknown version was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no version 'sse9' on this CPU (it runs: "), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(SoftmaxRowIsa(), isas.front()) << "a refused version changed the setting";
+}
+
 TEST(SoftmaxRows, Float32ExpIsWithinTwoUnitsInTheLastPlace) {
   // Every 2^-9 from -87.3 to 88, and the float grid near 0 where e^x is near 1.
   auto x = torch::cat({torch::arange(-87.3, 88.0, 1.0 / 512, torch::kFloat64).to(torch::kFloat32),
                        torch::linspace(-1e-3, 1e-3, 20001, torch::kFloat32)});
-  const auto got = SoftmaxExp(x).to(torch::kFloat64);
-  const auto exact = x.to(torch::kFloat64).exp();
-  // One unit in the last place of the float nearest each exact value.
-  const auto nearest = exact.to(torch::kFloat32);
-  const auto ulp = (torch::nextafter(nearest, torch::full_like(nearest, INFINITY)) - nearest).to(torch::kFloat64);
-  const double worst = ((got - exact).abs() / ulp).max().item<double>();
-  EXPECT_LE(worst, 2.0) << "units in the last place";
-  EXPECT_GT(worst, 0.0);  // a polynomial, not the exact value: the check can fail
-  const auto special = torch::tensor({-kInf, -200.0, -88.0, 0.0, 89.0, kInf, std::nan("")}, torch::kFloat32);
-  const auto e = SoftmaxExp(special);
-  EXPECT_EQ(e[0].item<float>(), 0.0f);
-  EXPECT_EQ(e[1].item<float>(), 0.0f);
-  EXPECT_EQ(e[2].item<float>(), 0.0f);
-  EXPECT_EQ(e[3].item<float>(), 1.0f);  // the row's max gets exactly 1
-  EXPECT_TRUE(std::isinf(e[4].item<float>()) && std::isinf(e[5].item<float>()));
-  EXPECT_TRUE(std::isnan(e[6].item<float>()));
+  for (const auto& isa : SoftmaxRowIsas()) {
+    WithPath(isa, [&] {
+      const auto got = SoftmaxExp(x).to(torch::kFloat64);
+      const auto exact = x.to(torch::kFloat64).exp();
+      // One unit in the last place of the float nearest each exact value.
+      const auto nearest = exact.to(torch::kFloat32);
+      const auto ulp = (torch::nextafter(nearest, torch::full_like(nearest, INFINITY)) - nearest).to(torch::kFloat64);
+      const double worst = ((got - exact).abs() / ulp).max().item<double>();
+      EXPECT_LE(worst, 2.0) << isa << ": units in the last place";
+      EXPECT_GT(worst, 0.0) << isa;  // a polynomial, not the exact value: the check can fail
+      const auto special = torch::tensor({-kInf, -200.0, -88.0, 0.0, 89.0, kInf, std::nan("")}, torch::kFloat32);
+      const auto e = SoftmaxExp(special);
+      EXPECT_EQ(e[0].item<float>(), 0.0f);
+      EXPECT_EQ(e[1].item<float>(), 0.0f);
+      EXPECT_EQ(e[2].item<float>(), 0.0f);
+      EXPECT_EQ(e[3].item<float>(), 1.0f);  // the row's max gets exactly 1
+      EXPECT_TRUE(std::isinf(e[4].item<float>()) && std::isinf(e[5].item<float>()));
+      EXPECT_TRUE(std::isnan(e[6].item<float>()));
+      return 0;
+    });
+  }
 }
 
 struct Tile {
@@ -102,7 +164,7 @@ TEST(SoftmaxRows, OnlineStepComputesTheRecurrences) {
   int checked = 0;
   for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
     const double rel = dtype == torch::kFloat64 ? 1e-14 : 4e-6;
-    for (bool fused : {true, false}) {
+    for (const auto& path : Paths()) {
       for (bool first : {true, false}) {
         const auto in = MakeTile(dtype);
         const auto want = ReferenceStep(in, first);
@@ -114,12 +176,11 @@ TEST(SoftmaxRows, OnlineStepComputesTheRecurrences) {
         m.copy_(in.m);
         l.copy_(in.l);
         acc.copy_(in.acc);
-        WithFused(fused, [&] {
+        WithPath(path, [&] {
           OnlineSoftmaxStep(got.s, m, l, first ? torch::Tensor() : acc, first);
           return 0;
         });
-        const std::string what = std::string(c10::toString(dtype)) + (fused ? " fused" : " ops") +
-                                 (first ? " first" : " next");
+        const std::string what = std::string(c10::toString(dtype)) + " " + path + (first ? " first" : " next");
         ExpectNear(got.s, want.s, rel, what + " probabilities");
         ExpectNear(m, want.m, rel, what + " max");
         ExpectNear(l, want.l, rel, what + " sum");
@@ -129,7 +190,7 @@ TEST(SoftmaxRows, OnlineStepComputesTheRecurrences) {
       }
     }
   }
-  EXPECT_EQ(checked, 8);
+  EXPECT_EQ(checked, 4 * static_cast<int>(Paths().size()));
 }
 
 TEST(SoftmaxRows, GradStepComputesProbabilitiesAndScoreGradients) {
@@ -145,13 +206,13 @@ TEST(SoftmaxRows, GradStepComputesProbabilitiesAndScoreGradients) {
     const auto D = torch::randn({3, 9, 1}, o).slice(1, 2, 7);  // a view with a block's strides
     const auto p = (s - lse).exp();
     const auto ds = p * (dp - D);
-    for (bool fused : {true, false}) {
+    for (const auto& path : Paths()) {
       auto gs = s.to(dtype).clone(), gdp = dp.to(dtype).clone();
-      WithFused(fused, [&] {
+      WithPath(path, [&] {
         SoftmaxGradStep(gs, gdp, lse.to(dtype), D.to(dtype));
         return 0;
       });
-      const std::string what = std::string(c10::toString(dtype)) + (fused ? " fused" : " ops");
+      const std::string what = std::string(c10::toString(dtype)) + " " + path;
       ExpectNear(gs, p, rel, what + " probabilities");
       ExpectNear(gdp, ds, rel, what + " score gradients");
       EXPECT_TRUE(torch::equal(gs.to(torch::kFloat64) == 0, p == 0)) << what << ": masked entries are 0";
@@ -179,14 +240,16 @@ TEST(SoftmaxRows, TiledAttentionInFloat32MatchesFloat64EitherWay) {
     return grads;
   };
   const auto reference = run(torch::kFloat64, false);
-  const auto fused = WithFused(true, [&] { return run(torch::kFloat32, true); });
-  const auto ops = WithFused(false, [&] { return run(torch::kFloat32, true); });
-  for (size_t i = 0; i < reference.size(); ++i) {
-    const double scale = reference[i].abs().max().item<double>();
-    ASSERT_GT(scale, 0);
-    EXPECT_LE((fused[i] - reference[i]).abs().max().item<double>(), 2e-5 * scale) << "fused, tensor " << i;
-    EXPECT_LE((ops[i] - reference[i]).abs().max().item<double>(), 2e-5 * scale) << "ops, tensor " << i;
-    EXPECT_LE((fused[i] - ops[i]).abs().max().item<double>(), 2e-5 * scale) << "fused vs ops, tensor " << i;
+  const auto ops = WithPath("ops", [&] { return run(torch::kFloat32, true); });
+  for (const auto& isa : SoftmaxRowIsas()) {
+    const auto fused = WithPath(isa, [&] { return run(torch::kFloat32, true); });
+    for (size_t i = 0; i < reference.size(); ++i) {
+      const double scale = reference[i].abs().max().item<double>();
+      ASSERT_GT(scale, 0);
+      EXPECT_LE((fused[i] - reference[i]).abs().max().item<double>(), 2e-5 * scale) << isa << ", tensor " << i;
+      EXPECT_LE((ops[i] - reference[i]).abs().max().item<double>(), 2e-5 * scale) << "ops, tensor " << i;
+      EXPECT_LE((fused[i] - ops[i]).abs().max().item<double>(), 2e-5 * scale) << isa << " vs ops, tensor " << i;
+    }
   }
 }
 
@@ -209,22 +272,22 @@ TEST(SoftmaxRows, TargetLogprobsAndTheirGradient) {
   int checked = 0;
   for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
     const double rel = dtype == torch::kFloat64 ? 1e-13 : 4e-6;
-    for (bool fused : {true, false}) {
+    for (const auto& path : Paths()) {
       auto x = logits.to(dtype).requires_grad_();
-      const auto lp = WithFused(fused, [&] { return TargetLogprobs(x, targets); });
+      const auto lp = WithPath(path, [&] { return TargetLogprobs(x, targets); });
       const auto grad = torch::autograd::grad({(lp * weight.to(dtype)).sum()}, {x})[0];
-      const std::string what = std::string(c10::toString(dtype)) + (fused ? " fused" : " ops");
+      const std::string what = std::string(c10::toString(dtype)) + " " + path;
       ASSERT_EQ(lp.scalar_type(), dtype) << what;
       ExpectNear(lp, reference.first, rel, what + " log-probabilities");
       ExpectNear(grad, reference.second, rel, what + " gradient");
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 4);
+  EXPECT_EQ(checked, 2 * static_cast<int>(Paths().size()));
   // A target outside the vocabulary is an error on either path, not a read past the row.
   const auto bad = torch::full({3, 5}, 301, torch::kLong);
-  for (bool fused : {true, false}) {
-    EXPECT_THROW(WithFused(fused, [&] { return TargetLogprobs(logits, bad); }), c10::Error) << fused;
+  for (const auto& path : Paths()) {
+    EXPECT_THROW(WithPath(path, [&] { return TargetLogprobs(logits, bad); }), c10::Error) << path;
   }
 }
 
@@ -239,9 +302,9 @@ TEST(SoftmaxRows, RowEntropyIsTheSoftmaxEntropy) {
   const auto want = -(logp.exp() * logp).sum(-1);
   for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
     const double rel = dtype == torch::kFloat64 ? 1e-13 : 4e-6;
-    for (bool fused : {true, false}) {
-      const auto got = WithFused(fused, [&] { return RowEntropy(logits.to(dtype)); });
-      const std::string what = std::string(c10::toString(dtype)) + (fused ? " fused" : " ops");
+    for (const auto& path : Paths()) {
+      const auto got = WithPath(path, [&] { return RowEntropy(logits.to(dtype)); });
+      const std::string what = std::string(c10::toString(dtype)) + " " + path;
       ASSERT_EQ(got.scalar_type(), dtype) << what;
       ExpectNear(got, want, rel, what);
     }
@@ -252,6 +315,10 @@ TEST(SoftmaxRows, RowEntropyIsTheSoftmaxEntropy) {
   const auto p = lp.exp();
   const auto with_zeros = -torch::where(p > 0, p * lp, torch::zeros_like(p)).sum(-1);
   ExpectNear(WithFused(true, [&] { return RowEntropy(masked); }), with_zeros, 1e-13, "-inf logits");
+  for (const auto& isa : SoftmaxRowIsas()) {
+    ExpectNear(WithPath(isa, [&] { return RowEntropy(masked.to(torch::kFloat32)); }), with_zeros, 4e-6,
+               isa + ", -inf logits");
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ struct RuntimeInfo {
   std::string blas;           ///< resolved path of the BLAS library loaded in this process
   std::string blas_core;      ///< OpenBLAS's kernel set ("SkylakeX", "Haswell", ...); "" for another BLAS
   std::string blas_fallback;  ///< the kernels OpenBLAS picked by itself where UseCpuBlasKernels replaced them
+  std::string softmax_rows;   ///< the version of attention's fused softmax passes: avx512f | avx2+fma | baseline
   int threads = 0;            ///< LibTorch intra-op threads
   bool cuda = false;          ///< built with CUDA and a device is available
   std::string describe() const;  ///< one line for logs and reports

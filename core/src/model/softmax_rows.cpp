@@ -2,26 +2,22 @@
 // is ~10 passes over its scores (max, subtract, exp, sum, ...) and its backward 4, each over
 // the whole tile, which is larger than the second-level cache at the default sizes; here
 // each row is loaded once and every pass over it runs while it is in the first-level cache.
-// The float32 exp is a polynomial the compiler vectorizes (Cody-Waite reduction to
-// |r| <= ln2/2, the Cephes single-precision coefficients, 2^n from the exponent bits), built
-// for AVX-512, AVX2 + FMA and the baseline instruction set and chosen for the CPU at load
-// time (GCC's target_clones). The file is compiled with -fno-trapping-math, so that the
-// conversions and selects of that exp may run on every lane (core/CMakeLists.txt).
+// The float32 exp is a polynomial the compiler vectorizes (softmax_rows_loops.inc), built
+// for AVX-512, AVX2 + FMA and the baseline instruction set, and the version is chosen from
+// the CPU's features once (SoftmaxRowIsas). The file is compiled with -fno-trapping-math, so
+// that the conversions and selects of that exp may run on every lane (core/CMakeLists.txt).
 #include "softmax_rows.h"
 
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
-
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define STREAMBP_ROW_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-#else
-#define STREAMBP_ROW_CLONES
-#endif
 
 namespace streambp {
 namespace {
@@ -31,37 +27,70 @@ std::atomic<bool>& FusedOn() {
   return on;
 }
 
-// e^x in float32: x = n ln2 + r with n = round(x / ln2) and ln2 in two parts (the first
-// exact in a few bits, so n * it is exact), e^r by the Cephes polynomial, 2^n written into
-// the exponent bits. Branch-free, so that a loop over it vectorizes.
-__attribute__((always_inline)) inline float ExpF(float x) {
-  const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const float nc = n < -126.0f ? -126.0f : (n > 127.0f ? 127.0f : n);
-  const int32_t bits = (static_cast<int32_t>(nc) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  float y = p * scale;
-  y = x < -87.33654475f ? 0.0f : y;  // below the smallest normal float
-  y = x > 88.0f ? std::numeric_limits<float>::infinity() : y;
-  return x != x ? x : y;
+// The float32 row loops (softmax_rows_loops.inc), one version per instruction set.
+struct RowLoops {
+  float (*row_max)(const float*, int64_t);
+  float (*exp_shift_sum)(float*, int64_t, float);
+  void (*exp_grad)(float*, float*, int64_t, float, float);
+  float (*exp_sum)(const float*, int64_t, float);
+  void (*scaled_exp)(float*, const float*, int64_t, float, float);
+  void (*exp_moments)(const float*, int64_t, float, float*, float*);
+};
+
+// The portable build (x86-64's baseline is SSE2, where this exp stays scalar), and on x86-64
+// with GCC or Clang the AVX2 + FMA and AVX-512 builds too. The version is chosen from the CPU's
+// features (__builtin_cpu_supports), not its model: GCC's target_clones("arch=haswell") picks
+// its clone on Haswell CPUs only (__builtin_cpu_is), which left the passes scalar on an AMD
+// EPYC (a T = 4096 stream step took 23.3 s there with them scalar, 14.5 s with AVX2).
+#define STREAMBP_ROWS_NS rows_baseline
+#define STREAMBP_ROWS_TARGET
+#include "softmax_rows_loops.inc"
+#undef STREAMBP_ROWS_NS
+#undef STREAMBP_ROWS_TARGET
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define STREAMBP_ROWS_X86 1
+#define STREAMBP_ROWS_NS rows_avx2
+#define STREAMBP_ROWS_TARGET __attribute__((target("avx2,fma")))
+#include "softmax_rows_loops.inc"
+#undef STREAMBP_ROWS_NS
+#undef STREAMBP_ROWS_TARGET
+#define STREAMBP_ROWS_NS rows_avx512
+#define STREAMBP_ROWS_TARGET __attribute__((target("avx512f,avx2,fma")))
+#include "softmax_rows_loops.inc"
+#undef STREAMBP_ROWS_NS
+#undef STREAMBP_ROWS_TARGET
+#endif
+
+struct RowIsa {
+  const char* name;
+  const RowLoops* loops;
+};
+
+// The versions this CPU runs, best first.
+const std::vector<RowIsa>& RunnableIsas() {
+  static const std::vector<RowIsa> isas = [] {
+    std::vector<RowIsa> v;
+#ifdef STREAMBP_ROWS_X86
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2 && __builtin_cpu_supports("avx512f")) v.push_back({"avx512f", &rows_avx512::kLoops});
+    if (avx2) v.push_back({"avx2+fma", &rows_avx2::kLoops});
+#endif
+    v.push_back({"baseline", &rows_baseline::kLoops});
+    return v;
+  }();
+  return isas;
 }
 
-// The row loops, float32 (vectorized) and float64 (std::exp: the exactness tests' path).
-STREAMBP_ROW_CLONES float RowMax(const float* x, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
-  return m;
+std::atomic<size_t>& ActiveIsa() {
+  static std::atomic<size_t> at{0};
+  return at;
 }
+
+const RowLoops& Loops() { return *RunnableIsas()[ActiveIsa().load(std::memory_order_relaxed)].loops; }
+
+// The row loops, float32 (the chosen version) and float64 (std::exp: the exactness tests' path).
+float RowMax(const float* x, int64_t n) { return Loops().row_max(x, n); }
 
 double RowMax(const double* x, int64_t n) {
   double m = -std::numeric_limits<double>::infinity();
@@ -69,17 +98,7 @@ double RowMax(const double* x, int64_t n) {
   return m;
 }
 
-// x = e^(x - shift); returns the row's sum.
-STREAMBP_ROW_CLONES float ExpShiftSum(float* __restrict x, int64_t n, float shift) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) {
-    const float e = ExpF(x[i] - shift);
-    x[i] = e;
-    sum += e;
-  }
-  return sum;
-}
+float ExpShiftSum(float* x, int64_t n, float shift) { return Loops().exp_shift_sum(x, n, shift); }
 
 double ExpShiftSum(double* x, int64_t n, double shift) {
   double sum = 0.0;
@@ -90,15 +109,7 @@ double ExpShiftSum(double* x, int64_t n, double shift) {
   return sum;
 }
 
-// s = e^(s - lse), dp = (dp - D) * s.
-STREAMBP_ROW_CLONES void ExpGrad(float* __restrict s, float* __restrict dp, int64_t n, float lse, float D) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float p = ExpF(s[i] - lse);
-    s[i] = p;
-    dp[i] = (dp[i] - D) * p;
-  }
-}
+void ExpGrad(float* s, float* dp, int64_t n, float lse, float D) { Loops().exp_grad(s, dp, n, lse, D); }
 
 void ExpGrad(double* s, double* dp, int64_t n, double lse, double D) {
   for (int64_t i = 0; i < n; ++i) {
@@ -107,13 +118,7 @@ void ExpGrad(double* s, double* dp, int64_t n, double lse, double D) {
   }
 }
 
-// sum e^(x - shift) over the row (x unchanged).
-STREAMBP_ROW_CLONES float ExpSum(const float* x, int64_t n, float shift) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += ExpF(x[i] - shift);
-  return sum;
-}
+float ExpSum(const float* x, int64_t n, float shift) { return Loops().exp_sum(x, n, shift); }
 
 double ExpSum(const double* x, int64_t n, double shift) {
   double sum = 0.0;
@@ -121,30 +126,16 @@ double ExpSum(const double* x, int64_t n, double shift) {
   return sum;
 }
 
-// out = scale * e^(x - lse).
-STREAMBP_ROW_CLONES void ScaledExp(float* __restrict out, const float* __restrict x, int64_t n, float lse,
-                                   float scale) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = scale * ExpF(x[i] - lse);
+void ScaledExp(float* out, const float* x, int64_t n, float lse, float scale) {
+  Loops().scaled_exp(out, x, n, lse, scale);
 }
 
 void ScaledExp(double* out, const double* x, int64_t n, double lse, double scale) {
   for (int64_t i = 0; i < n; ++i) out[i] = scale * std::exp(x[i] - lse);
 }
 
-// sum e^(x - shift) and sum e^(x - shift) (x - shift) over the row; a term whose exp is 0
-// (x = -inf) adds 0, not 0 * -inf.
-STREAMBP_ROW_CLONES void ExpMoments(const float* x, int64_t n, float shift, float* sum, float* weighted) {
-  float s0 = 0.0f, s1 = 0.0f;
-#pragma omp simd reduction(+ : s0, s1)
-  for (int64_t i = 0; i < n; ++i) {
-    const float y = x[i] - shift;
-    const float e = ExpF(y);
-    s0 += e;
-    s1 += e == 0.0f ? 0.0f : e * y;
-  }
-  *sum = s0;
-  *weighted = s1;
+void ExpMoments(const float* x, int64_t n, float shift, float* sum, float* weighted) {
+  Loops().exp_moments(x, n, shift, sum, weighted);
 }
 
 void ExpMoments(const double* x, int64_t n, double shift, double* sum, double* weighted) {
@@ -403,6 +394,24 @@ torch::Tensor SoftmaxExp(const torch::Tensor& x) {
   auto y = x.contiguous().clone();
   ExpShiftSum(y.data_ptr<float>(), y.numel(), 0.0f);
   return y;
+}
+
+std::vector<std::string> SoftmaxRowIsas() {
+  std::vector<std::string> names;
+  for (const auto& isa : RunnableIsas()) names.emplace_back(isa.name);
+  return names;
+}
+
+std::string SoftmaxRowIsa() { return RunnableIsas()[ActiveIsa().load()].name; }
+
+std::string SetSoftmaxRowIsa(const std::string& name) {
+  const auto& isas = RunnableIsas();
+  for (size_t i = 0; i < isas.size(); ++i) {
+    if (name == isas[i].name) return isas[ActiveIsa().exchange(i)].name;
+  }
+  std::string known;
+  for (const auto& isa : isas) known += std::string(known.empty() ? "" : ", ") + isa.name;
+  throw std::invalid_argument("softmax rows: no version '" + name + "' on this CPU (it runs: " + known + ")");
 }
 
 bool SetFusedSoftmaxRows(bool on) { return FusedOn().exchange(on); }

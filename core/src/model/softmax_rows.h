@@ -3,6 +3,9 @@
 // streambp_core). On the CPU each row of a tile is read and written once, while it is in
 // the first-level cache, with a vectorized exp for float32 (docs/architecture.md: Attention
 // backends); elsewhere (a GPU) the same formulas run as LibTorch ops.
+#include <string>
+#include <vector>
+
 #include <torch/types.h>
 
 namespace streambp {
@@ -39,6 +42,17 @@ torch::Tensor RowEntropy(const torch::Tensor& logits);
 /// within 2 units in the last place of the exact value from -87.33 to 88 (0 below, +inf
 /// above, NaN for NaN). For the tests.
 torch::Tensor SoftmaxExp(const torch::Tensor& x);
+
+/// The versions of the float32 passes this CPU runs, best first (of "avx512f", "avx2+fma",
+/// "baseline"): chosen from its features, the first is the default.
+std::vector<std::string> SoftmaxRowIsas();
+
+/// The version the float32 passes use now.
+std::string SoftmaxRowIsa();
+
+/// Makes the passes use the version `name` (one of SoftmaxRowIsas(), else
+/// std::invalid_argument): for tests that run each one. Process-wide; returns the previous.
+std::string SetSoftmaxRowIsa(const std::string& name);
 
 /// Whether OnlineSoftmaxStep, SoftmaxGradStep, TargetLogprobs and RowEntropy run their fused
 /// CPU passes where they can (the default), or LibTorch ops everywhere, as on a GPU: for tests that compare the two.
