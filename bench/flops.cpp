@@ -112,9 +112,13 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
     f.executed = 4 * L * (2 * n * layer_params + square) - unread + 3 * head + seq_head;
   } else {
     // Forward; then per layer K/V without a graph, each chunk recomputed with a graph and
-    // backpropagated, and the K/V backward (recomputed with a graph).
-    const double kv_backward = v.options.recompute_kv_per_chunk ? 3 * 2 * rows * prefix_rows * kv_params
-                                                                : 2 * n * kv_params + 3 * 2 * n * kv_params;
+    // backpropagated, and the K/V backward (recomputed with a graph, unread: V's projection
+    // and K's where no k-norm reads it leave out their forward products,
+    // AttentionImpl::keys_values).
+    const double kv_unread = (c.qk_norm ? 1 : 2) * 2 * n * d * kvd;
+    const double kv_backward = v.options.recompute_kv_per_chunk
+                                   ? 3 * 2 * rows * prefix_rows * kv_params
+                                   : 2 * n * kv_params + 3 * 2 * n * kv_params - kv_unread;
     // keep_attention: the backward runs the attention's backward from the kept output, without
     // its forward again (QK^T, dV, dP, dQ, dK after the forward's two: 3.5).
     const double attention_passes = v.options.keep_attention ? 3.5 : 4.5;

@@ -32,6 +32,23 @@ std::vector<torch::Tensor> Randomize(LoraAdapter& adapter, uint64_t seed) {
   return out;
 }
 
+// What a test trains: the model's parameters, or (with_adapter) those of a random LoRA
+// adapter (rank 2, on `targets`) attached to the model, whose base is then frozen.
+std::vector<torch::Tensor> Trained(CausalLM& model, const ModelConfig& config, bool with_adapter, uint64_t seed,
+                                   const std::vector<std::string>& targets) {
+  if (!with_adapter) return model->parameters();
+  LoraConfig lc;
+  lc.r = 2;
+  lc.alpha = 3;
+  lc.target_modules = targets;
+  auto adapter = LoraAdapter::Create(config, lc, torch::kFloat64);
+  auto trained = Randomize(*adapter, seed);
+  for (auto& p : trained) p.requires_grad_(true);
+  for (auto& p : model->parameters()) p.requires_grad_(false);
+  model->set_adapter(adapter);
+  return trained;
+}
+
 // The module tree's parameter names are HF's: "layers.0.self_attn.q_proj.weight" is
 // model.layers.0.self_attn.q_proj.weight, so nothing maps one to the other by hand.
 TEST_P(ModelModules, TheModuleTreeIsTheHuggingFaceStructure) {
@@ -146,19 +163,7 @@ TEST(ModelModulesBackward, NotReadingTheOutputGivesTheSameGradients) {
     for (const bool with_adapter : {false, true}) {
       const auto config = testing::TinyConfig(family);
       auto model = RandomModel(config, 31, torch::kFloat64);
-      std::vector<torch::Tensor> trained;
-      if (with_adapter) {
-        LoraConfig lc;
-        lc.r = 2;
-        lc.alpha = 3;
-        auto adapter = LoraAdapter::Create(config, lc, torch::kFloat64);
-        trained = Randomize(*adapter, 37);
-        for (auto& p : trained) p.requires_grad_(true);
-        for (auto& p : model->parameters()) p.requires_grad_(false);
-        model->set_adapter(adapter);
-      } else {
-        trained = model->parameters();
-      }
+      const auto trained = Trained(model, config, with_adapter, 37, LoraConfig{}.target_modules);
       const int64_t B = 2, T = 11, s = 4, d = config.hidden_size;
       auto gen = at::make_generator<at::CPUGeneratorImpl>(41);
       const auto options = torch::TensorOptions().dtype(torch::kFloat64);
@@ -222,6 +227,65 @@ TEST(ModelModulesBackward, NotReadingTheOutputGivesTheSameGradients) {
     }
   }
   EXPECT_GE(compared, 40);
+}
+
+// K/V recomputed only to be backpropagated (the stream engine's K/V VJP) leave out V's
+// projection product, and K's where no k-norm reads it, and give every gradient that the read
+// K/V give, bit for bit: in every family, with the base trained and with a LoRA adapter.
+TEST(ModelModulesBackward, UnreadKeysAndValuesGiveTheSameGradients) {
+  int compared = 0, skipped_k = 0;
+  for (const auto& family : testing::TinyFamilies()) {
+    for (const bool with_adapter : {false, true}) {
+      const auto config = testing::TinyConfig(family);
+      auto model = RandomModel(config, 43, torch::kFloat64);
+      const auto trained = Trained(model, config, with_adapter, 47, {"k_proj", "v_proj"});
+      const int64_t B = 2, T = 7, d = config.hidden_size;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(53);
+      const auto options = torch::TensorOptions().dtype(torch::kFloat64);
+      const auto h0 = at::normal(0.0, 1.0, {B, T, d}, gen, options);
+      const auto rope = model->rope_tables(torch::arange(T).unsqueeze(0).expand({B, T}), h0);
+      const int64_t kvh = config.num_key_value_heads, hd = config.head_dim;
+      const auto grad_k = at::normal(0.0, 1.0, {B, kvh, T, hd}, gen, options);
+      const auto grad_v = at::normal(0.0, 1.0, {B, kvh, T, hd}, gen, options);
+      for (size_t l = 0; l < model->layer_list.size(); ++l) {
+        auto& layer = *model->layer_list[l];
+        auto run = [&](bool read, KeysValues* values) {
+          for (auto& p : trained) p.mutable_grad() = torch::Tensor();
+          InPlaceWeightGradients in_place;  // as the stream engine runs it
+          torch::AutoGradMode grad_mode(true);
+          auto h = h0.detach().requires_grad_(true);
+          const auto kv = layer.keys_values_normed(h, rope, read);
+          *values = {kv.k.detach(), kv.v.detach()};
+          torch::autograd::backward({kv.k, kv.v}, {grad_k, grad_v});
+          std::vector<torch::Tensor> got{h.grad()};
+          for (auto& p : trained) got.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+          return got;
+        };
+        KeysValues read_kv, unread_kv;
+        const auto reference = run(/*read=*/true, &read_kv), got = run(/*read=*/false, &unread_kv);
+        const std::string what = family + (with_adapter ? " adapter" : "") + " layer " + std::to_string(l);
+        ASSERT_EQ(got.size(), reference.size()) << what;
+        int nonzero = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(got[i].defined(), reference[i].defined()) << what << " gradient " << i;
+          if (!got[i].defined()) continue;
+          nonzero += reference[i].abs().max().item<double>() > 0;
+          EXPECT_TRUE(torch::equal(got[i], reference[i]))
+              << what << " gradient " << i << ": max difference " << (got[i] - reference[i]).abs().max().item<double>();
+        }
+        EXPECT_GE(nonzero, 3) << what << ": too few gradients to compare";
+        // The products were left out: V is the adapter's term alone (zero without one), and K
+        // too where no k-norm reads the projection; the read K/V are not.
+        EXPECT_GT(read_kv.v.abs().max().item<double>(), 0) << what;
+        EXPECT_EQ(unread_kv.v.abs().max().item<double>() == 0, !with_adapter) << what;
+        EXPECT_EQ(torch::equal(unread_kv.k, read_kv.k), config.qk_norm) << what;
+        skipped_k += !config.qk_norm;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GE(compared, 20);
+  EXPECT_GT(skipped_k, 0) << "no family without a k-norm was checked";
 }
 
 // An adapter made for another model shape is refused by name of what differs, nothing attached.

@@ -181,8 +181,11 @@ class AttentionImpl : public torch::nn::Module {
   AttentionImpl(const ModelConfig& config, int64_t layer);
   /// The projections of this module for `config` (names, shapes): q_proj k_proj v_proj o_proj.
   static std::vector<ProjectionSpec> Projections(const ModelConfig& config);
-  /// K/V of normalized inputs h [B, T, d] (k-norm, RoPE), [B, KVH, T, hd] contiguous.
-  KeysValues keys_values(const torch::Tensor& h, const Rope& rope);
+  /// K/V of normalized inputs h [B, T, d] (k-norm, RoPE), [B, KVH, T, hd] contiguous. With
+  /// !read the K/V are only backpropagated, never read (the stream engine's recompute for
+  /// their VJP): V's projection, and K's where no k-norm reads it, leave out their products
+  /// (ProjectionImpl::backward_only): the same graph and gradients, other values.
+  KeysValues keys_values(const torch::Tensor& h, const Rope& rope, bool read = true);
   /// o_proj(attention) of the query rows h_q [B, c, d] against kv under `pattern`.
   torch::Tensor forward(const torch::Tensor& h_q, const Rope& rope_q, const KeysValues& kv,
                         const AttentionPattern& pattern, const AttentionTiling& tiling);
@@ -327,11 +330,12 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, int64_t index);
 
-  /// K/V for all positions of x [B, T, d] (graph recorded if grad mode is on).
-  KeysValues keys_values(const torch::Tensor& x, const Rope& rope);
+  /// K/V for all positions of x [B, T, d] (graph recorded if grad mode is on); `read` as
+  /// AttentionImpl::keys_values.
+  KeysValues keys_values(const torch::Tensor& x, const Rope& rope, bool read = true);
   /// K/V from h = input_layernorm(x): an engine that needs both halves of the same rows
   /// normalizes them once and passes h here and to forward_queries.
-  KeysValues keys_values_normed(const torch::Tensor& h, const Rope& rope);
+  KeysValues keys_values_normed(const torch::Tensor& h, const Rope& rope, bool read = true);
   /// Output rows for the query positions x_q [B, c, d] (a contiguous slice [s, s+c) of the
   /// layer input) attending to kv restricted to the first kv.k.size(2) positions.
   /// `mask` (a [B, c, kv_len] tensor or a pattern built tile by tile) says where attention

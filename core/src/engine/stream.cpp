@@ -8,8 +8,9 @@
 //     (rows [0, e)), dh and the residual's part of dx. Every chunk after this one has run,
 //     so dK^[s:e], dV^[s:e] are complete: backprop them through the chunk's K/V recomputed
 //     from h (projections and RoPE act on each position alone, so the chunks' VJPs sum to
-//     the whole K/V VJP and no B x T K/V graph ever exists), then dh through the norm. The
-//     chunk's graphs are freed.
+//     the whole K/V VJP and no B x T K/V graph ever exists; nothing reads these K/V, so V's
+//     projection, and K's without a k-norm, leave out their forward products), then dh
+//     through the norm. The chunk's graphs are freed.
 // The sum of the chunk VJPs is the VJP of the whole layer, so the gradients are exact. The
 // input norm runs once per chunk in each pass; queries and K/V share it.
 // What lives across a layer's backward is x (stored), g (which becomes dx chunk by chunk),
@@ -134,7 +135,7 @@ torch::Tensor WholeLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int
                                   AttentionPattern::Causal(batch, s, e, e, window), tiling,
                                   grad.slice(1, s, e).contiguous());
     // Chunks [s, T) have all attended to keys [s, e): their dK^, dV^ are complete.
-    KeysValues kv = layer.keys_values_normed(h_q, rope_q);
+    KeysValues kv = layer.keys_values_normed(h_q, rope_q, /*read=*/false);
     torch::autograd::backward({kv.k, kv.v}, {grad_kv.k.slice(2, s, e).to(kv.k.scalar_type()),
                                              grad_kv.v.slice(2, s, e).to(kv.v.scalar_type())});
     torch::autograd::backward({h}, {h_q.grad()});
@@ -191,7 +192,7 @@ torch::Tensor ShardLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int
   grad_kv = shard.reduce_grad_kv(grad_kv);
   for (int64_t c = 0; c < n_chunks; ++c) {
     auto x = Leaf(reader.next(&s, &e));
-    KeysValues kv = layer.keys_values(x, rope.slice(s, e));
+    KeysValues kv = layer.keys_values(x, rope.slice(s, e), /*read=*/false);
     torch::autograd::backward({kv.k, kv.v}, {grad_kv.k.slice(2, s, e).to(kv.k.scalar_type()),
                                              grad_kv.v.slice(2, s, e).to(kv.v.scalar_type())});
     grad.slice(1, s, e).add_(x.grad());

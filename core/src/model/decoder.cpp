@@ -171,12 +171,13 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer)
   }
 }
 
-KeysValues AttentionImpl::keys_values(const torch::Tensor& h, const Rope& rope) {
+KeysValues AttentionImpl::keys_values(const torch::Tensor& h, const Rope& rope, bool read) {
   const int64_t B = h.size(0), T = h.size(1);
-  auto k = k_proj(h).view({B, T, kv_heads_, head_dim_});
+  // Unread, only the k-norm's backward reads a value (its input); RoPE's reads only its tables.
+  auto k = (read || k_norm ? k_proj(h) : k_proj->backward_only(h)).view({B, T, kv_heads_, head_dim_});
   if (k_norm) k = k_norm(k);
   k = RotaryEmbedding::apply(k, rope.kinds.at(rope_kind_));
-  auto v = v_proj(h).view({B, T, kv_heads_, head_dim_});
+  auto v = (read ? v_proj(h) : v_proj->backward_only(h)).view({B, T, kv_heads_, head_dim_});
   // [B, KVH, T, hd] contiguous: a tile of keys is then a plain view for the attention GEMMs.
   RECORD_USER_SCOPE("streambp::layout");
   return KeysValues{k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()};
@@ -300,12 +301,12 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index) {
   if (c.sandwich_norms) post_feedforward_layernorm = norm("post_feedforward_layernorm");
 }
 
-KeysValues DecoderLayerImpl::keys_values(const torch::Tensor& x, const Rope& rope) {
-  return self_attn->keys_values(input_layernorm(x), rope);
+KeysValues DecoderLayerImpl::keys_values(const torch::Tensor& x, const Rope& rope, bool read) {
+  return self_attn->keys_values(input_layernorm(x), rope, read);
 }
 
-KeysValues DecoderLayerImpl::keys_values_normed(const torch::Tensor& h, const Rope& rope) {
-  return self_attn->keys_values(h, rope);
+KeysValues DecoderLayerImpl::keys_values_normed(const torch::Tensor& h, const Rope& rope, bool read) {
+  return self_attn->keys_values(h, rope, read);
 }
 
 torch::Tensor DecoderLayerImpl::forward_queries(const torch::Tensor& x_q, const Rope& rope_q,
