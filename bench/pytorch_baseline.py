@@ -379,7 +379,8 @@ def step_flops(cfg, T, chunk, block, keep_attention=False, key_tile=None, pieces
     Both run each layer's projections and MLP four times (forward, the recompute, the two
     products of the backward), but stream's recompute leaves out the down projection's
     product (its output is only backpropagated, never read); stream computes K and V once more
-    (without a graph, for every chunk's keys). Attention in units of a forward (QK^T and PV) over
+    (without a graph, for every chunk's keys), and its recompute of them for their VJP leaves out
+    V's product, and K's where no k-norm reads it (Qwen3 and Gemma3 have one). Attention in units of a forward (QK^T and PV) over
     the pairs each visits (stream: tiled_pairs with key tiles of `key_tile`, default the chunk): stream 4.5 (the forward, its
     recompute, and the tiled backward's five products: QK^T again, dV, dP, dQ, dK), the
     baseline 5 (the forward, the layer's recompute, the block's own recompute under its nested
@@ -395,7 +396,9 @@ def step_flops(cfg, T, chunk, block, keep_attention=False, key_tile=None, pieces
     head = 2 * (T - 1) * d * V
     ours_attention = (3.5 if keep_attention else 4.5) * attention(tiled_pairs(T, chunk, key_tile or chunk, pieces))
     down = d * cfg["intermediate_size"]
-    ours = L * (8 * T * layer_params - 2 * T * down + 2 * T * kv_params + ours_attention) + 3 * head
+    qk_norm = cfg.get("model_type") in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text")
+    unread_kv = (1 if qk_norm else 2) * 2 * T * d * KV * hd
+    ours = L * (8 * T * layer_params - 2 * T * down + 2 * T * kv_params - unread_kv + ours_attention) + 3 * head
     theirs = L * (8 * T * layer_params + 5 * attention(chunked_pairs(T, block))) + 4 * head
     return ours, theirs
 
