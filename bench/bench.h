@@ -103,6 +103,11 @@ struct Run {
   /// timed step: page faults, mmap/munmap and their TLB shootdowns; their median in system_seconds.
   std::vector<double> system_samples;
   double system_seconds = 0;
+  /// The same in user mode (ru_utime): the CPU work of every thread, the BLAS's too. With the
+  /// wall time it tells work from waiting: two engines at the same step time may do different
+  /// work, one spending it in the kernel, the other computing.
+  std::vector<double> user_samples;
+  double user_seconds = 0;
   /// The GEMM reference measured next to each timed step (Context::gemm_n > 0): the mean of
   /// an n^3 GEMM's GFLOP/s right before and right after it. On a machine whose speed drifts
   /// within minutes, a step's share of the GEMM speed is taken against these, not against a

@@ -48,16 +48,18 @@ void ZeroGradients(Context& ctx) {
   }
 }
 
-// Minor page faults and CPU seconds in the kernel of the whole process so far (every
-// thread's, the BLAS's too).
+// Minor page faults and CPU seconds in the kernel and in user mode of the whole process so
+// far (every thread's, the BLAS's too).
 struct Usage {
   int64_t minor_faults = 0;
   double system_seconds = 0;
+  double user_seconds = 0;
 };
 Usage ProcessUsage() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return {static_cast<int64_t>(u.ru_minflt), u.ru_stime.tv_sec + 1e-6 * u.ru_stime.tv_usec};
+  return {static_cast<int64_t>(u.ru_minflt), u.ru_stime.tv_sec + 1e-6 * u.ru_stime.tv_usec,
+          u.ru_utime.tv_sec + 1e-6 * u.ru_utime.tv_usec};
 }
 
 }  // namespace
@@ -301,7 +303,8 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
           ctx.memory.synchronize();
           secs = Seconds(t0);
           const Usage end = ProcessUsage();
-          usage = {end.minor_faults - usage.minor_faults, end.system_seconds - usage.system_seconds};
+          usage = {end.minor_faults - usage.minor_faults, end.system_seconds - usage.system_seconds,
+                   end.user_seconds - usage.user_seconds};
         } catch (...) {
           error = std::current_exception();
         }
@@ -315,6 +318,7 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
         r.samples.push_back(secs);
         r.fault_samples.push_back(static_cast<double>(usage.minor_faults));
         r.system_samples.push_back(usage.system_seconds);
+        r.user_samples.push_back(usage.user_seconds);
       }
     } catch (const c10::Error& e) {
       if (!IsOutOfMemory(e)) throw;
@@ -366,6 +370,7 @@ Run MeasurePoint(Context& ctx, const Variant& variant, int64_t seq_len, int64_t 
   r.step_seconds = Median(r.samples);
   r.minor_faults = Median(r.fault_samples);
   r.system_seconds = Median(r.system_samples);
+  r.user_seconds = Median(r.user_samples);
   if (r.step_seconds > 0) {
     r.tokens_per_second = static_cast<double>(rows * T) / r.step_seconds;
     r.gflops = r.flops / r.step_seconds / 1e9;
@@ -379,11 +384,13 @@ namespace {
 void MergeRound(Run& into, const Run& round) {
   if (round.oom) {  // the rounds before it keep their samples
     auto samples = std::move(into.samples), faults = std::move(into.fault_samples),
-         system = std::move(into.system_samples), gemm = std::move(into.gemm_samples);
+         system = std::move(into.system_samples), user = std::move(into.user_samples),
+         gemm = std::move(into.gemm_samples);
     into = round;
     into.samples = std::move(samples);
     into.fault_samples = std::move(faults);
     into.system_samples = std::move(system);
+    into.user_samples = std::move(user);
     into.gemm_samples = std::move(gemm);
     return;
   }
@@ -392,6 +399,8 @@ void MergeRound(Run& into, const Run& round) {
   into.minor_faults = Median(into.fault_samples);
   into.system_samples.insert(into.system_samples.end(), round.system_samples.begin(), round.system_samples.end());
   into.system_seconds = Median(into.system_samples);
+  into.user_samples.insert(into.user_samples.end(), round.user_samples.begin(), round.user_samples.end());
+  into.user_seconds = Median(into.user_samples);
   into.gemm_samples.insert(into.gemm_samples.end(), round.gemm_samples.begin(), round.gemm_samples.end());
   into.peak_bytes = std::max(into.peak_bytes, round.peak_bytes);
   into.activation_bytes = std::max(into.activation_bytes, round.activation_bytes);

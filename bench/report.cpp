@@ -95,6 +95,8 @@ nlohmann::json RunJson(const Run& r) {
   j["minor_faults_samples"] = r.fault_samples;
   j["system_seconds_per_step"] = r.system_seconds;
   j["system_seconds_samples"] = r.system_samples;
+  j["user_seconds_per_step"] = r.user_seconds;
+  j["user_seconds_samples"] = r.user_samples;
   if (!r.gemm_samples.empty()) {
     j["gemm_gflops_samples"] = r.gemm_samples;
     j["gemm_fraction_samples"] = AdjacentGemmFractions(r);
@@ -231,7 +233,7 @@ std::vector<std::string> CheckReport(const nlohmann::json& report) {
                          ": 'gemm_gflops_samples' is not one positive GFLOP/s per timed step");
     }
     if (r.contains("step_seconds_samples")) {
-      for (const char* k : {"minor_faults_samples", "system_seconds_samples"}) {
+      for (const char* k : {"minor_faults_samples", "system_seconds_samples", "user_seconds_samples"}) {
         if (!r.contains(k) || r[k].size() != r["step_seconds_samples"].size()) {
           problems.push_back("run " + r.value("label", std::string("?")) + " T=" +
                              std::to_string(r.value("seq_len", 0)) + ": '" + k + "' is not one per timed step");
@@ -285,9 +287,9 @@ const Run* Find(const std::vector<Run>& runs, const std::string& label, int64_t 
 
 // chunk, logits, key: what the engine used; est.key: the key chunk the estimate assumed.
 void PrintRunHeader() {
-  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %6s %6s %8s %9s %9s %6s\n", "engine", "T",
+  std::printf("%-28s %6s %3s %6s %6s %6s %7s %10s %10s %10s %6s %9s %9s %8s %6s %6s %8s %9s %9s %6s %7s\n", "engine", "T",
               "B", "chunk", "logits", "key", "est.key", "peak MiB", "act MiB", "pred MiB", "pred/m", "step s", "tok/s",
-              "GFLOP/s", "%GEMM", "%adj", "off MiB", "RSS MiB", "faults", "sys s");
+              "GFLOP/s", "%GEMM", "%adj", "off MiB", "RSS MiB", "faults", "sys s", "user s");
 }
 
 void PrintRun(const Run& r, double gemm) {
@@ -302,14 +304,14 @@ void PrintRun(const Run& r, double gemm) {
     char adj[16] = "-";
     if (!adjacent.empty()) std::snprintf(adj, sizeof adj, "%.1f%%", 100.0 * Median(adjacent));
     std::printf("%-28s %6lld %3lld %6lld %6lld %6lld %7lld %10.1f %10.1f %10.1f %6.2f %9.3f %9.0f %8.1f %5.1f%% %6s "
-                "%8.1f %9.1f %9.0f %6.2f\n",
+                "%8.1f %9.1f %9.0f %6.2f %7.2f\n",
                 r.variant.label().c_str(), (long long)r.seq_len, (long long)r.batch, (long long)r.chunk,
                 (long long)r.logits_chunk, (long long)r.key_chunk, (long long)r.predicted_key_chunk,
                 Mib(r.peak_bytes), Mib(r.activation_bytes),
                 Mib(r.predicted_activation_bytes),
                 static_cast<double>(r.predicted_activation_bytes) / std::max<int64_t>(1, r.activation_bytes),
                 r.step_seconds, r.tokens_per_second, r.gflops, 100.0 * r.gflops / gemm, adj, Mib(r.offloaded_bytes),
-                Mib(r.rss_peak_bytes), r.minor_faults, r.system_seconds);
+                Mib(r.rss_peak_bytes), r.minor_faults, r.system_seconds, r.user_seconds);
   }
   std::fflush(stdout);
 }
