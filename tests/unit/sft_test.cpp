@@ -41,6 +41,40 @@ TEST(Sft, ChunkedLossEqualsDirectComputationInEveryLayout) {
   }
 }
 
+// The token accuracy: the share of the selected targets that are their position's argmax over
+// the full logits of the reference decoder, in every layout.
+TEST(Sft, TokenAccuracyIsTheShareOfTargetsThatAreTheArgmax) {
+  auto config = testing::TinyConfig("qwen3");
+  auto model = testing::RandomModel(config, 4, torch::kFloat64);
+  auto seqs = testing::RandomSequences({9, 14, 5}, config.vocab_size, 8);
+  // The second sequence greedy from its fourth token on, so that some targets are the argmax.
+  auto& greedy = seqs[1].tokens;
+  for (size_t t = 3; t < greedy.size(); ++t) {
+    const auto logits = testing::ReferenceLogits(*model, std::vector<int64_t>(greedy.begin(), greedy.begin() + t));
+    greedy[t] = logits[t - 1].argmax().item<int64_t>();
+  }
+  int64_t hits = 0, count = 0;
+  for (const auto& s : seqs) {
+    const auto logits = testing::ReferenceLogits(*model, s.tokens);
+    for (size_t t = 1; t < s.tokens.size(); ++t) {
+      if (!s.loss_mask.empty() && !s.loss_mask[t]) continue;
+      hits += logits[t - 1].argmax().item<int64_t>() == s.tokens[t] ? 1 : 0;
+      ++count;
+    }
+  }
+  ASSERT_GT(hits, 0);
+  ASSERT_LT(hits, count);
+  for (auto layout : {Layout::kRightPad, Layout::kLeftPad, Layout::kPacked}) {
+    auto batch = MakeBatch(seqs, layout, layout == Layout::kPacked ? 20 : 0);
+    auto objective = MakeSftObjective({});
+    ForwardBackward(model, batch, *objective, {EngineKind::kStream, 4, 3});
+    const auto metrics = objective->finish();
+    EXPECT_DOUBLE_EQ(metrics.at("token_accuracy"), static_cast<double>(hits) / static_cast<double>(count))
+        << LayoutName(layout);
+    ZeroGradients(*model);
+  }
+}
+
 // Micro-batches with the step's normalizer add up to the whole batch exactly.
 TEST(Sft, MicroBatchesWithStepNormalizerEqualWholeBatch) {
   auto config = testing::TinyConfig("llama");

@@ -291,6 +291,55 @@ TEST(SoftmaxRows, TargetLogprobsAndTheirGradient) {
   }
 }
 
+// Whether each target is its row's argmax (SFT's token accuracy), on every path, is what
+// LibTorch's argmax says: ties go to the first largest logit, a NaN wins, the first one.
+TEST(SoftmaxRows, TargetIsTopAsArgmaxPicksIt) {
+  torch::manual_seed(5);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto logits = torch::randn({2, 8, 40}, torch::kFloat64);
+  logits[0][0].fill_(1.5);                                  // all equal: index 0 is the argmax
+  logits[0][1].fill_(1.5);
+  logits[0][2][3] = logits[0][2][11] = 9.0;                 // a tie at the top: 3
+  logits[0][3][3] = logits[0][3][11] = 9.0;
+  logits[0][4][6] = nan;                                    // NaNs: the first one, 6
+  logits[0][4][20] = nan;
+  logits[0][5][20] = nan;
+  logits[0][5][6] = nan;
+  logits[0][6].fill_(-kInf);                                // all -inf: index 0
+  logits[0][7][30] = kInf;                                  // +inf
+  // Targets chosen so that each kind of row has a hit and a miss.
+  auto targets = torch::randint(0, 40, {2, 8}, torch::kLong);
+  targets[0][0] = 0;
+  targets[0][1] = 5;
+  targets[0][2] = 3;
+  targets[0][3] = 11;
+  targets[0][4] = 6;
+  targets[0][5] = 20;
+  targets[0][6] = 0;
+  targets[0][7] = 30;
+  for (int64_t i = 0; i < 8; ++i) targets[1][i] = (logits[1][i].argmax().item<int64_t>() + i % 2) % 40;  // hit, miss
+  const auto expected = logits.argmax(-1) == targets;
+  ASSERT_EQ(expected.sum().item<int64_t>(), 9);  // rows 0, 2, 4, 6, 7 of the first and four of the second
+  int checked = 0;
+  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    const auto x = logits.to(dtype);
+    ASSERT_TRUE(torch::equal(x.argmax(-1) == targets, expected));
+    for (const auto& path : Paths()) {
+      torch::Tensor is_top;
+      const auto lp = WithPath(path, [&] { return TargetLogprobs(x, targets, &is_top); });
+      const std::string what = std::string(c10::toString(dtype)) + " " + path;
+      ASSERT_TRUE(is_top.defined()) << what;
+      EXPECT_EQ(is_top.scalar_type(), torch::kBool) << what;
+      EXPECT_TRUE(torch::equal(is_top, expected)) << what << "\n" << is_top << "\n" << expected;
+      // Asked for nothing, it computes the same log-probabilities.
+      const auto plain = WithPath(path, [&] { return TargetLogprobs(x, targets); });
+      EXPECT_TRUE(torch::equal(lp.nan_to_num(0, 0, 0), plain.nan_to_num(0, 0, 0))) << what;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 * static_cast<int>(Paths().size()));
+}
+
 // The entropy of softmax(logits), both paths, against -sum p log p in float64 over the
 // entries with p > 0; the fused path also gives a row with -inf logits its finite entropy.
 TEST(SoftmaxRows, RowEntropyIsTheSoftmaxEntropy) {

@@ -222,15 +222,35 @@ bool Fusable(std::initializer_list<const torch::Tensor*> ts) {
 
 // logit[target] - logsumexp(logits) per row of contiguous logits [N, V], and its backward in one
 // pass per row: d logits = g (onehot(target) - e^(logits - lse)).
+// Whether index t of a row is its argmax as LibTorch's argmax picks it: the first NaN where the
+// row has one, else the first of its largest values (`top`, the largest that is not NaN).
+template <typename T>
+bool IsArgmax(const T* row, int64_t V, int64_t t, T top, bool has_nan) {
+  if (has_nan) {
+    for (int64_t j = 0; j < V; ++j) {
+      if (std::isnan(row[j])) return j == t;
+    }
+  }
+  if (!(row[t] == top)) return false;
+  for (int64_t j = 0; j < t; ++j) {
+    if (row[j] == top) return false;
+  }
+  return true;
+}
+
 struct TargetLogprobsFunction : public torch::autograd::Function<TargetLogprobsFunction> {
+  // `is_top`: when defined, whether each row's target is its argmax, from the same read of the
+  // row as its max (a second pass over the row only up to the target, and only where the target
+  // holds the max).
   template <typename T>
   static void Forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& lse,
-                      const torch::Tensor& out) {
+                      const torch::Tensor& out, const torch::Tensor& is_top) {
     const int64_t V = x.size(1);
     const T* xs = x.data_ptr<T>();
     const int64_t* ts = t.data_ptr<int64_t>();
     T* ls = lse.data_ptr<T>();
     T* os = out.data_ptr<T>();
+    bool* hits = is_top.defined() ? is_top.data_ptr<bool>() : nullptr;
     at::parallel_for(0, x.size(0), 1, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const T* row = xs + i * V;
@@ -238,6 +258,8 @@ struct TargetLogprobsFunction : public torch::autograd::Function<TargetLogprobsF
         const T shift = std::isinf(top) ? T(0) : top;  // as LibTorch's logsumexp: +-inf rows keep their inf
         ls[i] = std::log(ExpSum(row, V, shift)) + shift;
         os[i] = row[ts[i]] - ls[i];
+        // The sum is NaN exactly where the row holds a NaN (RowMax passes over them).
+        if (hits != nullptr) hits[i] = IsArgmax(row, V, ts[i], top, std::isnan(ls[i]));
       }
     });
   }
@@ -261,7 +283,7 @@ struct TargetLogprobsFunction : public torch::autograd::Function<TargetLogprobsF
   }
 
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
-                               const torch::Tensor& targets) {
+                               const torch::Tensor& targets, torch::Tensor* target_is_top) {
     const int64_t V = logits.size(-1);
     const auto x = logits.reshape({-1, V});
     const auto t = targets.reshape({-1}).contiguous();
@@ -271,11 +293,14 @@ struct TargetLogprobsFunction : public torch::autograd::Function<TargetLogprobsF
                 ")");
     auto lse = torch::empty({x.size(0)}, x.options());
     auto out = torch::empty({x.size(0)}, x.options());
+    torch::Tensor is_top;
+    if (target_is_top != nullptr) is_top = torch::empty({x.size(0)}, x.options().dtype(torch::kBool));
     if (x.scalar_type() == torch::kFloat32) {
-      Forward<float>(x, t, lse, out);
+      Forward<float>(x, t, lse, out, is_top);
     } else {
-      Forward<double>(x, t, lse, out);
+      Forward<double>(x, t, lse, out, is_top);
     }
+    if (target_is_top != nullptr) *target_is_top = is_top.view(targets.sizes());
     ctx->save_for_backward({x, t, lse});
     ctx->saved_data["sizes"] = logits.sizes().vec();
     return out.view(targets.sizes());
@@ -292,18 +317,23 @@ struct TargetLogprobsFunction : public torch::autograd::Function<TargetLogprobsF
     } else {
       Backward<double>(x, t, lse, g, grad);
     }
-    return {grad.view(ctx->saved_data["sizes"].toIntVector()), torch::Tensor()};
+    return {grad.view(ctx->saved_data["sizes"].toIntVector()), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor TargetLogprobs(const torch::Tensor& logits, const torch::Tensor& targets) {
+torch::Tensor TargetLogprobs(const torch::Tensor& logits, const torch::Tensor& targets,
+                             torch::Tensor* target_is_top) {
   const bool fused = FusedOn().load() && logits.device().is_cpu() && logits.is_contiguous() &&
                      (logits.scalar_type() == torch::kFloat32 || logits.scalar_type() == torch::kFloat64) &&
                      targets.scalar_type() == torch::kInt64 && targets.device().is_cpu() && logits.dim() >= 1 &&
                      targets.sizes() == logits.sizes().slice(0, logits.dim() - 1) && logits.size(-1) > 0;
-  if (fused) return TargetLogprobsFunction::apply(logits, targets);
+  if (fused) return TargetLogprobsFunction::apply(logits, targets, target_is_top);
+  if (target_is_top != nullptr) {
+    torch::NoGradGuard no_grad;
+    *target_is_top = logits.argmax(-1) == targets;
+  }
   // The gather first: autograd then runs logsumexp's backward before the gather's, so its
   // temporaries come and go before the gather's full-size gradient exists.
   auto target_logit = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1);

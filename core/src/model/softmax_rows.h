@@ -31,7 +31,11 @@ void SoftmaxGradStep(const torch::Tensor& s, const torch::Tensor& dp, const torc
 /// logits (d logits = g (onehot(target) - softmax(logits))). On the CPU in float32/float64 one
 /// autograd node whose forward reads each row twice and whose backward writes the gradient in
 /// one pass, with no temporaries of the logits' size; elsewhere the same as LibTorch ops.
-torch::Tensor TargetLogprobs(const torch::Tensor& logits, const torch::Tensor& targets);
+/// `target_is_top` (when given) receives bool [...]: whether each target is its row's argmax, as
+/// LibTorch's argmax picks it (the first NaN, else the first largest logit); on the fused path
+/// from the forward's own read of the row, with no pass of argmax's.
+torch::Tensor TargetLogprobs(const torch::Tensor& logits, const torch::Tensor& targets,
+                             torch::Tensor* target_is_top = nullptr);
 
 /// The entropy -sum p log p of softmax(logits) over the last dimension, [...] in the logits'
 /// dtype, without gradient. On the CPU in float32/float64 one read of each row after its max

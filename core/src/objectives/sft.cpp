@@ -34,12 +34,14 @@ class SftObjective final : public Objective {
 
   torch::Tensor chunk_loss(const LogitsChunk& chunk) override {
     // log p(target) = logit[target] - logsumexp(logits): keeps no second c x V tensor alive.
-    auto token_logp = objectives::TargetLogprobs(chunk.logits, chunk.targets);
+    // The accuracy's argmax comes from the same read of the logits (on the CPU's fused path).
+    torch::Tensor is_top;
+    auto token_logp = objectives::TargetLogprobs(chunk.logits, chunk.targets, &is_top);
     auto mask = chunk.target_mask.to(token_logp.scalar_type());
     {
       torch::NoGradGuard no_grad;
       // Counted where the logits are, read in finish(): no wait for the device per chunk.
-      auto hit = ((chunk.logits.argmax(-1) == chunk.targets) & chunk.target_mask).sum();
+      auto hit = (is_top & chunk.target_mask).sum();
       auto counted = chunk.target_mask.sum();
       correct_ = correct_.defined() ? correct_ + hit : hit;
       counted_ = counted_.defined() ? counted_ + counted : counted;
