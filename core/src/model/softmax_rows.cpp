@@ -220,8 +220,6 @@ bool Fusable(std::initializer_list<const torch::Tensor*> ts) {
   return true;
 }
 
-// logit[target] - logsumexp(logits) per row of contiguous logits [N, V], and its backward in one
-// pass per row: d logits = g (onehot(target) - e^(logits - lse)).
 // Whether index t of a row is its argmax as LibTorch's argmax picks it: the first NaN where the
 // row has one, else the first of its largest values (`top`, the largest that is not NaN).
 template <typename T>
@@ -238,6 +236,8 @@ bool IsArgmax(const T* row, int64_t V, int64_t t, T top, bool has_nan) {
   return true;
 }
 
+// logit[target] - logsumexp(logits) per row of contiguous logits [N, V], and its backward in one
+// pass per row: d logits = g (onehot(target) - e^(logits - lse)).
 struct TargetLogprobsFunction : public torch::autograd::Function<TargetLogprobsFunction> {
   // `is_top`: when defined, whether each row's target is its argmax, from the same read of the
   // row as its max (a second pass over the row only up to the target, and only where the target
