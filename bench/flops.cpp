@@ -82,7 +82,7 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
   auto sequence_start = [&](int64_t p) { return std::min(p / seq, pack - 1) * seq; };
   // Pieces only where the products run in float32 or float64 (a bfloat16 step's tiles run whole).
   const bool pieces = dtype == torch::kFloat32 || dtype == torch::kFloat64;
-  double causal_attention = 0, visited_attention = 0, prefix_rows = 0;
+  double causal_attention = 0, visited_attention = 0, top_visited = 0, prefix_rows = 0;
   for (int64_t s = 0; s < T; s += chunks.chunk) prefix_rows += static_cast<double>(std::min<int64_t>(T, s + chunks.chunk));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const int64_t w = c.window(l) > 0 ? std::min<int64_t>(c.window(l), T) : T;
@@ -91,14 +91,16 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
       const double W = std::min(static_cast<double>(w), n);
       causal_attention += attention(W * (W + 1) / 2 + (n - W) * W);
     }
-    visited_attention += attention(VisitedPairs(T, chunks.chunk, chunks.key_chunk, w, sequence_start, pieces));
+    top_visited = attention(VisitedPairs(T, chunks.chunk, chunks.key_chunk, w, sequence_start, pieces));
+    visited_attention += top_visited;
   }
   // The recomputes backpropagate a layer's output without reading it: the down projection's
   // forward product is left out where no norm reads the MLP's output (a dense layer without
   // Gemma3's post-feedforward norm; DecoderLayerImpl::backward_queries_normed).
-  double unread = 0;
+  double unread = 0, top_unread = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    if (!c.sparse_layer(l) && !c.sandwich_norms) unread += 2 * n * d * static_cast<double>(c.intermediate_size);
+    top_unread = !c.sparse_layer(l) && !c.sandwich_norms ? 2 * n * d * static_cast<double>(c.intermediate_size) : 0.0;
+    unread += top_unread;
   }
   StepFlops f;
   f.model = 3 * (L * 2 * n * layer_params + causal_attention + head);
@@ -124,6 +126,17 @@ StepFlops AnalyticFlops(const ModelConfig& c, torch::Dtype dtype, int64_t B, int
     const double attention_passes = v.options.keep_attention ? 3.5 : 4.5;
     f.executed = L * (2 * n * layer_params + kv_backward + 3 * 2 * n * q_params) - unread +
                  attention_passes * visited_attention + 3 * head + seq_head;
+    // The top layer with the head inside its backward (a dense top layer, no sequence pass, not
+    // the ablation; core/src/engine/stream.cpp: TopLayerWithHead): no forward before it; its
+    // chunks run the attention half once without a graph (the forward's products) and again
+    // with one, the attention's tiles replayed (q and o projections only), and the
+    // feed-forward's output is read (the down projection's forward runs).
+    const int64_t top = c.num_hidden_layers - 1;
+    if (!sequence_pass && !v.options.recompute_kv_per_chunk && !c.sparse_layer(top)) {
+      // Its attention: once without a graph, then (on CUDA, not replayed) with one, and backward.
+      const double top_passes = v.options.device == c10::DeviceType::CPU ? 3.5 : 4.5;
+      f.executed += 2 * n * 2 * d * qd + top_unread - 2 * n * layer_params + (top_passes - attention_passes) * top_visited;
+    }
   }
   return f;
 }

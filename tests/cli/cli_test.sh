@@ -24,19 +24,19 @@ cmp -s "$dir/model/model.safetensors" "$dir/model2/model.safetensors" || fail "i
 printf '{"tokens":[1,2,3,4,5,6,7,8,9]}\n{"prompt":[10,11,12],"completion":[13,14,15,16]}\n' > "$dir/data.jsonl"
 for engine in full checkpoint stream; do
   "$server" grad --model "$dir/model" --data "$dir/data.jsonl" --engine $engine --dtype float64 \
-    --chunk 2 --logits-chunk 3 --out "$dir/g_$engine.safetensors" > "$dir/g_$engine.txt" || fail "grad $engine"
+    --chunk 3 --logits-chunk 2 --out "$dir/g_$engine.safetensors" > "$dir/g_$engine.txt" || fail "grad $engine"
   grep -q "over 12 target tokens" "$dir/g_$engine.txt" || fail "grad $engine output: $(cat "$dir/g_$engine.txt")"
 done
 # The sizes the step ran with: the given chunk and logits chunk, the key tile from the rule.
-grep -Eq "\(stream engine, chunks 2/3/[0-9]+, [0-9.]+ s\)" "$dir/g_stream.txt" \
+grep -Eq "\(stream engine, chunks 3/2/[0-9]+, [0-9.]+ s\)" "$dir/g_stream.txt" \
   || fail "grad stream does not say its chunk sizes: $(cat "$dir/g_stream.txt")"
 out="$("$server" verify --model "$dir/model" --data "$dir/data.jsonl" --dtype float64 --layout packed)" \
   || fail "verify float64: $out"
 grep -q "PASS" <<<"$out" || fail "verify did not say PASS"
 # --keep-attention (selective recompute): the same gradient file, byte for byte; verify runs
 # it as its stream row; other engines refuse it by name.
-"$server" grad --model "$dir/model" --data "$dir/data.jsonl" --engine stream --dtype float64 --chunk 2 \
-  --logits-chunk 3 --keep-attention --out "$dir/g_keep.safetensors" > "$dir/g_keep.txt" || fail "grad --keep-attention"
+"$server" grad --model "$dir/model" --data "$dir/data.jsonl" --engine stream --dtype float64 --chunk 3 \
+  --logits-chunk 2 --keep-attention --out "$dir/g_keep.safetensors" > "$dir/g_keep.txt" || fail "grad --keep-attention"
 cmp -s "$dir/g_stream.safetensors" "$dir/g_keep.safetensors" || fail "grad --keep-attention wrote other gradients"
 out="$("$server" verify --model "$dir/model" --data "$dir/data.jsonl" --dtype float64 --keep-attention)" \
   || fail "verify --keep-attention: $out"
@@ -59,7 +59,7 @@ if c["model_type"] == "qwen3_moe":
 json.dump(c, open(path, "w"))
 PY
   "$server" grad --model "$dir/m_$family" --data "$dir/data.jsonl" --engine stream --dtype float64 \
-    --chunk 2 --logits-chunk 3 --out "$dir/g_$family.safetensors" >/dev/null || fail "grad $family"
+    --chunk 3 --logits-chunk 2 --out "$dir/g_$family.safetensors" >/dev/null || fail "grad $family"
   out="$("$server" verify --model "$dir/m_$family" --dtype float64 --seq-len 24 --batch 3 --layout packed)" \
     || fail "verify $family: $out"
   grep -q "PASS" <<<"$out" || fail "verify $family did not say PASS"

@@ -304,12 +304,14 @@ TEST(StepProgress, AStepReportsQueuedStartedEveryLayerAndDone) {
   ASSERT_GE(states.size(), 5u);
   EXPECT_EQ(states.back(), "done");
   EXPECT_NE(std::find(states.begin(), states.end(), "started"), states.end());
-  EXPECT_NE(std::find(states.begin(), states.end(), "head"), states.end());
   EXPECT_NE(std::find(states.begin(), states.end(), "optimizer"), states.end());
   // A slow reader may see only the latest of consecutive same-state events (they coalesce):
-  // the last layer of the forward always arrives.
+  // the last layer of the forward always arrives. SFT on the stream engine: the forward stops
+  // below the top layer, whose forward runs inside its backward with the head (no "head"
+  // state of its own; docs/architecture.md: Engines).
   ASSERT_FALSE(forward_layers.empty());
-  EXPECT_EQ(*forward_layers.rbegin(), 1);
+  EXPECT_EQ(*forward_layers.rbegin(), 0);
+  EXPECT_EQ(std::find(states.begin(), states.end(), "head"), states.end());
   EXPECT_FALSE(backward_layers.empty());
   const auto& done = seen.back();
   EXPECT_TRUE(done.has_train_step());

@@ -471,9 +471,10 @@ TEST_F(EngineMemory, LogitsChunkBoundsLogitsMemory) {
   const int64_t V = config.vocab_size;
   auto b1 = MakeBatch(RandomSequences({1024}, V, 4), Layout::kRightPad);
   auto b2 = MakeBatch(RandomSequences({2048}, V, 4), Layout::kRightPad);
-  const int64_t chunked_1k = Peak(model, b1, {EngineKind::kStream, 64, 64});
-  const int64_t chunked_2k = Peak(model, b2, {EngineKind::kStream, 64, 64});
-  const int64_t whole_1k = Peak(model, b1, {EngineKind::kStream, 64, 0});
+  // Query chunks of 1024: the stream engine's logits chunk is at most its query chunk.
+  const int64_t chunked_1k = Peak(model, b1, {EngineKind::kStream, 1024, 64});
+  const int64_t chunked_2k = Peak(model, b2, {EngineKind::kStream, 1024, 64});
+  const int64_t whole_1k = Peak(model, b1, {EngineKind::kStream, 1024, 0});
   const int64_t logits_bytes = 1024 * V * 4;
   // Materializing the logits costs at least one T x V tensor more...
   EXPECT_GT(whole_1k, chunked_1k + logits_bytes);

@@ -22,7 +22,7 @@ TEST(HeadMemory, ObjectivesHoldNoMoreLogitsThanSft) {
   auto model = testing::RandomModel(config, 11, torch::kFloat32);
   // Two rows of 96 tokens, the head over all 96 positions at once: its logits set the peak.
   const int64_t T = 96;
-  const EngineOptions options{EngineKind::kStream, 16, T, false, 16};
+  const EngineOptions options{EngineKind::kStream, T, T, false, 16};  // a logits chunk is at most a query chunk
   const int64_t logits_bytes = 2 * T * config.vocab_size * 4;
   auto rows = [&](const std::string& objective) {
     auto seqs = testing::RandomSequences({T, T}, config.vocab_size, 4);

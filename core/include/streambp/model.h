@@ -347,6 +347,14 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward_queries_normed(const torch::Tensor& x_q, const torch::Tensor& h_q, const Rope& rope_q,
                                        const KeysValues& kv, const AttentionPattern& mask,
                                        const AttentionTiling& tiling = {});
+  /// forward_queries_normed in its two halves, row-wise after the attention:
+  /// x1 = x_q + attention (Gemma3: its output normalized), then
+  /// y = feedforward_residual(x1) = x1 + the feed-forward of x1's norm. Rows [q_start, ...)
+  /// of the batch (a mixture of experts replays their routing); `read` as in
+  /// backward_queries_normed (false: y's value is never read).
+  torch::Tensor attention_residual(const torch::Tensor& x_q, const torch::Tensor& h_q, const Rope& rope_q,
+                                   const KeysValues& kv, const AttentionPattern& mask, const AttentionTiling& tiling);
+  torch::Tensor feedforward_residual(const torch::Tensor& x1, int64_t q_start, bool read = true);
   /// The whole layer on the whole sequence.
   torch::Tensor forward(const torch::Tensor& x, const Rope& rope, const AttentionPattern& mask,
                         const AttentionTiling& tiling = {});

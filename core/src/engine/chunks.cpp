@@ -56,19 +56,24 @@ ResolvedChunks DefaultChunks(const ModelConfig& c, torch::Dtype dtype, int64_t s
     key = LargestFitting(first, std::max(first, std::min(longest_tile(chunk), kDefaultCpuKeyChunk)),
                          [&](int64_t k) { return fits(chunk, k); });
   }
-  // A logits chunk of c costs 4 c V floats (logits, log-softmax and their gradients); it may
-  // take S / 4. It may also take the room a layer's backward holds anyway: the head runs while
-  // every stored layer input is alive, as that backward does, which holds K^, V^ and their
-  // gradients over T and the chunk's working set besides. A chunk within that room (counted
-  // as the memory estimate counts the head: below float32 the product before its upcast too,
-  // and two c x d rows) costs the step no peak, and its GEMMs over more rows run faster (the
-  // small preset at T = 8192: 128 rows where S / 4 allows 64, the head's GEMMs 11-22% faster on 2
+  // A logits chunk of c is counted at 4 c V floats (logits and their gradient, ~2 measured,
+  // and slack); it may take S / 4. It may also take the room a layer's backward holds anyway:
+  // the head runs while every stored layer input is alive, as that backward does, which holds
+  // K^, V^ and their gradients over T and the chunk's working set besides. The stream
+  // engine's top layer runs the head beside K^, V^ and their gradients, with the chunk's graph
+  // down to its attention half's rows and one block's feed-forward and dL/dx in the stored
+  // input's place: that room must hold it too. A chunk within both rooms (counted as the
+  // memory estimate counts the head: below float32 the product before its upcast too, and two
+  // c x d rows) costs the step no peak, and its GEMMs over more rows run faster (the small
+  // preset at T = 8192: 128 rows where S / 4 allows 64, the head's GEMMs 11-22% faster on 2
   // cores, the peak unchanged). The larger of the two wins.
   const double layer_room = fits_cost(chunk, key) + 2 * T * kvd * (e + std::max(e, 4.0));
+  const double top_room = fits_cost(chunk, key) + T * d * e - static_cast<double>(chunk) * (3 * d * e + (qd + H) * f);
   auto logits_fit = [&](int64_t lc) {
     const double rows = static_cast<double>(lc);
-    return 4 * rows * c.vocab_size * f <= slack ||
-           (4 * f + (e < f ? e : 0.0)) * rows * c.vocab_size + 2 * rows * d * e <= layer_room;
+    const double head = (3 * f + (e < f ? e : 0.0)) * rows * c.vocab_size + 2 * rows * d * e;
+    const double block = rows * (FeedForwardBytesPerRow(c, e, f) + 4 * d * e);
+    return 4 * rows * c.vocab_size * f <= slack || (head <= layer_room && head + block <= top_room);
   };
   const int64_t logits = LargestFitting(kMinDefaultLogitsChunk, kDefaultLogitsChunk, logits_fit);
   const int64_t limit = std::max<int64_t>(seq_len, 1);
@@ -96,6 +101,10 @@ ResolvedChunks ResolveChunks(const EngineOptions& options, int64_t seq_len, cons
   r.chunk = std::clamp<int64_t>(r.chunk, 1, std::max<int64_t>(seq_len, 1));
   r.logits_chunk = std::clamp<int64_t>(r.logits_chunk, 1, std::max<int64_t>(seq_len, 1));
   r.key_chunk = std::clamp<int64_t>(r.key_chunk, 1, std::max<int64_t>(seq_len, 1));
+  // The stream engine's top layer runs the head on its query chunk's rows (docs/architecture.md:
+  // Engines): a logits chunk is at most a query chunk, on every path, so that the memory
+  // estimate does not depend on the objective.
+  if (options.kind == EngineKind::kStream) r.logits_chunk = std::min(r.logits_chunk, r.chunk);
   return r;
 }
 

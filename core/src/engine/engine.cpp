@@ -468,50 +468,67 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
     objective.end_sequence_pass();
   }
   HeadResult result;
-  // lm_head's weight gradient is added in place chunk by chunk (autograd would make a fresh
-  // [V, d] tensor for every chunk: 1 GiB for a 128k vocabulary at d=4096 in bfloat16).
-  const bool head_trains = want_grad && model.lm_head_weight().requires_grad();
-  torch::Tensor head_grad = head_trains ? GradientOf(model.lm_head_weight()) : torch::Tensor();
+  HeadSteps steps(model, batch, objective, want_grad);
   // On the device, dL/dh_last takes h_last's place chunk by chunk: a chunk's rows are not
   // read again once its gradient is known (the sequence pass is over by then).
   if (want_grad && store.on_device()) result.grad_h = store.read(slot, 0, T);
-  // The chunks' losses summed in float64 where they are, read once at the end: a read per
-  // chunk would make the host wait for the device at every chunk.
-  torch::Tensor loss_sum;
-  auto add_loss = [&](const torch::Tensor& loss) {
-    auto l = loss.detach().to(torch::kFloat64);
-    loss_sum = loss_sum.defined() ? loss_sum + l : l;
-  };
   for (int64_t c = 0; c < chunks; ++c) {
     auto rows = reader.next(&s, &e);
     Report(progress, EngineProgress::Phase::kHead, layers, layers, c, chunks);
-    if (!want_grad) {
-      torch::NoGradGuard no_grad;
-      add_loss(objective.chunk_loss(MakeChunk(batch, model.logits(rows), offset + s, offset + e)));
-      continue;
-    }
+    auto grad = steps.step(rows, offset + s, offset + e);
+    if (!want_grad) continue;
     if (!result.grad_h.defined()) result.grad_h = torch::empty({rows.size(0), T, rows.size(2)}, rows.options());
-    auto h = rows.detach().requires_grad_(true);
-    torch::Tensor loss, normed, projected;
-    {
-      torch::AutoGradMode grad(true);
-      auto logits = head_trains ? model.logits_outside_head(h, &normed, &projected) : model.logits(h);
-      if (head_trains) projected.retain_grad();
-      loss = objective.chunk_loss(MakeChunk(batch, logits, offset + s, offset + e));
-    }
-    add_loss(loss);
-    loss.backward();
-    if (head_trains) {  // W.grad += dP^T N: no [V, d] gradient of the chunk exists on its own
-      const int64_t V = projected.size(-1), d = normed.size(-1);
-      head_grad.addmm_(projected.grad().reshape({-1, V}).t(), normed.detach().reshape({-1, d}));
-      projected = normed = torch::Tensor();
-    }
-    h = h.grad();  // the chunk's graph (which saved its rows) is gone: they may be overwritten
-    result.grad_h.slice(1, s, e).copy_(h);
+    result.grad_h.slice(1, s, e).copy_(grad);
   }
-  if (loss_sum.defined()) result.loss = loss_sum.item<double>();
+  result.loss = steps.loss();
   return result;
 }
+
+HeadSteps::HeadSteps(CausalLMImpl& model, const Batch& batch, Objective& objective, bool want_grad)
+    : model_(model), batch_(batch), objective_(objective), want_grad_(want_grad) {
+  // lm_head's weight gradient is added in place chunk by chunk (autograd would make a fresh
+  // [V, d] tensor for every chunk: 1 GiB for a 128k vocabulary at d=4096 in bfloat16).
+  head_trains_ = want_grad && model.lm_head_weight().requires_grad();
+  if (head_trains_) head_grad_ = GradientOf(model.lm_head_weight());
+}
+
+torch::Tensor HeadSteps::step(const torch::Tensor& rows, int64_t s, int64_t e) {
+  RECORD_USER_SCOPE("streambp::head");
+  if (!want_grad_) {
+    torch::NoGradGuard no_grad;
+    add_loss(objective_.chunk_loss(MakeChunk(batch_, model_.logits(rows), s, e)));
+    return {};
+  }
+  auto h = rows.detach().requires_grad_(true);
+  torch::Tensor loss, normed, projected_grad;
+  {
+    torch::AutoGradMode grad(true);
+    torch::Tensor projected;
+    auto logits = head_trains_ ? model_.logits_outside_head(h, &normed, &projected) : model_.logits(h);
+    // The product's gradient as autograd passes it on (retain_grad would keep a copy: one
+    // more B x c x V tensor at the head's peak); the logits themselves are freed once the
+    // loss's backward has read them, since nothing here holds them.
+    if (head_trains_) projected.register_hook([&projected_grad](const torch::Tensor& g) { projected_grad = g; });
+    loss = objective_.chunk_loss(MakeChunk(batch_, logits, s, e));
+  }
+  add_loss(loss);
+  loss.backward();
+  loss = torch::Tensor();
+  if (head_trains_) {  // W.grad += dP^T N: no [V, d] gradient of the chunk exists on its own
+    const int64_t V = projected_grad.size(-1), d = normed.size(-1);
+    head_grad_.addmm_(projected_grad.reshape({-1, V}).t(), normed.detach().reshape({-1, d}));
+  }
+  return h.grad();  // the chunk's graph (which saved its rows) is gone: they may be overwritten
+}
+
+void HeadSteps::add_loss(const torch::Tensor& loss) {
+  // The chunks' losses summed in float64 where they are, read once at the end: a read per
+  // chunk would make the host wait for the device at every chunk.
+  auto l = loss.detach().to(torch::kFloat64);
+  loss_sum_ = loss_sum_.defined() ? loss_sum_ + l : l;
+}
+
+double HeadSteps::loss() const { return loss_sum_.defined() ? loss_sum_.item<double>() : 0.0; }
 
 }  // namespace engine
 }  // namespace streambp

@@ -70,6 +70,27 @@ HeadResult HeadForwardBackward(CausalLMImpl& model, LayerStore& store, int64_t s
                                Objective& objective, int64_t chunk, bool want_grad, const Progress& progress,
                                ChunkReader::Next then, const SequenceShard* shard = nullptr);
 
+/// The lm_head + loss of one chunk of final hidden states at a time, in any order of chunks
+/// (HeadForwardBackward's chunks; the stream engine's top layer, docs/architecture.md:
+/// Engines). step(rows, s, e): rows [B, e - s, d] (no graph) at the batch's positions
+/// [s, e); adds the chunk's loss term and, with want_grad, lm_head's weight gradient in
+/// place, and returns dL/drows (undefined without want_grad). The objective's sequence
+/// pass, if any, is over. loss(): the terms' sum, read once.
+class HeadSteps {
+ public:
+  HeadSteps(CausalLMImpl& model, const Batch& batch, Objective& objective, bool want_grad);
+  torch::Tensor step(const torch::Tensor& rows, int64_t s, int64_t e);
+  double loss() const;
+
+ private:
+  void add_loss(const torch::Tensor& loss);
+  CausalLMImpl& model_;
+  const Batch& batch_;
+  Objective& objective_;
+  bool want_grad_, head_trains_ = false;
+  torch::Tensor head_grad_, loss_sum_;
+};
+
 /// Tells `progress` (if any) where the step is.
 inline void Report(const Progress& progress, EngineProgress::Phase phase, int64_t layer, int64_t layers,
                    int64_t chunk = 0, int64_t chunks = 1) {

@@ -102,6 +102,20 @@ KeysValues GradSink(const KeysValues& kv_hat, const torch::Tensor& grad) {
           torch::zeros(kv_hat.v.sizes(), kv_hat.v.options().dtype(cd))};
 }
 
+// The end of a query chunk [s, e) of a layer's backward, its queries' part done: chunks [s, T)
+// have all attended to keys [s, e), so their dK^, dV^ are complete; they go through the
+// chunk's K/V recomputed from its normalized rows h_q, then dh (both paths) through the norm
+// h = norm(x_q), and dL/dx_q is written into rows [s, e) of `grad`.
+void ChunkKeysValuesBackward(DecoderLayerImpl& layer, const torch::Tensor& h, const torch::Tensor& h_q,
+                             const torch::Tensor& x_q, const Rope& rope_q, const KeysValues& grad_kv, int64_t s,
+                             int64_t e, torch::Tensor& grad) {
+  KeysValues kv = layer.keys_values_normed(h_q, rope_q, /*read=*/false);
+  torch::autograd::backward({kv.k, kv.v}, {grad_kv.k.slice(2, s, e).to(kv.k.scalar_type()),
+                                           grad_kv.v.slice(2, s, e).to(kv.v.scalar_type())});
+  torch::autograd::backward({h}, {h_q.grad()});
+  grad.slice(1, s, e).copy_(x_q.grad());
+}
+
 // Backprop of one layer by StreamBP on the whole sequence; returns dL/dx. The layer's input
 // is read from `store` chunk by chunk, in two passes (K/V in order, then the chunks from the
 // last), so a second tier never brings more than a chunk of it to the device; `then` is
@@ -134,14 +148,81 @@ torch::Tensor WholeLayerBackward(DecoderLayerImpl& layer, LayerStore& store, int
     layer.backward_queries_normed(x_q, h_q, rope_q, {kv_hat.k.slice(2, 0, e), kv_hat.v.slice(2, 0, e)},
                                   AttentionPattern::Causal(batch, s, e, e, window), tiling,
                                   grad.slice(1, s, e).contiguous());
-    // Chunks [s, T) have all attended to keys [s, e): their dK^, dV^ are complete.
-    KeysValues kv = layer.keys_values_normed(h_q, rope_q, /*read=*/false);
-    torch::autograd::backward({kv.k, kv.v}, {grad_kv.k.slice(2, s, e).to(kv.k.scalar_type()),
-                                             grad_kv.v.slice(2, s, e).to(kv.v.scalar_type())});
-    torch::autograd::backward({h}, {h_q.grad()});
     // g[s:e] is done with: dx[s:e] takes its place.
-    grad.slice(1, s, e).copy_(x_q.grad());
+    ChunkKeysValuesBackward(layer, h, h_q, x_q, rope_q, grad_kv, s, e, grad);
   }
+  return grad;
+}
+
+// The top layer's backward with the lm_head + loss inside it (docs/architecture.md: Engines):
+// the forward stopped below the top layer, so its output exists only here, a chunk at a
+// time. Per query chunk [s, e), the last first, as WholeLayerBackward: the attention half
+// x1 = x + attention(norm x) without a graph, its output and log-sum-exp kept for the
+// chunk; then, in blocks of at most logits-chunk rows, the feed-forward half
+// y = x1 + mlp(norm x1) with a graph, the head's loss term and dL/dy of the block (HeadSteps)
+// and y's backward into dL/dx1; then the attention half again with a graph, its tiles
+// replayed from the kept output (the same values, bit for bit), backpropagated from dL/dx1.
+// The top layer's forward thus runs once, where the other layers' run twice. Returns dL/dx
+// and adds the loss terms into *loss.
+torch::Tensor TopLayerWithHead(CausalLMImpl& model, LayerStore& store, int64_t slot, const Rope& rope,
+                               const Batch& batch, Objective& objective, const ResolvedChunks& chunks,
+                               const Progress& progress, ChunkReader::Next then, double* loss) {
+  auto& layer = *model.layer_list[slot];
+  const auto& config = model.config();
+  const int64_t T = batch.length(), chunk = chunks.chunk, layers = slot + 1, window = config.window(slot);
+  const int64_t n_chunks = (T + chunk - 1) / chunk;
+  ChunkReader reader(store, slot, T, chunk, 2, then, /*last_reversed=*/true);
+  int64_t s = 0, e = 0;
+  KeysValues kv_hat = KeysValuesInChunks(layer, T, chunk, rope, [&](int64_t, int64_t) { return reader.next(&s, &e); });
+  HeadSteps head(model, batch, objective, /*want_grad=*/true);
+  // dL/dx. On the device it takes x's place chunk by chunk: the K/V pass is over, and a
+  // chunk's rows are read for the last time by the chunk itself.
+  torch::Tensor grad = store.on_device() ? store.read(slot, 0, T) : torch::Tensor();
+  KeysValues grad_kv;
+  torch::AutoGradMode grad_mode(true);
+  for (int64_t step = 0; step < n_chunks; ++step) {
+    auto x_q = Leaf(reader.next(&s, &e));
+    if (!grad.defined()) grad = torch::empty({x_q.size(0), T, x_q.size(2)}, x_q.options());
+    if (!grad_kv.k.defined()) grad_kv = GradSink(kv_hat, grad);
+    Report(progress, EngineProgress::Phase::kBackward, slot, layers, step, n_chunks);
+    const auto rope_q = rope.slice(s, e);
+    const auto pattern = AttentionPattern::Causal(batch, s, e, e, window);
+    const KeysValues keys{kv_hat.k.slice(2, 0, e), kv_hat.v.slice(2, 0, e)};
+    auto h = layer.input_layernorm(x_q);
+    auto h_q = Leaf(h);  // dh from the queries and from the chunk's K/V meet here
+    // On CUDA the attention runs its fused kernel again instead (a kept output takes the
+    // tiled kernel).
+    const bool replay = x_q.is_cpu();
+    const auto kept = replay ? KeptAttention::Make(config, x_q.size(0), e - s, x_q) : KeptAttention{};
+    torch::Tensor x1;
+    {
+      torch::NoGradGuard no_grad;
+      AttentionTiling tiling{chunks.key_chunk};
+      tiling.always = true;  // as the graph's call below
+      const auto rows = replay ? kept.positions(0, e - s, /*replay=*/false) : AttentionKept{};
+      if (replay) tiling.kept = &rows;
+      x1 = layer.attention_residual(x_q, h_q, rope_q, keys, pattern, tiling);
+    }
+    auto grad_x1 = torch::empty_like(x1);
+    const int64_t block = chunks.logits_chunk;  // at most the chunk (ResolveChunks)
+    for (int64_t b = 0; b < e - s; b += block) {
+      const int64_t b_end = std::min(e - s, b + block);
+      auto x1_b = Leaf(x1.slice(1, b, b_end));
+      auto y = layer.feedforward_residual(x1_b, s + b);
+      auto grad_y = head.step(y.detach(), s + b, s + b_end);
+      torch::autograd::backward({y}, {grad_y});
+      grad_x1.slice(1, b, b_end).copy_(x1_b.grad());
+    }
+    x1 = torch::Tensor();
+    {
+      AttentionTiling tiling{chunks.key_chunk, 0, &grad_kv};
+      const auto rows = replay ? kept.positions(0, e - s, /*replay=*/true) : AttentionKept{};
+      if (replay) tiling.kept = &rows;
+      torch::autograd::backward({layer.attention_residual(x_q, h_q, rope_q, keys, pattern, tiling)}, {grad_x1});
+    }
+    ChunkKeysValuesBackward(layer, h, h_q, x_q, rope_q, grad_kv, s, e, grad);
+  }
+  *loss += head.loss();
   return grad;
 }
 
@@ -307,6 +388,14 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
                             ": it keeps every layer's attention output on the device; choose one");
     }
   }
+  // The top layer runs with the head inside its backward (TopLayerWithHead) where the loss
+  // terms need no pass over the whole sequence first and nothing but the head needs the top
+  // layer's forward: not context parallel (a rank's chunks need the others' sums), not in the
+  // ablation, and not on a sparse top layer (its forward collects the load-balancing
+  // statistics the backward uses).
+  const bool top_with_head = !shard && !options.recompute_kv_per_chunk && !objective.needs_sequence_pass() &&
+                             !config.sparse_layer(layers - 1);
+  const int64_t forward_layers = top_with_head ? layers - 1 : layers;
   // Selective recompute: each layer's attention output and log-sum-exp, from its forward to
   // its backward.
   std::vector<KeptAttention> kept(options.keep_attention ? layers : 0);
@@ -322,29 +411,41 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
                                           options.offload_layer_inputs
                                               ? LayerStore::Offloaded(options.scratch_dir, layers, x)
                                               : LayerStore::OnDevice(layers));
-    for (int64_t i = 0; i < layers; ++i) {
+    for (int64_t i = 0; i < forward_layers; ++i) {
       Report(progress, EngineProgress::Phase::kForward, i, layers);
       store->put(i, x);  // copied out (second tier) while the layer computes; layer 0's: nothing
       if (!kept.empty()) kept[i] = KeptAttention::Make(config, batch.rows(), T, x);
       x = StreamLayerForward(*model.layer_list[i], x, rope, batch, chunks.chunk, chunks.key_chunk, config.window(i),
                              shard, kept.empty() ? nullptr : &kept[i]);
     }
-    store->put(layers, std::move(x));
+    store->put(forward_layers, std::move(x));
     // The load-balancing loss's statistics are the whole step's before any gradient uses them.
     if (shard && model.router_aux_loss() != nullptr) {
       shard->all_reduce({model.router_aux_loss()->counts, model.router_aux_loss()->probs});
     }
   }
   auto first_chunk = [&](int64_t slot) { return ChunkReader::Next{slot, 0, std::min(T, chunks.chunk)}; };
-  auto head = HeadForwardBackward(model, *store, layers, batch, objective, chunks.logits_chunk, true, progress,
-                                  options.recompute_kv_per_chunk ? ChunkReader::Next{} : first_chunk(layers - 1),
-                                  shard);
-  store->drop(layers);
-  if (ready) ready(-2);
-  auto grad = std::move(head.grad_h);
   // Each chunk's weight gradients go straight into .grad (docs/architecture.md: Engines).
   InPlaceWeightGradients in_place;
-  for (int64_t i = layers - 1; i >= 0; --i) {
+  double loss = 0.0;
+  torch::Tensor grad;
+  if (top_with_head) {
+    grad = TopLayerWithHead(model, *store, layers - 1, rope, batch, objective, chunks, progress,
+                            layers > 1 ? first_chunk(layers - 2) : ChunkReader::Next{}, &loss);
+    store->drop(layers - 1);
+    if (!kept.empty()) kept[layers - 1] = KeptAttention{};
+    if (ready) ready(-2);
+    if (ready) ready(layers - 1);
+  } else {
+    auto head = HeadForwardBackward(model, *store, layers, batch, objective, chunks.logits_chunk, true, progress,
+                                    options.recompute_kv_per_chunk ? ChunkReader::Next{} : first_chunk(layers - 1),
+                                    shard);
+    store->drop(layers);
+    if (ready) ready(-2);
+    grad = std::move(head.grad_h);
+    loss = head.loss;
+  }
+  for (int64_t i = forward_layers - 1; i >= 0; --i) {
     auto& layer = *model.layer_list[i];
     const int64_t window = config.window(i);
     if (options.recompute_kv_per_chunk) {
@@ -363,7 +464,7 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
   }
   model.embed_backward(ids, grad);
   if (ready) ready(-1);
-  auto result = MakeResult(objective, batch, head.loss);
+  auto result = MakeResult(objective, batch, loss);
   if (shard) {  // this rank's part of the loss and counts, so that the ranks' results add up
     // A loss that is not the sum of the chunk terms is known only where it comes from the
     // sequence pass (on every rank alike: all refuse, none waits in the step's sums).

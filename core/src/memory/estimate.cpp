@@ -124,11 +124,12 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   m.chunk = chunks.chunk;
   m.logits_chunk = chunks.logits_chunk;
   const double lc = chunks.logits_chunk;
-  // lm_head + loss of one logits chunk: logits, log-softmax, their gradients, at f bytes
-  // (streambp-bench measured ~4 B x lc x V tensors alive at the head's peak); below float32
-  // the head's product in the model's dtype too, before its upcast (bfloat16 measured: the
-  // estimate was 0.90x without it).
-  const double logits_bytes = 4 * f + (e < f ? e : 0.0);
+  // lm_head + loss of one logits chunk: the logits and their gradient at f bytes, and one
+  // more B x lc x V tensor of slack (streambp-bench measured ~2.1 of them alive at the
+  // head's peak since the head takes the product's gradient as autograd passes it, without
+  // retain_grad's copy; 3 before); below float32 the head's product in the model's dtype
+  // too, before its upcast (bfloat16 measured: the estimate was 0.90x without it).
+  const double logits_bytes = 3 * f + (e < f ? e : 0.0);
   const double head = logits_bytes * B * lc * V + 2 * B * lc * d * e;
   // One layer's graph for q positions against k keys: the attention's working set, Q, the
   // attention output, MLP activations, and `kv_copies` B x k x d_kv buffers of keys.
@@ -171,6 +172,19 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
   // the exchange's buffers (sent, received, and both ways again for the outputs).
   const double own_kv = context_parallel > 1 ? all_kv_and_grads / P : 0.0;
   const double exchange = kv_share < 1.0 ? 4 * B * static_cast<double>(chunks.chunk) * qd * e : 0.0;
+  // The stream engine's top layer with the head inside it (objectives without a sequence
+  // pass; the larger of the two is what the estimate takes): `stored` layer inputs (on the
+  // device dL/dx takes the top one's place), K^, V^, dK^, dV^; a chunk's attention half
+  // (x1, its gradient, the kept output and log-sum-exp, the normalized rows); one block of at
+  // most logits-chunk rows through the feed-forward (its graph, y and dL/dy) and the head.
+  const double block = std::min<double>(lc, chunks.chunk);
+  const double block_head = logits_bytes * B * block * V + 2 * B * block * d * e;
+  const bool fused_top = context_parallel == 1 && !engine.recompute_kv_per_chunk && !c.sparse_layer(c.num_hidden_layers - 1);
+  auto top_with_head = [&](double stored) {
+    if (!fused_top) return 0.0;
+    return stored * Td + kv_and_grads + B * chunks.chunk * (3 * d * e + (qd + H) * f) +
+           B * block * (FeedForwardBytesPerRow(c, e, f) + 4 * d * e) + block_head;
+  };
   if (engine.kind == EngineKind::kFull) {
     m.activation_bytes = Bytes(L * layer_graph(T, T, false, T, T, 4) + 2 * Td + 3 * B * T * V * f);
   } else if (engine.kind == EngineKind::kCheckpoint) {
@@ -189,7 +203,7 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     const double head_phase = L * Td + head + kept;
     const double layer_phase = (L - 1) * Td + Td + kv_and_grads + own_kv + exchange + kept + flash +
                                layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
-    m.activation_bytes = Bytes(std::max(head_phase, layer_phase) + per_step);
+    m.activation_bytes = Bytes(std::max({head_phase, layer_phase, top_with_head(L - 1) + kept}) + per_step);
   } else {
     // Layer inputs and h_last in the second tier. On the device: the forward's x (being
     // copied out), y and K/V; the head's dL/dh_last; a layer's g/dx, K^, V^, dK^, dV^ and one
@@ -200,7 +214,8 @@ MemoryEstimate EstimateStepMemory(const ModelConfig& c, torch::Dtype dtype, int6
     const double head_phase = Td + head;
     const double layer_phase =
         Td + kv_and_grads + own_kv + exchange + flash + layer_graph(chunks.chunk, T, true, chunks.chunk, tile, 0);
-    m.activation_bytes = Bytes(std::max({forward_phase, head_phase, layer_phase}) + rows + per_step);
+    m.activation_bytes =
+        Bytes(std::max({forward_phase, head_phase, layer_phase, top_with_head(1)}) + rows + per_step);
     m.offloaded_bytes = Bytes(L * Td);  // the inputs of layers 1..L-1 and h_last
   }
   m.key_chunk = chunks.key_chunk;
@@ -270,6 +285,8 @@ EngineOptions ChooseChunks(const ModelConfig& config, torch::Dtype dtype, int64_
     o.chunk = std::max<int64_t>(defaults.chunk >> halvings, 16);
     o.logits_chunk = std::max<int64_t>(defaults.logits_chunk >> halvings, 16);
     o.key_chunk = std::max<int64_t>(defaults.key_chunk >> halvings, 16);
+    // As ResolveChunks: the stream engine's logits chunk is at most its query chunk.
+    if (o.kind == EngineKind::kStream) o.logits_chunk = std::min(o.logits_chunk, o.chunk);
     return o;
   };
   for (int64_t halvings = 0;; ++halvings) {

@@ -324,14 +324,23 @@ torch::Tensor DecoderLayerImpl::forward_queries_normed(const torch::Tensor& x_q,
 torch::Tensor DecoderLayerImpl::queries_output(const torch::Tensor& x_q, const torch::Tensor& h_q, const Rope& rope_q,
                                                const KeysValues& kv, const AttentionPattern& mask,
                                                const AttentionTiling& tiling, bool read) {
+  return feedforward_residual(attention_residual(x_q, h_q, rope_q, kv, mask, tiling), mask.q_start, read);
+}
+
+torch::Tensor DecoderLayerImpl::attention_residual(const torch::Tensor& x_q, const torch::Tensor& h_q,
+                                                   const Rope& rope_q, const KeysValues& kv,
+                                                   const AttentionPattern& mask, const AttentionTiling& tiling) {
   auto attn_out = self_attn->forward(h_q, rope_q, kv, mask, tiling);
   // Llama: x + attn, then the MLP reads post_attention_layernorm. Gemma3 (sandwich): the
   // attention and MLP outputs are normalized before their residual adds.
-  auto x1 = x_q + (pre_feedforward_layernorm ? post_attention_layernorm(attn_out) : attn_out);
+  return x_q + (pre_feedforward_layernorm ? post_attention_layernorm(attn_out) : attn_out);
+}
+
+torch::Tensor DecoderLayerImpl::feedforward_residual(const torch::Tensor& x1, int64_t q_start, bool read) {
   auto h2 = pre_feedforward_layernorm ? pre_feedforward_layernorm(x1) : post_attention_layernorm(x1);
   // Unread, the MLP's output only passes its gradient on, unless a norm reads its value.
-  if (!read && !post_feedforward_layernorm) return x1 + mlp->backward_only(h2, mask.q_start);
-  auto ff = mlp->forward(h2, mask.q_start);
+  if (!read && !post_feedforward_layernorm) return x1 + mlp->backward_only(h2, q_start);
+  auto ff = mlp->forward(h2, q_start);
   return x1 + (post_feedforward_layernorm ? post_feedforward_layernorm(ff) : ff);
 }
 
