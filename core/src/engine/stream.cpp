@@ -434,8 +434,10 @@ StepResult StreamForwardBackward(CausalLMImpl& model, const Batch& batch, Object
                             layers > 1 ? first_chunk(layers - 2) : ChunkReader::Next{}, &loss);
     store->drop(layers - 1);
     if (!kept.empty()) kept[layers - 1] = KeptAttention{};
-    if (ready) ready(-2);
-    if (ready) ready(layers - 1);
+    if (ready) {  // the head's gradients, then the top layer's
+      ready(-2);
+      ready(layers - 1);
+    }
   } else {
     auto head = HeadForwardBackward(model, *store, layers, batch, objective, chunks.logits_chunk, true, progress,
                                     options.recompute_kv_per_chunk ? ChunkReader::Next{} : first_chunk(layers - 1),
